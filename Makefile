@@ -1,0 +1,156 @@
+# spotd: plain GNU make.  See README.md.
+#
+#   make                      spotd, spotctl, libckpt.{a,so}
+#   make check                build and run the whole test suite
+#   make demo                 wrap a toy trainer and show the event log
+#   make install              PREFIX=/usr/local DESTDIR=
+#   make SANITIZE=address,undefined check
+#   make DEV=1                -Werror and the strict warning set
+#
+# Libraries come from pkg-config only.  When one is missing, build/config.mk
+# cannot be generated: as root the Debian/Ubuntu packages are installed, as
+# anyone else the exact apt-get line is printed.
+
+VERSION    := 0.1.0
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+INCDIR     ?= $(PREFIX)/include
+PKGDIR     ?= $(LIBDIR)/pkgconfig
+
+CC         ?= cc
+PKG_CONFIG ?= pkg-config
+
+ifneq ($(SANITIZE),)
+O          ?= build-san
+else
+O          ?= build
+endif
+
+PKGS     := libevent libevent_pthreads libcurl libcjson libzstd libcrypto
+DEB_PKGS := pkg-config libevent-dev libcurl4-openssl-dev libcjson-dev libzstd-dev libssl-dev
+
+WARN       := -Wall -Wextra -Wno-unused-parameter
+WARN_DEV   := -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+              -Wformat=2 -Wpointer-arith -Wcast-qual -Wwrite-strings -Wundef \
+              -Wvla -Wimplicit-fallthrough -Wnull-dereference -Wold-style-definition \
+              -Wmissing-declarations -Wredundant-decls
+CFLAGS     ?= -O2 -g
+ALL_CFLAGS  = -std=gnu11 $(WARN) $(if $(DEV),$(WARN_DEV)) -fvisibility=hidden \
+              -D_GNU_SOURCE -DSPOT_VERSION='"$(VERSION)"' -Iinclude -Ilib \
+              $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all) \
+              $(DEP_CFLAGS) $(CFLAGS) $(CPPFLAGS)
+ALL_LDFLAGS = -Wl,--as-needed $(if $(SANITIZE),-fsanitize=$(SANITIZE)) $(LDFLAGS)
+
+# Generated once: pkg-config's answers, after the dependency check.
+-include $(O)/config.mk
+$(O)/config.mk: Makefile
+	@mkdir -p $(O)
+	@if ! $(PKG_CONFIG) --exists $(PKGS) 2>/dev/null; then \
+	    missing=""; for p in $(PKGS); do $(PKG_CONFIG) --exists $$p 2>/dev/null || missing="$$missing $$p"; done; \
+	    echo "spotd: missing libraries:$${missing:- pkg-config}"; \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	        echo "spotd: installing $(DEB_PKGS)"; \
+	        DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PKGS) >/dev/null 2>&1 || \
+	        { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PKGS); } || exit 1; \
+	    else \
+	        echo "spotd: run: sudo apt-get install -y $(DEB_PKGS)"; exit 1; \
+	    fi; \
+	fi
+	@{ echo "EVENT_CFLAGS := $$($(PKG_CONFIG) --cflags libevent libcjson)"; \
+	   echo "EVENT_LIBS := $$($(PKG_CONFIG) --libs libevent libcjson)"; \
+	   echo "DEP_CFLAGS := $$($(PKG_CONFIG) --cflags $(PKGS))"; \
+	   echo "DEP_LIBS := $$($(PKG_CONFIG) --libs $(PKGS))"; } > $@.tmp && mv $@.tmp $@
+
+# lib/spot: the internal library shared by spotd and spotctl.
+SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c
+SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)
+# libckpt: the trainer's library (include/ckpt.h).
+CKPT_SRC   := lib/libckpt/ckpt.c
+CKPT_OBJ   := $(CKPT_SRC:%.c=$(O)/pic/%.o)
+SPOTD_SRC  := supervisord/spotd.c supervisord/child.c
+SPOTD_OBJ  := $(SPOTD_SRC:%.c=$(O)/%.o)
+SPOTCTL_OBJ := $(O)/supervisord/spotctl.o
+
+UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c \
+              tests/unit/test_log.c tests/unit/test_ckpt.c
+UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)
+FUZZ_NAMES := config duration
+FUZZ_BINS  := $(FUZZ_NAMES:%=$(O)/tests/fuzz/fuzz_%)
+
+PROGS      := $(O)/spotd $(O)/spotctl
+LIBS       := $(O)/libspot.a $(O)/libckpt.a $(O)/libckpt.so.0 $(O)/libckpt.so $(O)/libckpt.pc
+
+all: $(PROGS) $(LIBS)
+
+$(O)/%.o: %.c $(O)/config.mk
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(O)/pic/%.o: %.c $(O)/config.mk
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -fPIC -MMD -MP -c -o $@ $<
+
+$(O)/libspot.a: $(SPOT_OBJ)
+	$(AR) rcs $@ $^
+
+$(O)/libckpt.a: $(CKPT_OBJ)
+	$(AR) rcs $@ $^
+
+$(O)/libckpt.so.0: $(CKPT_OBJ) lib/libckpt/libckpt.map
+	$(CC) -shared -Wl,-soname,libckpt.so.0 -Wl,--version-script=lib/libckpt/libckpt.map \
+	    $(ALL_LDFLAGS) -o $@ $(CKPT_OBJ)
+
+$(O)/libckpt.so: $(O)/libckpt.so.0
+	ln -sf libckpt.so.0 $@
+
+$(O)/libckpt.pc: lib/libckpt/libckpt.pc.in Makefile
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCDIR@|$(INCDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' $< > $@
+
+$(O)/spotd: $(SPOTD_OBJ) $(O)/libspot.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTD_OBJ) $(O)/libspot.a $(EVENT_LIBS)
+
+$(O)/spotctl: $(SPOTCTL_OBJ) $(O)/libspot.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTCTL_OBJ) $(O)/libspot.a $(EVENT_LIBS)
+
+$(O)/tests/unit/run: $(UNIT_OBJ) $(O)/libspot.a $(O)/libckpt.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(O)/libspot.a $(O)/libckpt.a $(EVENT_LIBS)
+
+# Fuzz targets build as plain programs that replay their corpus (make check);
+# with clang and FUZZ=1 they link libFuzzer instead.
+$(O)/tests/fuzz/fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(O)/tests/fuzz/replay.o $(O)/libspot.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/tests/fuzz/replay.o $(O)/libspot.a $(EVENT_LIBS)
+
+check: all $(O)/tests/unit/run $(FUZZ_BINS)
+	@O=$(O) tests/run
+
+demo: all
+	@O=$(O) examples/toy/demo.sh
+
+bench: all
+	@O=$(O) tests/bench/idle.sh
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(PKGDIR)
+	install -m 0755 $(O)/spotd $(O)/spotctl $(DESTDIR)$(BINDIR)/
+	install -m 0644 $(O)/libckpt.a $(DESTDIR)$(LIBDIR)/
+	install -m 0755 $(O)/libckpt.so.0 $(DESTDIR)$(LIBDIR)/
+	ln -sf libckpt.so.0 $(DESTDIR)$(LIBDIR)/libckpt.so
+	install -m 0644 include/ckpt.h $(DESTDIR)$(INCDIR)/
+	install -m 0644 $(O)/libckpt.pc $(DESTDIR)$(PKGDIR)/
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/spotd $(DESTDIR)$(BINDIR)/spotctl \
+	      $(DESTDIR)$(LIBDIR)/libckpt.a $(DESTDIR)$(LIBDIR)/libckpt.so.0 \
+	      $(DESTDIR)$(LIBDIR)/libckpt.so $(DESTDIR)$(INCDIR)/ckpt.h \
+	      $(DESTDIR)$(PKGDIR)/libckpt.pc
+
+clean:
+	rm -rf build build-san
+
+.PHONY: all check demo bench install uninstall clean
+.DELETE_ON_ERROR:
+
+-include $(shell find $(O) -name '*.d' 2>/dev/null)

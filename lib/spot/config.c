@@ -1,0 +1,546 @@
+#include "spot/config.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "spot/parse.h"
+
+#define VALUE_MAX 4096
+
+static const char *const restart_choices[] = { "never", "on-failure", "always", NULL };
+static const char *const log_format_choices[] = { "text", "json", NULL };
+static const char *const log_level_choices[] = { "debug", "info", "warn", "error", NULL };
+static const char *const cloud_choices[] = { "auto", "none", "aws", "gcp", "azure",
+                                             "alibaba", "tencent", NULL };
+static const char *const method_choices[] = { "app", "signal", "dir", "criu", NULL };
+
+#define LATER_WATCH "interruption notices (issue 3)"
+#define LATER_STORE "the snapshot store (issue 4)"
+#define LATER_ORCH "libckpt and the orchestrator (issue 5)"
+#define LATER_WORLD "the multi-node world (issue 6)"
+
+const struct config_option config_options[OPT__COUNT] = {
+    [OPT_RESTART] = { "restart", CONFIG_ENUM, "never", restart_choices, 0, 0, false, NULL,
+                      "restart the command when it exits: never, on-failure, always" },
+    [OPT_MAX_RESTARTS] = { "max_restarts", CONFIG_UINT, "10", NULL, 0, 1000000, false, NULL,
+                           "most restarts over spotd's life; then exit with the command's code" },
+    [OPT_GRACE] = { "grace", CONFIG_DURATION, "30s", NULL, 0, 0, false, NULL,
+                    "time between the stop signal and SIGKILL to the command's group" },
+    [OPT_STOP_SIGNAL] = { "stop_signal", CONFIG_SIGNAL, "TERM", NULL, 0, 0, false, NULL,
+                          "signal spotd sends the command's group when it decides to stop it" },
+    [OPT_LOG_FORMAT] = { "log_format", CONFIG_ENUM, "text", log_format_choices, 0, 0, false,
+                         NULL, "stderr log lines: text (key=value) or json" },
+    [OPT_LOG_LEVEL] = { "log_level", CONFIG_ENUM, "info", log_level_choices, 0, 0, false, NULL,
+                        "least severe stderr line shown: debug, info, warn, error" },
+    [OPT_EVENTS] = { "events", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                     "append one JSON object per state change to this file" },
+    [OPT_JOB] = { "job", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_ORCH,
+                  "name of the training run; the key of its checkpoints" },
+    [OPT_STORE] = { "store", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_STORE,
+                    "where checkpoints live: file:///path or s3://bucket/prefix" },
+    [OPT_CLOUD] = { "cloud", CONFIG_ENUM, NULL, cloud_choices, 0, 0, false, LATER_WATCH,
+                    "metadata service to watch: auto, none, aws, gcp, azure, alibaba, tencent" },
+    [OPT_METADATA_URL] = { "metadata_url", CONFIG_STRING, NULL, NULL, 0, 0, false,
+                           LATER_WATCH, "base URL of the metadata service (tests, proxies)" },
+    [OPT_METHOD] = { "method", CONFIG_ENUM, NULL, method_choices, 0, 0, false, LATER_ORCH,
+                     "how state is captured: app, signal, dir, criu" },
+    [OPT_CKPT_DIR] = { "ckpt_dir", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_ORCH,
+                       "directory the trainer saves into and resumes from" },
+    [OPT_STATE_DIR] = { "state_dir", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_ORCH,
+                        "spotd's own state: sockets, local store, figures" },
+    [OPT_INTERVAL] = { "interval", CONFIG_DURATION, NULL, NULL, 0, 0, false, LATER_ORCH,
+                       "time between periodic checkpoints" },
+    [OPT_RANK] = { "rank", CONFIG_UINT, NULL, NULL, 0, 65535, false, LATER_WORLD,
+                   "this node's rank in the world" },
+    [OPT_WORLD_SIZE] = { "world_size", CONFIG_UINT, NULL, NULL, 1, 65536, false, LATER_WORLD,
+                         "number of nodes in the world" },
+    [OPT_PEERS] = { "peers", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_WORLD,
+                    "host:port of every node, comma separated, in rank order" },
+    [OPT_LISTEN] = { "listen", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_WORLD,
+                     "ADDR:PORT of this node's peer protocol listener" },
+    [OPT_WORLD_KEY_FILE] = { "world_key_file", CONFIG_STRING, NULL, NULL, 0, 0, false,
+                             LATER_WORLD, "file holding the world's shared key" },
+    [OPT_WORLD_KEY] = { "world_key", CONFIG_STRING, NULL, NULL, 0, 0, true, LATER_WORLD,
+                        "the world's shared key itself (prefer world_key_file)" },
+    [OPT_SOCKET] = { "socket", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_ORCH,
+                     "path of the control socket for libckpt and spotctl" },
+};
+
+/* Copy s into a message-safe form: printable, one line, bounded. */
+static const char *shown(const char *s, char *buf, size_t size)
+{
+    size_t i = 0;
+
+    for (; *s && i + 4 < size; s++)
+        buf[i++] = isprint((unsigned char)*s) ? *s : '?';
+    if (*s)
+        buf[i++] = '.', buf[i++] = '.', buf[i++] = '.';
+    buf[i] = '\0';
+    return buf;
+}
+
+static void join_choices(const char *const *choices, char *buf, size_t size)
+{
+    size_t len = 0;
+
+    buf[0] = '\0';
+    for (; *choices; choices++) {
+        int n = snprintf(buf + len, size - len, "%s%s", len ? ", " : "", *choices);
+        if (n < 0 || (size_t)n >= size - len)
+            return;
+        len += (size_t)n;
+    }
+}
+
+/* Check value against the option's type.  Returns 0 with *ret_num set, or
+ * -EINVAL with a description of what is allowed in what. */
+static int check_value(const struct config_option *o, const char *value, uint64_t *ret_num,
+                       char *what, size_t whatlen)
+{
+    int r;
+
+    switch (o->type) {
+    case CONFIG_STRING:
+        if (*value && strlen(value) < VALUE_MAX) {
+            *ret_num = 0;
+            return 0;
+        }
+        snprintf(what, whatlen, "expected a non-empty string shorter than %d bytes", VALUE_MAX);
+        return -EINVAL;
+    case CONFIG_DURATION:
+        if (parse_duration(value, ret_num) == 0)
+            return 0;
+        snprintf(what, whatlen, "expected a duration such as 500ms, 30s, 5m or 1h, at most 720h");
+        return -EINVAL;
+    case CONFIG_UINT:
+        if (parse_u64(value, o->min, o->max, ret_num) == 0)
+            return 0;
+        snprintf(what, whatlen, "expected a whole number from %llu to %llu",
+                 (unsigned long long)o->min, (unsigned long long)o->max);
+        return -EINVAL;
+    case CONFIG_ENUM:
+        for (uint64_t i = 0; o->choices[i]; i++) {
+            if (strcmp(value, o->choices[i]) == 0) {
+                *ret_num = i;
+                return 0;
+            }
+        }
+        {
+            char list[256];
+            join_choices(o->choices, list, sizeof(list));
+            snprintf(what, whatlen, "expected one of: %s", list);
+        }
+        return -EINVAL;
+    case CONFIG_SIGNAL:
+        r = parse_signal(value);
+        if (r > 0) {
+            *ret_num = (uint64_t)r;
+            return 0;
+        }
+        snprintf(what, whatlen, "expected a signal name such as TERM, INT or USR1, or a number");
+        return -EINVAL;
+    }
+    return -EINVAL;
+}
+
+int config_set(struct config *c, enum config_id id, const char *value,
+               enum config_source source, const char *origin, char *err, size_t errlen)
+{
+    const struct config_option *o = &config_options[id];
+    struct config_value *v = &c->v[id];
+    char what[320], vbuf[128];
+    uint64_t num;
+    char *str = NULL, *org;
+
+    if (value) {
+        if (check_value(o, value, &num, what, sizeof(what)) < 0) {
+            snprintf(err, errlen, "invalid %s '%s' (from %s): %s", o->key,
+                     o->secret ? "<redacted>" : shown(value, vbuf, sizeof(vbuf)), origin, what);
+            return -EINVAL;
+        }
+        str = strdup(value);
+        if (!str)
+            goto out_nomem;
+    } else {
+        num = 0;
+    }
+    org = strdup(origin);
+    if (!org)
+        goto out_nomem;
+    free(v->str);
+    free(v->origin);
+    v->str = str;
+    v->num = num;
+    v->source = source;
+    v->origin = org;
+    return 0;
+
+out_nomem:
+    free(str);
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+}
+
+int config_init(struct config *c)
+{
+    char err[512];
+
+    memset(c, 0, sizeof(*c));
+    for (int i = 0; i < OPT__COUNT; i++) {
+        int r = config_set(c, (enum config_id)i, config_options[i].def, CONFIG_DEFAULT,
+                           "default", err, sizeof(err));
+        if (r < 0) {
+            config_release(c);
+            return r;
+        }
+    }
+    return 0;
+}
+
+void config_release(struct config *c)
+{
+    for (int i = 0; i < OPT__COUNT; i++) {
+        free(c->v[i].str);
+        free(c->v[i].origin);
+    }
+    free(c->file);
+    memset(c, 0, sizeof(*c));
+}
+
+int config_find_key(const char *key)
+{
+    for (int i = 0; i < OPT__COUNT; i++)
+        if (strcmp(key, config_options[i].key) == 0)
+            return i;
+    return -ENOENT;
+}
+
+/* "--max-restarts" and "SPOTD_MAX_RESTARTS" both name "max_restarts". */
+static int find_spelled(const char *name, char sep, bool upper)
+{
+    char key[64];
+    size_t i;
+
+    for (i = 0; name[i] && i + 1 < sizeof(key); i++) {
+        char ch = name[i];
+        if ((ch == '_' && sep != '_') || (ch >= 'A' && ch <= 'Z' && !upper) ||
+            (ch >= 'a' && ch <= 'z' && upper))
+            return -ENOENT;
+        key[i] = ch == sep ? '_' : (char)tolower((unsigned char)ch);
+    }
+    if (name[i])
+        return -ENOENT;
+    key[i] = '\0';
+    return config_find_key(key);
+}
+
+/* Write prefix + key into buf with '_' turned into sep, in upper case if asked. */
+static char *spell(enum config_id id, const char *prefix, char sep, bool upper, char *buf,
+                   size_t size)
+{
+    size_t n = (size_t)snprintf(buf, size, "%s%s", prefix, config_options[id].key);
+
+    for (size_t i = strlen(prefix); i < n && i < size; i++) {
+        if (buf[i] == '_')
+            buf[i] = sep;
+        else if (upper)
+            buf[i] = (char)toupper((unsigned char)buf[i]);
+    }
+    return buf;
+}
+
+char *config_flag_name(enum config_id id, char *buf, size_t size)
+{
+    return spell(id, "--", '-', false, buf, size);
+}
+
+char *config_env_name(enum config_id id, char *buf, size_t size)
+{
+    return spell(id, "SPOTD_", '_', true, buf, size);
+}
+
+int config_find_flag(const char *flag)
+{
+    if (strncmp(flag, "--", 2) != 0)
+        return -ENOENT;
+    return find_spelled(flag + 2, '-', false);
+}
+
+/* Edit distance for "did you mean"; keys are short. */
+static size_t distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), row[64];
+
+    if (la >= 63 || lb >= 63)
+        return 99;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+static const char *closest_key(const char *key)
+{
+    const char *best = NULL;
+    size_t bestd = 3;
+
+    for (int i = 0; i < OPT__COUNT; i++) {
+        size_t d = distance(key, config_options[i].key);
+        if (d < bestd) {
+            bestd = d;
+            best = config_options[i].key;
+        }
+    }
+    return best;
+}
+
+static void position(const char *text, const char *at, unsigned *line, unsigned *col)
+{
+    *line = 1;
+    *col = 1;
+    for (const char *p = text; p < at; p++) {
+        if (*p == '\n')
+            (*line)++, *col = 1;
+        else
+            (*col)++;
+    }
+}
+
+int config_load_json(struct config *c, const char *path, const char *text, size_t len,
+                     char *err, size_t errlen)
+{
+    const char *end = NULL;
+    char origin[512], num[32], kbuf[96];
+    unsigned line, col;
+    cJSON *root, *it;
+    int r = -EINVAL;
+
+    if (memchr(text, '\0', len)) {
+        snprintf(err, errlen, "%s: not a JSON text (it holds NUL bytes)", path);
+        return -EINVAL;
+    }
+    root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!root) {
+        position(text, end && end >= text && end <= text + len ? end : text + len, &line, &col);
+        snprintf(err, errlen, "%s:%u:%u: invalid JSON; the file must hold one JSON object",
+                 path, line, col);
+        return -EINVAL;
+    }
+    while (end && end < text + len && isspace((unsigned char)*end))
+        end++;
+    if (end && end < text + len) {
+        position(text, end, &line, &col);
+        snprintf(err, errlen, "%s:%u:%u: unexpected text after the JSON object", path, line, col);
+        goto out;
+    }
+    if (!cJSON_IsObject(root)) {
+        snprintf(err, errlen, "%s: the configuration must be a JSON object, like {\"grace\": \"30s\"}",
+                 path);
+        goto out;
+    }
+    cJSON_ArrayForEach(it, root) {
+        const char *key = it->string;
+        const struct config_option *o;
+        const char *value;
+        int id;
+
+        /* Keys beginning with '_' are comments ("_comment": "..."). */
+        if (key[0] == '_')
+            continue;
+        for (cJSON *prev = root->child; prev != it; prev = prev->next) {
+            if (strcmp(prev->string, key) == 0) {
+                snprintf(err, errlen, "%s: key '%s' appears twice", path,
+                         shown(key, kbuf, sizeof(kbuf)));
+                goto out;
+            }
+        }
+        id = config_find_key(key);
+        if (id < 0) {
+            const char *hint = closest_key(key);
+            snprintf(err, errlen, "%s: unknown key '%s'%s%s%s; 'spotd help' lists the options",
+                     path, shown(key, kbuf, sizeof(kbuf)), hint ? " (did you mean '" : "",
+                     hint ? hint : "", hint ? "'?)" : "");
+            goto out;
+        }
+        o = &config_options[id];
+        snprintf(origin, sizeof(origin), "key '%s' in %s", key, path);
+        if (cJSON_IsNull(it)) {
+            value = o->def;
+        } else if (o->type == CONFIG_UINT) {
+            double d = cJSON_GetNumberValue(it);
+            if (!cJSON_IsNumber(it) || d < 0 || d > 9007199254740991.0 || d != (double)(uint64_t)d) {
+                snprintf(err, errlen, "invalid %s in %s: expected a whole number, like \"%s\": %s",
+                         key, path, key, o->def ? o->def : "1");
+                goto out;
+            }
+            snprintf(num, sizeof(num), "%llu", (unsigned long long)d);
+            value = num;
+        } else if (cJSON_IsString(it)) {
+            value = it->valuestring;
+        } else {
+            snprintf(err, errlen, "invalid %s in %s: expected a JSON string, like \"%s\": \"%s\"",
+                     key, path, key, o->def ? o->def : "...");
+            goto out;
+        }
+        r = config_set(c, (enum config_id)id, value, cJSON_IsNull(it) ? CONFIG_DEFAULT : CONFIG_FILE,
+                       origin, err, errlen);
+        if (r < 0)
+            goto out;
+    }
+    r = 0;
+out:
+    cJSON_Delete(root);
+    return r;
+}
+
+int config_load_file(struct config *c, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    char *text = NULL;
+    size_t len = 0;
+    int fd, r;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        r = -errno;
+        snprintf(err, errlen, "cannot open config file '%s': %s", path, strerror(-r));
+        return r;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "config file '%s' is not a regular file", path);
+        r = -EINVAL;
+        goto out_close;
+    }
+    if (st.st_size > CONFIG_FILE_MAX) {
+        snprintf(err, errlen, "config file '%s' is larger than %d bytes", path, CONFIG_FILE_MAX);
+        r = -EFBIG;
+        goto out_close;
+    }
+    text = malloc((size_t)st.st_size + 1);
+    if (!text) {
+        snprintf(err, errlen, "out of memory reading '%s'", path);
+        r = -ENOMEM;
+        goto out_close;
+    }
+    /* Read to EOF, not to st_size: the file may change under us. */
+    for (;;) {
+        ssize_t n = read(fd, text + len, (size_t)st.st_size + 1 - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            r = -errno;
+            snprintf(err, errlen, "cannot read config file '%s': %s", path, strerror(-r));
+            goto out_free;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+        if (len > (size_t)st.st_size) {
+            snprintf(err, errlen, "config file '%s' changed while it was read", path);
+            r = -EAGAIN;
+            goto out_free;
+        }
+    }
+    r = config_load_json(c, path, text, len, err, errlen);
+    if (r == 0) {
+        free(c->file);
+        c->file = strdup(path);
+    }
+out_free:
+    free(text);
+out_close:
+    close(fd);
+    return r;
+}
+
+int config_load_env(struct config *c, char *const *envp, char *err, size_t errlen,
+                    char *warn, size_t warnlen)
+{
+    size_t wlen = 0;
+
+    if (warnlen)
+        warn[0] = '\0';
+    for (; envp && *envp; envp++) {
+        const char *eq = strchr(*envp, '=');
+        char name[96], nbuf[96];
+        int id, r;
+
+        if (strncmp(*envp, "SPOTD_", 6) != 0 || !eq || (size_t)(eq - *envp) >= sizeof(name))
+            continue;
+        memcpy(name, *envp, (size_t)(eq - *envp));
+        name[eq - *envp] = '\0';
+        if (strcmp(name, "SPOTD_CONFIG") == 0 || eq[1] == '\0')
+            continue;
+        id = find_spelled(name + 6, '_', true);
+        if (id < 0) {
+            int n = snprintf(warn + wlen, warnlen - wlen, "%sunknown environment variable %s ignored",
+                             wlen ? "\n" : "", shown(name, nbuf, sizeof(nbuf)));
+            if (n > 0 && (size_t)n < warnlen - wlen)
+                wlen += (size_t)n;
+            continue;
+        }
+        r = config_set(c, (enum config_id)id, eq + 1, CONFIG_ENV, name, err, errlen);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+int config_check_implemented(const struct config *c, char *err, size_t errlen)
+{
+    for (int i = 0; i < OPT__COUNT; i++) {
+        const struct config_option *o = &config_options[i];
+        if (!o->later || !c->v[i].str || c->v[i].source == CONFIG_DEFAULT)
+            continue;
+        snprintf(err, errlen, "option %s (from %s) is not implemented yet: it comes with %s; "
+                 "remove it to run this version", o->key, c->v[i].origin, o->later);
+        return -ENOTSUP;
+    }
+    return 0;
+}
+
+cJSON *config_to_json(const struct config *c)
+{
+    cJSON *root = cJSON_CreateObject();
+    char buf[32];
+
+    for (int i = 0; i < OPT__COUNT; i++) {
+        const struct config_option *o = &config_options[i];
+        const struct config_value *v = &c->v[i];
+
+        if (!v->str)
+            cJSON_AddNullToObject(root, o->key);
+        else if (o->secret)
+            cJSON_AddStringToObject(root, o->key, "<redacted>");
+        else if (o->type == CONFIG_DURATION)
+            cJSON_AddStringToObject(root, o->key, parse_format_duration(v->num, buf, sizeof(buf)));
+        else if (o->type == CONFIG_UINT)
+            cJSON_AddNumberToObject(root, o->key, (double)v->num);
+        else if (o->type == CONFIG_SIGNAL)
+            cJSON_AddStringToObject(root, o->key, parse_signal_name((int)v->num)
+                                                      ? parse_signal_name((int)v->num) : v->str);
+        else
+            cJSON_AddStringToObject(root, o->key, v->str);
+    }
+    return root;
+}

@@ -1,0 +1,140 @@
+/* config: every option of spotd, from one table, in three spellings.
+ *
+ * An option "max_restarts" is the JSON key "max_restarts" in the config
+ * file, the environment variable SPOTD_MAX_RESTARTS and the flag
+ * --max-restarts.  Later sources win: default < file < environment < flag.
+ * Values are checked when they are read; a bad one is refused with one line
+ * that names the key, where it came from, the value and what is allowed.
+ *
+ * Options that later capabilities implement are parsed and checked like
+ * the rest, so that spotd can name them, but config_check_implemented()
+ * refuses them when set: an option must never be silently ignored. */
+#ifndef SPOT_CONFIG_H
+#define SPOT_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cJSON;
+
+enum config_id {
+    OPT_RESTART,
+    OPT_MAX_RESTARTS,
+    OPT_GRACE,
+    OPT_STOP_SIGNAL,
+    OPT_LOG_FORMAT,
+    OPT_LOG_LEVEL,
+    OPT_EVENTS,
+    /* Implemented by later capabilities; refused when set until then. */
+    OPT_JOB,
+    OPT_STORE,
+    OPT_CLOUD,
+    OPT_METADATA_URL,
+    OPT_METHOD,
+    OPT_CKPT_DIR,
+    OPT_STATE_DIR,
+    OPT_INTERVAL,
+    OPT_RANK,
+    OPT_WORLD_SIZE,
+    OPT_PEERS,
+    OPT_LISTEN,
+    OPT_WORLD_KEY_FILE,
+    OPT_WORLD_KEY,
+    OPT_SOCKET,
+    OPT__COUNT
+};
+
+enum config_type { CONFIG_STRING, CONFIG_DURATION, CONFIG_UINT, CONFIG_ENUM, CONFIG_SIGNAL };
+
+enum config_source { CONFIG_DEFAULT, CONFIG_FILE, CONFIG_ENV, CONFIG_FLAG };
+
+struct config_option {
+    const char *key;
+    enum config_type type;
+    const char *def;              /* default, in the option's syntax; NULL: unset */
+    const char *const *choices;   /* CONFIG_ENUM: NULL-terminated */
+    uint64_t min, max;            /* CONFIG_UINT */
+    bool secret;                  /* redacted by config_print(), kept from the child */
+    const char *later;            /* capability that will implement it, NULL if done */
+    const char *help;
+};
+
+struct config_value {
+    char *str;                    /* as given (owned), NULL when unset */
+    uint64_t num;                 /* duration in ms, uint, enum index, signal */
+    enum config_source source;
+    char *origin;                 /* "--grace", "SPOTD_GRACE", "FILE: key 'grace'" (owned) */
+};
+
+struct config {
+    struct config_value v[OPT__COUNT];
+    char *file;                   /* the config file read, NULL if none (owned) */
+};
+
+/* The option table, OPT__COUNT entries in enum config_id order. */
+extern const struct config_option config_options[OPT__COUNT];
+
+/* Default configuration file, read when present and none is named. */
+#define CONFIG_DEFAULT_FILE "/etc/spotd/spotd.json"
+
+/* Size cap on a configuration file. */
+#define CONFIG_FILE_MAX (1024 * 1024)
+
+/* Fill c with the defaults.  Returns 0 or -ENOMEM. */
+int config_init(struct config *c);
+void config_release(struct config *c);
+
+/* Set option id from text given by origin (for messages).  On a bad value
+ * writes the one-line reason into err and returns -EINVAL. */
+int config_set(struct config *c, enum config_id id, const char *value,
+               enum config_source source, const char *origin, char *err, size_t errlen);
+
+/* Find an option by JSON key, flag ("--max-restarts") or environment name;
+ * -ENOENT when there is none. */
+int config_find_key(const char *key);
+int config_find_flag(const char *flag);
+
+/* The flag ("--max-restarts") and environment ("SPOTD_MAX_RESTARTS")
+ * spellings of option id, written into buf.  Return buf. */
+char *config_flag_name(enum config_id id, char *buf, size_t size);
+char *config_env_name(enum config_id id, char *buf, size_t size);
+
+/* Apply a configuration file's text (JSON object).  path names it in
+ * messages.  Unknown keys, duplicate keys, wrong JSON types and bad values
+ * are refused.  Returns 0 or -EINVAL with err set. */
+int config_load_json(struct config *c, const char *path, const char *text, size_t len,
+                     char *err, size_t errlen);
+
+/* Read and apply the file at path (size-capped).  Returns 0, -errno, or
+ * -EINVAL with err set; err is set in every failure. */
+int config_load_file(struct config *c, const char *path, char *err, size_t errlen);
+
+/* Apply SPOTD_* variables from envp.  Empty values are skipped.  Unknown
+ * SPOTD_ names are written into warn (newline separated) for the caller to
+ * log.  Returns 0 or -EINVAL with err set. */
+int config_load_env(struct config *c, char *const *envp, char *err, size_t errlen,
+                    char *warn, size_t warnlen);
+
+/* Refuse the options that later capabilities implement when one is set.
+ * Returns 0 or -ENOTSUP with err set. */
+int config_check_implemented(const struct config *c, char *err, size_t errlen);
+
+/* The effective configuration as a JSON object, secrets redacted.  Caller
+ * owns the result (cJSON_Delete). */
+struct cJSON *config_to_json(const struct config *c);
+
+static inline uint64_t config_num(const struct config *c, enum config_id id)
+{
+    return c->v[id].num;
+}
+
+static inline const char *config_str(const struct config *c, enum config_id id)
+{
+    return c->v[id].str;
+}
+
+/* Restart policies, in the order of OPT_RESTART's choices. */
+enum config_restart { RESTART_NEVER, RESTART_ON_FAILURE, RESTART_ALWAYS };
+
+#endif

@@ -1,0 +1,333 @@
+#include "spot/log.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOG_LINE_MAX 8192
+
+static struct {
+    enum log_format format;
+    enum log_level level;
+    int events_fd;
+} logger = { LOG_TEXT, LOGL_INFO, -1 };
+
+static const char *const level_names[] = { "debug", "info", "warn", "error" };
+
+int log_parse_level(const char *s)
+{
+    for (int i = 0; i < (int)(sizeof(level_names) / sizeof(level_names[0])); i++)
+        if (strcmp(s, level_names[i]) == 0)
+            return i;
+    return -EINVAL;
+}
+
+int log_parse_format(const char *s)
+{
+    if (strcmp(s, "text") == 0)
+        return LOG_TEXT;
+    if (strcmp(s, "json") == 0)
+        return LOG_JSON;
+    return -EINVAL;
+}
+
+int log_open(enum log_format format, enum log_level level, const char *events_path)
+{
+    int fd = -1;
+
+    if (events_path) {
+        fd = open(events_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644);
+        if (fd < 0)
+            return -errno;
+    }
+    log_close();
+    logger.format = format;
+    logger.level = level;
+    logger.events_fd = fd;
+    return 0;
+}
+
+void log_close(void)
+{
+    if (logger.events_fd >= 0)
+        close(logger.events_fd);
+    logger.events_fd = -1;
+}
+
+char *log_timestamp(char *buf)
+{
+    struct timespec ts;
+    struct tm tm;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    size_t n = strftime(buf, LOG_TS_LEN, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf + n, LOG_TS_LEN - n, ".%03dZ", (int)(ts.tv_nsec / 1000000));
+    return buf;
+}
+
+/* Write a whole line with one write(2); retry only what EINTR interrupted.
+ * A log that cannot be written is dropped: there is nobody to tell. */
+static void write_line(int fd, const char *s, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, s, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return;
+        s += n;
+        len -= (size_t)n;
+    }
+}
+
+static bool needs_quotes(const char *s)
+{
+    if (!*s)
+        return true;
+    for (; *s; s++)
+        if ((unsigned char)*s <= ' ' || *s == '"' || *s == '=' || *s == '\\' || *s == 0x7f)
+            return true;
+    return false;
+}
+
+struct out {
+    char *buf;
+    size_t size, len;
+};
+
+static void out_putc(struct out *o, char c)
+{
+    if (o->len + 1 < o->size)
+        o->buf[o->len++] = c;
+}
+
+static void out_puts(struct out *o, const char *s)
+{
+    while (*s)
+        out_putc(o, *s++);
+}
+
+static void out_value(struct out *o, const char *s)
+{
+    if (!needs_quotes(s)) {
+        out_puts(o, s);
+        return;
+    }
+    out_putc(o, '"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char hex[5];
+        switch (c) {
+        case '"':  out_puts(o, "\\\""); break;
+        case '\\': out_puts(o, "\\\\"); break;
+        case '\n': out_puts(o, "\\n"); break;
+        case '\t': out_puts(o, "\\t"); break;
+        default:
+            if (c < ' ' || c == 0x7f) {
+                snprintf(hex, sizeof(hex), "\\x%02x", c);
+                out_puts(o, hex);
+            } else {
+                out_putc(o, (char)c);
+            }
+        }
+    }
+    out_putc(o, '"');
+}
+
+/* Arrays of strings read best as a command line: sh -c 'exit 3'. */
+static bool join_words(const cJSON *arr, struct out *o)
+{
+    const cJSON *w;
+    struct out tmp;
+    char buf[1024];
+
+    cJSON_ArrayForEach(w, arr)
+        if (!cJSON_IsString(w))
+            return false;
+    tmp = (struct out){ buf, sizeof(buf), 0 };
+    cJSON_ArrayForEach(w, arr) {
+        if (tmp.len > 0)
+            out_putc(&tmp, ' ');
+        if (needs_quotes(w->valuestring) && !strchr(w->valuestring, '\'')) {
+            out_putc(&tmp, '\'');
+            out_puts(&tmp, w->valuestring);
+            out_putc(&tmp, '\'');
+        } else {
+            out_puts(&tmp, w->valuestring);
+        }
+    }
+    buf[tmp.len] = '\0';
+    out_value(o, buf);
+    return true;
+}
+
+/* key=value for each member; objects flatten to key.member=value, and
+ * their null members are left out. */
+static void format_members(const cJSON *obj, const char *prefix, const char *skip,
+                           struct out *o)
+{
+    const cJSON *it;
+
+    cJSON_ArrayForEach(it, obj) {
+        char num[32], key[128];
+        char *json = NULL;
+        const char *v;
+
+        if (skip && it->string && strcmp(it->string, skip) == 0)
+            continue;
+        snprintf(key, sizeof(key), "%s%s%s", prefix, *prefix ? "." : "",
+                 it->string ? it->string : "?");
+        if (cJSON_IsObject(it)) {
+            format_members(it, key, NULL, o);
+            continue;
+        }
+        if (*prefix && cJSON_IsNull(it))
+            continue;
+        if (o->len > 0)
+            out_putc(o, ' ');
+        out_puts(o, key);
+        out_putc(o, '=');
+        if (cJSON_IsArray(it) && join_words(it, o))
+            continue;
+        if (cJSON_IsString(it)) {
+            v = it->valuestring;
+        } else if (cJSON_IsNumber(it)) {
+            double d = it->valuedouble;
+            if (d == (double)(long long)d)
+                snprintf(num, sizeof(num), "%lld", (long long)d);
+            else
+                snprintf(num, sizeof(num), "%.17g", d);
+            v = num;
+        } else if (cJSON_IsBool(it)) {
+            v = cJSON_IsTrue(it) ? "true" : "false";
+        } else if (cJSON_IsNull(it)) {
+            v = "null";
+        } else {
+            json = cJSON_PrintUnformatted(it);
+            v = json ? json : "?";
+        }
+        out_value(o, v);
+        free(json);
+    }
+}
+
+size_t log_format_text(const cJSON *rec, char *buf, size_t size)
+{
+    struct out o = { buf, size, 0 };
+
+    if (size == 0)
+        return 0;
+    format_members(rec, "", NULL, &o);
+    o.buf[o.len] = '\0';
+    return o.len;
+}
+
+cJSON *log_event_new(const char *event)
+{
+    char ts[LOG_TS_LEN];
+    cJSON *rec = cJSON_CreateObject();
+
+    cJSON_AddStringToObject(rec, "ts", log_timestamp(ts));
+    cJSON_AddStringToObject(rec, "event", event);
+    return rec;
+}
+
+/* Print rec as one JSON line and write it to fd. */
+static void write_json(int fd, cJSON *rec)
+{
+    char buf[LOG_LINE_MAX];
+    char *s = buf;
+
+    if (!cJSON_PrintPreallocated(rec, buf, sizeof(buf) - 1, false)) {
+        s = cJSON_PrintUnformatted(rec);
+        if (!s)
+            return;
+    }
+    size_t len = strlen(s);
+    if (s == buf) {
+        buf[len++] = '\n';
+        write_line(fd, buf, len);
+        return;
+    }
+    char *line = realloc(s, len + 2);
+    if (line) {
+        line[len] = '\n';
+        write_line(fd, line, len + 1);
+        s = line;
+    }
+    free(s);
+}
+
+/* Write rec to stderr in the chosen format, with level and message; in
+ * text, level follows ts since it is what a reader scans for. */
+static void emit_stderr(enum log_level level, cJSON *rec, const char *msg)
+{
+    char buf[LOG_LINE_MAX];
+    struct out o = { buf, sizeof(buf) - 1, 0 };
+    const char *ts;
+
+    if (level < logger.level)
+        return;
+    if (msg && *msg)
+        cJSON_AddStringToObject(rec, "msg", msg);
+    if (logger.format == LOG_JSON) {
+        cJSON_AddStringToObject(rec, "level", level_names[level]);
+        write_json(STDERR_FILENO, rec);
+        return;
+    }
+    ts = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rec, "ts"));
+    out_puts(&o, "ts=");
+    out_puts(&o, ts ? ts : "?");
+    out_puts(&o, " level=");
+    out_puts(&o, level_names[level]);
+    format_members(rec, "", "ts", &o);
+    buf[o.len++] = '\n';
+    write_line(STDERR_FILENO, buf, o.len);
+}
+
+void log_event(enum log_level level, cJSON *rec, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+
+    if (!rec)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (logger.events_fd >= 0)
+        write_json(logger.events_fd, rec);
+    emit_stderr(level, rec, msg);
+    cJSON_Delete(rec);
+}
+
+void log_msg(enum log_level level, const char *fmt, ...)
+{
+    char ts[LOG_TS_LEN], msg[1024];
+    va_list ap;
+    cJSON *rec;
+
+    if (level < logger.level)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    rec = cJSON_CreateObject();
+    cJSON_AddStringToObject(rec, "ts", log_timestamp(ts));
+    if (!rec) {
+        /* Out of memory: still say it, plainly. */
+        write_line(STDERR_FILENO, msg, strlen(msg));
+        write_line(STDERR_FILENO, "\n", 1);
+        return;
+    }
+    emit_stderr(level, rec, msg);
+    cJSON_Delete(rec);
+}

@@ -1,0 +1,435 @@
+/* child: supervision of one command and everything in its process group.
+ *
+ * DESIGN.  The command leads its own session and process group, so one
+ * kill(-pgid) reaches all of it, and spotd, a child subreaper, inherits and
+ * reaps every orphan below it.  Supervision is a small state machine driven
+ * by events on the loop (signals, SIGCHLD, two timers):
+ *
+ *   RUNNING  --main exits, group empty-->   finish
+ *   RUNNING  --main exits, others left-->   DRAINING (stop signal, grace, SIGKILL)
+ *   DRAINING --group empty or given up-->   finish
+ *   finish   --policy says restart-->       BACKOFF --timer--> RUNNING
+ *   finish   --otherwise-->                 DONE (loop ends, exit code set)
+ *
+ * A stop (SIGTERM/SIGINT/SIGQUIT to spotd, or child_stop()) is orthogonal:
+ * it sends the signal, arms the grace timer, and forbids any restart.
+ * The grace timer has two phases: on the first expiry SIGKILL goes to the
+ * group; on the second, one second later, spotd stops waiting for members it
+ * cannot reap (a stuck process in D state must not hold it forever). */
+#include "child.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "spot/log.h"
+#include "spot/parse.h"
+
+enum child_state { CHILD_IDLE, CHILD_RUNNING, CHILD_DRAINING, CHILD_BACKOFF, CHILD_DONE };
+enum kill_phase { PHASE_NONE, PHASE_GRACE, PHASE_KILLED };
+
+/* Signals spotd passes on to the command's whole group.  The first three
+ * also start the stop sequence. */
+static const int forwarded[] = { SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2 };
+#define N_FORWARDED (sizeof(forwarded) / sizeof(forwarded[0]))
+
+struct child {
+    struct event_base *base;      /* borrowed */
+    struct child_opts opts;
+    int argc;
+    sigset_t orig_mask;
+
+    enum child_state state;
+    enum kill_phase phase;
+    bool stopping;                /* a stop was asked: never restart */
+    pid_t pid;                    /* the command, 0 when not running */
+    pid_t pgid;                   /* its group, kept after it exits */
+    int status;                   /* last wait status of the command */
+    int exit_code;
+    unsigned restarts;
+    uint64_t backoff_ms;          /* next restart delay */
+    uint64_t started_ms;          /* monotonic */
+
+    struct event *sig_ev[N_FORWARDED];
+    struct event *sigchld_ev;
+    struct event *kill_timer;     /* grace, then give-up */
+    struct event *backoff_timer;
+};
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static struct timeval ms_to_tv(uint64_t ms)
+{
+    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
+    return tv;
+}
+
+static const char *signame(int sig)
+{
+    const char *n = parse_signal_name(sig);
+    return n ? n : "?";
+}
+
+static bool is_stop_signal(int sig)
+{
+    return sig == SIGTERM || sig == SIGINT || sig == SIGQUIT;
+}
+
+static int status_to_code(int status)
+{
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return 255;
+}
+
+/* Is any process left in the command's group (zombies included)? */
+static bool group_alive(const struct child *c)
+{
+    return c->pgid > 0 && (kill(-c->pgid, 0) == 0 || errno == EPERM);
+}
+
+static void signal_group(struct child *c, int sig)
+{
+    if (c->pgid > 0 && kill(-c->pgid, sig) < 0 && errno != ESRCH)
+        log_msg(LOGL_WARN, "cannot send SIG%s to process group %d: %s", signame(sig),
+                (int)c->pgid, strerror(errno));
+}
+
+static void arm(struct event *ev, uint64_t ms)
+{
+    struct timeval tv = ms_to_tv(ms);
+    evtimer_add(ev, &tv);
+}
+
+static void done(struct child *c, const char *reason)
+{
+    cJSON *e = log_event_new("exit");
+
+    c->state = CHILD_DONE;
+    cJSON_AddNumberToObject(e, "code", c->exit_code);
+    cJSON_AddStringToObject(e, "reason", reason);
+    cJSON_AddNumberToObject(e, "restarts", c->restarts);
+    log_event(LOGL_INFO, e, "spotd exits with code %d", c->exit_code);
+    event_base_loopbreak(c->base);
+}
+
+static void spawn(struct child *c);
+
+/* The command and its group are gone: restart or end. */
+static void finish(struct child *c)
+{
+    uint64_t ran_ms = now_ms() - c->started_ms, delay;
+    cJSON *e;
+
+    evtimer_del(c->kill_timer);
+    c->phase = PHASE_NONE;
+    c->exit_code = status_to_code(c->status);
+
+    if (c->stopping)
+        return done(c, "stopped");
+    if (c->opts.restart == RESTART_NEVER)
+        return done(c, "exited");
+    if (c->opts.restart == RESTART_ON_FAILURE && c->exit_code == 0)
+        return done(c, "exited");
+    if (c->restarts >= c->opts.max_restarts) {
+        log_msg(LOGL_WARN, "not restarting the command: it was restarted %u times "
+                "(max_restarts); raise --max-restarts to allow more", c->restarts);
+        return done(c, "max_restarts");
+    }
+
+    if (ran_ms >= CHILD_BACKOFF_MAX_MS)
+        c->backoff_ms = CHILD_BACKOFF_MIN_MS;
+    delay = c->backoff_ms;
+    c->backoff_ms = delay * 2 > CHILD_BACKOFF_MAX_MS ? CHILD_BACKOFF_MAX_MS : delay * 2;
+
+    c->state = CHILD_BACKOFF;
+    e = log_event_new("restart");
+    cJSON_AddNumberToObject(e, "restarts", c->restarts + 1);
+    cJSON_AddNumberToObject(e, "delay_ms", (double)delay);
+    cJSON_AddNumberToObject(e, "code", c->exit_code);
+    log_event(LOGL_INFO, e, "restarting the command in %llu ms (restart %u of at most %u)",
+              (unsigned long long)delay, c->restarts + 1, c->opts.max_restarts);
+    arm(c->backoff_timer, delay);
+}
+
+static void main_exited(struct child *c, int status)
+{
+    cJSON *e = log_event_new("child_exit");
+
+    c->status = status;
+    cJSON_AddNumberToObject(e, "pid", c->pid);
+    if (WIFSIGNALED(status)) {
+        cJSON_AddStringToObject(e, "signal", signame(WTERMSIG(status)));
+        cJSON_AddNumberToObject(e, "code", 128 + WTERMSIG(status));
+    } else {
+        cJSON_AddNumberToObject(e, "code", status_to_code(status));
+    }
+    cJSON_AddNumberToObject(e, "runtime_ms", (double)(now_ms() - c->started_ms));
+    if (WIFSIGNALED(status))
+        log_event(LOGL_INFO, e, "command killed by SIG%s", signame(WTERMSIG(status)));
+    else
+        log_event(LOGL_INFO, e, "command exited with code %d", status_to_code(status));
+    c->pid = 0;
+
+    if (!group_alive(c))
+        return finish(c);
+
+    /* Its group lives on (background jobs, workers): stop them too before
+     * a restart can start a second copy beside them. */
+    c->state = CHILD_DRAINING;
+    if (c->phase != PHASE_NONE)
+        return;
+    e = log_event_new("stop");
+    cJSON_AddStringToObject(e, "reason", "command exited, its group did not");
+    cJSON_AddStringToObject(e, "signal", signame(c->opts.stop_signal));
+    cJSON_AddNumberToObject(e, "pgid", c->pgid);
+    cJSON_AddNumberToObject(e, "grace_ms", (double)c->opts.grace_ms);
+    log_event(LOGL_INFO, e, "stopping what is left of process group %d", (int)c->pgid);
+    signal_group(c, c->opts.stop_signal);
+    c->phase = PHASE_GRACE;
+    arm(c->kill_timer, c->opts.grace_ms);
+}
+
+static void on_sigchld(evutil_socket_t sig, short what, void *arg)
+{
+    struct child *c = arg;
+
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid < 0 && errno == EINTR)
+            continue;
+        if (pid <= 0)
+            break;
+        if (pid == c->pid)
+            main_exited(c, status);
+        else
+            log_msg(LOGL_DEBUG, "reaped pid %d (code %d)", (int)pid, status_to_code(status));
+    }
+    if (c->state == CHILD_DRAINING && !group_alive(c))
+        finish(c);
+}
+
+static void on_kill_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct child *c = arg;
+    cJSON *e;
+
+    if (c->phase == PHASE_GRACE) {
+        e = log_event_new("kill");
+        cJSON_AddNumberToObject(e, "pgid", c->pgid);
+        cJSON_AddNumberToObject(e, "grace_ms", (double)c->opts.grace_ms);
+        log_event(LOGL_WARN, e, "grace period over: sending SIGKILL to process group %d",
+                  (int)c->pgid);
+        signal_group(c, SIGKILL);
+        c->phase = PHASE_KILLED;
+        arm(c->kill_timer, 1000);
+        return;
+    }
+    if (c->state == CHILD_DRAINING) {
+        log_msg(LOGL_WARN, "processes of group %d remain after SIGKILL (stuck in the kernel?); "
+                "no longer waiting for them", (int)c->pgid);
+        finish(c);
+    } else if (c->state == CHILD_RUNNING) {
+        log_msg(LOGL_WARN, "command pid %d has not exited 1 s after SIGKILL; still waiting",
+                (int)c->pid);
+    }
+}
+
+static void on_backoff_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct child *c = arg;
+
+    c->restarts++;
+    spawn(c);
+}
+
+static void begin_stop(struct child *c, int sig, const char *reason)
+{
+    cJSON *e;
+
+    if (!c->stopping) {
+        c->stopping = true;
+        e = log_event_new("stop");
+        cJSON_AddStringToObject(e, "reason", reason);
+        cJSON_AddStringToObject(e, "signal", signame(sig));
+        cJSON_AddNumberToObject(e, "pgid", c->pgid);
+        cJSON_AddNumberToObject(e, "grace_ms", (double)c->opts.grace_ms);
+        log_event(LOGL_INFO, e, "stopping the command: SIG%s, then SIGKILL after %llu ms",
+                  signame(sig), (unsigned long long)c->opts.grace_ms);
+    }
+    if (c->state == CHILD_BACKOFF) {
+        evtimer_del(c->backoff_timer);
+        done(c, "stopped");
+        return;
+    }
+    if ((c->state == CHILD_RUNNING || c->state == CHILD_DRAINING) && c->phase == PHASE_NONE) {
+        c->phase = PHASE_GRACE;
+        arm(c->kill_timer, c->opts.grace_ms);
+    }
+}
+
+static void on_signal(evutil_socket_t fd, short what, void *arg)
+{
+    struct child *c = arg;
+    int sig = (int)fd;
+    cJSON *e;
+
+    if (c->state == CHILD_RUNNING || c->state == CHILD_DRAINING) {
+        e = log_event_new("signal");
+        cJSON_AddStringToObject(e, "signal", signame(sig));
+        cJSON_AddNumberToObject(e, "pgid", c->pgid);
+        log_event(LOGL_INFO, e, "forwarding SIG%s to process group %d", signame(sig),
+                  (int)c->pgid);
+        signal_group(c, sig);
+    }
+    if (is_stop_signal(sig))
+        begin_stop(c, sig, "signal");
+}
+
+void child_stop(struct child *c, const char *reason)
+{
+    if (c->state == CHILD_RUNNING || c->state == CHILD_DRAINING)
+        signal_group(c, c->opts.stop_signal);
+    begin_stop(c, c->opts.stop_signal, reason);
+}
+
+static void spawn(struct child *c)
+{
+    const char *cmd = c->opts.argv[0];
+    posix_spawnattr_t attr;
+    sigset_t all;
+    pid_t pid;
+    cJSON *e;
+    int r;
+
+    /* The command gets spotd's original mask and every disposition at its
+     * default, and leads a new session (so a new process group). */
+    sigfillset(&all);
+    r = posix_spawnattr_init(&attr);
+    if (r == 0)
+        r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
+                                            POSIX_SPAWN_SETSIGDEF);
+    if (r == 0)
+        r = posix_spawnattr_setsigmask(&attr, &c->orig_mask);
+    if (r == 0)
+        r = posix_spawnattr_setsigdefault(&attr, &all);
+    if (r == 0)
+        r = posix_spawnp(&pid, cmd, NULL, &attr, c->opts.argv, environ);
+    posix_spawnattr_destroy(&attr);
+
+    if (r != 0) {
+        bool missing = r == ENOENT || r == ENOTDIR;
+        e = log_event_new("error");
+        cJSON_AddStringToObject(e, "what", "exec");
+        cJSON_AddStringToObject(e, "command", cmd);
+        cJSON_AddStringToObject(e, "error", strerror(r));
+        if (missing && !strchr(cmd, '/'))
+            log_event(LOGL_ERROR, e, "cannot execute '%s': not found in PATH; check the "
+                      "command name or give its full path", cmd);
+        else if (missing)
+            log_event(LOGL_ERROR, e, "cannot execute '%s': %s; check the path (and the "
+                      "interpreter on its #! line)", cmd, strerror(r));
+        else
+            log_event(LOGL_ERROR, e, "cannot execute '%s': %s; check that it is an "
+                      "executable file (chmod +x) and not a directory", cmd, strerror(r));
+        c->exit_code = missing ? CHILD_EXIT_NOT_FOUND : CHILD_EXIT_CANNOT_EXEC;
+        done(c, "cannot execute");
+        return;
+    }
+
+    c->pid = pid;
+    c->pgid = pid;
+    c->state = CHILD_RUNNING;
+    c->started_ms = now_ms();
+    e = log_event_new("child_start");
+    cJSON_AddNumberToObject(e, "pid", pid);
+    cJSON_AddItemToObject(e, "argv",
+                          cJSON_CreateStringArray((const char *const *)c->opts.argv,
+                                                  c->argc));
+    cJSON_AddNumberToObject(e, "restarts", c->restarts);
+    log_event(LOGL_INFO, e, "started '%s' as pid %d", cmd, (int)pid);
+}
+
+static void on_start(evutil_socket_t fd, short what, void *arg)
+{
+    spawn(arg);
+}
+
+/* The first spawn runs from the loop, like every later one, so that an
+ * immediate failure can end the loop it is already in. */
+int child_start(struct child *c)
+{
+    struct timeval now = { 0, 0 };
+
+    return event_base_once(c->base, -1, EV_TIMEOUT, on_start, c, &now) < 0 ? -ENOMEM : 0;
+}
+
+int child_exit_code(const struct child *c)
+{
+    return c->exit_code;
+}
+
+struct child *child_new(struct event_base *base, const struct child_opts *opts,
+                        const sigset_t *orig_mask)
+{
+    struct child *c = calloc(1, sizeof(*c));
+
+    if (!c)
+        return NULL;
+    c->base = base;
+    c->opts = *opts;
+    c->orig_mask = *orig_mask;
+    while (opts->argv[c->argc])
+        c->argc++;
+    c->backoff_ms = CHILD_BACKOFF_MIN_MS;
+    for (size_t i = 0; i < N_FORWARDED; i++) {
+        c->sig_ev[i] = evsignal_new(base, forwarded[i], on_signal, c);
+        if (!c->sig_ev[i] || evsignal_add(c->sig_ev[i], NULL) < 0)
+            goto out_free;
+    }
+    c->sigchld_ev = evsignal_new(base, SIGCHLD, on_sigchld, c);
+    c->kill_timer = evtimer_new(base, on_kill_timer, c);
+    c->backoff_timer = evtimer_new(base, on_backoff_timer, c);
+    if (!c->sigchld_ev || !c->kill_timer || !c->backoff_timer ||
+        evsignal_add(c->sigchld_ev, NULL) < 0)
+        goto out_free;
+    return c;
+
+out_free:
+    child_free(c);
+    errno = ENOMEM;
+    return NULL;
+}
+
+struct child *child_free(struct child *c)
+{
+    if (!c)
+        return NULL;
+    for (size_t i = 0; i < N_FORWARDED; i++)
+        if (c->sig_ev[i])
+            event_free(c->sig_ev[i]);
+    if (c->sigchld_ev)
+        event_free(c->sigchld_ev);
+    if (c->kill_timer)
+        event_free(c->kill_timer);
+    if (c->backoff_timer)
+        event_free(c->backoff_timer);
+    free(c);
+    return NULL;
+}

@@ -1,0 +1,54 @@
+/* child: the supervised command, its process group, and its restarts. */
+#ifndef SPOTD_CHILD_H
+#define SPOTD_CHILD_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "spot/config.h"
+
+struct event_base;
+
+struct child_opts {
+    char *const *argv;            /* command and arguments; borrowed, outlives the child */
+    enum config_restart restart;
+    unsigned max_restarts;
+    uint64_t grace_ms;
+    int stop_signal;
+};
+
+/* Backoff between restarts doubles from the first to the last figure; a
+ * run that lasted at least BACKOFF_MAX_MS starts the doubling over. */
+#define CHILD_BACKOFF_MIN_MS 1000
+#define CHILD_BACKOFF_MAX_MS 60000
+
+/* Exit codes when the command cannot be run, as in POSIX shells. */
+#define CHILD_EXIT_CANNOT_EXEC 126
+#define CHILD_EXIT_NOT_FOUND 127
+
+struct child;
+
+/* Set up supervision on base: the forwarded signals and SIGCHLD become
+ * events.  orig_mask is the signal mask spotd was started with; the command
+ * gets it back.  opts is copied.  Returns NULL with errno set. */
+struct child *child_new(struct event_base *base, const struct child_opts *opts,
+                        const sigset_t *orig_mask);
+
+/* Start the command once the loop runs.  When it ends for good (exit with
+ * no restart left, a stop, or a command that cannot be executed) the child
+ * breaks the loop and child_exit_code() holds spotd's exit code.  Returns 0
+ * or -ENOMEM. */
+int child_start(struct child *c);
+
+/* The stop sequence: the stop signal to the group, the grace period, then
+ * SIGKILL; no restart afterwards.  reason goes to the event log. */
+void child_stop(struct child *c, const char *reason);
+
+/* The command's exit code (128 + n when killed by signal n, 126/127 when it
+ * could not be executed), valid once the loop has ended. */
+int child_exit_code(const struct child *c);
+
+/* Frees c and its events; takes NULL, returns NULL. */
+struct child *child_free(struct child *c);
+
+#endif
