@@ -152,5 +152,6 @@ clean:
 
 .PHONY: all check demo bench install uninstall clean
 .DELETE_ON_ERROR:
+.SECONDARY:
 
 -include $(shell find $(O) -name '*.d' 2>/dev/null)

@@ -121,7 +121,7 @@ static int load_config(struct config *cfg, int argc, char **argv, int start)
         say("%s", err);
         return -1;
     }
-    if (config_load_env(cfg, environ, err, sizeof(err), warn, sizeof(warn)) < 0) {
+    if (config_load_env(cfg, (const char *const *)environ, err, sizeof(err), warn, sizeof(warn)) < 0) {
         say("%s", err);
         return -1;
     }

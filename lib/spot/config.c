@@ -15,6 +15,7 @@
 #define VALUE_MAX 4096
 
 static const char *const restart_choices[] = { "never", "on-failure", "always", NULL };
+/* In the order of enum log_format and enum log_level. */
 static const char *const log_format_choices[] = { "text", "json", NULL };
 static const char *const log_level_choices[] = { "debug", "info", "warn", "error", NULL };
 static const char *const cloud_choices[] = { "auto", "none", "aws", "gcp", "azure",
@@ -326,13 +327,79 @@ static void position(const char *text, const char *at, unsigned *line, unsigned 
     }
 }
 
+/* Check every member of root and, when apply is set, apply it.  A file is
+ * first checked whole, then applied, so a bad key changes nothing. */
+static int apply_members(struct config *c, const char *path, const cJSON *root, bool apply,
+                         char *err, size_t errlen)
+{
+    char origin[512], num[32], kbuf[96], what[320];
+    const cJSON *it;
+
+    cJSON_ArrayForEach(it, root) {
+        const char *key = it->string;
+        const struct config_option *o;
+        const char *value;
+        uint64_t unused;
+        int id;
+
+        /* Keys beginning with '_' are comments ("_comment": "..."). */
+        if (key[0] == '_')
+            continue;
+        for (const cJSON *prev = root->child; prev != it; prev = prev->next) {
+            if (strcmp(prev->string, key) == 0) {
+                snprintf(err, errlen, "%s: key '%s' appears twice", path,
+                         shown(key, kbuf, sizeof(kbuf)));
+                return -EINVAL;
+            }
+        }
+        id = config_find_key(key);
+        if (id < 0) {
+            const char *hint = closest_key(key);
+            snprintf(err, errlen, "%s: unknown key '%s'%s%s%s; 'spotd help' lists the options",
+                     path, shown(key, kbuf, sizeof(kbuf)), hint ? " (did you mean '" : "",
+                     hint ? hint : "", hint ? "'?)" : "");
+            return -EINVAL;
+        }
+        o = &config_options[id];
+        snprintf(origin, sizeof(origin), "key '%s' in %s", key, path);
+        if (cJSON_IsNull(it)) {
+            value = o->def;
+        } else if (o->type == CONFIG_UINT) {
+            double d = cJSON_GetNumberValue(it);
+            if (!cJSON_IsNumber(it) || d < 0 || d > 9007199254740991.0 || d != (double)(uint64_t)d) {
+                snprintf(err, errlen, "invalid %s in %s: expected a whole number, like \"%s\": %s",
+                         key, path, key, o->def ? o->def : "1");
+                return -EINVAL;
+            }
+            snprintf(num, sizeof(num), "%llu", (unsigned long long)d);
+            value = num;
+        } else if (cJSON_IsString(it)) {
+            value = it->valuestring;
+        } else {
+            snprintf(err, errlen, "invalid %s in %s: expected a JSON string, like \"%s\": \"%s\"",
+                     key, path, key, o->def ? o->def : "...");
+            return -EINVAL;
+        }
+        if (!apply) {
+            /* config_set() refuses the same value and writes the message. */
+            if (value && check_value(o, value, &unused, what, sizeof(what)) < 0)
+                return config_set(c, (enum config_id)id, value, CONFIG_FILE, origin, err, errlen);
+            continue;
+        }
+        int r = config_set(c, (enum config_id)id, value,
+                           cJSON_IsNull(it) ? CONFIG_DEFAULT : CONFIG_FILE, origin, err, errlen);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
 int config_load_json(struct config *c, const char *path, const char *text, size_t len,
                      char *err, size_t errlen)
 {
     const char *end = NULL;
-    char origin[512], num[32], kbuf[96];
     unsigned line, col;
-    cJSON *root, *it;
+    cJSON *root;
     int r = -EINVAL;
 
     if (memchr(text, '\0', len)) {
@@ -358,56 +425,9 @@ int config_load_json(struct config *c, const char *path, const char *text, size_
                  path);
         goto out;
     }
-    cJSON_ArrayForEach(it, root) {
-        const char *key = it->string;
-        const struct config_option *o;
-        const char *value;
-        int id;
-
-        /* Keys beginning with '_' are comments ("_comment": "..."). */
-        if (key[0] == '_')
-            continue;
-        for (cJSON *prev = root->child; prev != it; prev = prev->next) {
-            if (strcmp(prev->string, key) == 0) {
-                snprintf(err, errlen, "%s: key '%s' appears twice", path,
-                         shown(key, kbuf, sizeof(kbuf)));
-                goto out;
-            }
-        }
-        id = config_find_key(key);
-        if (id < 0) {
-            const char *hint = closest_key(key);
-            snprintf(err, errlen, "%s: unknown key '%s'%s%s%s; 'spotd help' lists the options",
-                     path, shown(key, kbuf, sizeof(kbuf)), hint ? " (did you mean '" : "",
-                     hint ? hint : "", hint ? "'?)" : "");
-            goto out;
-        }
-        o = &config_options[id];
-        snprintf(origin, sizeof(origin), "key '%s' in %s", key, path);
-        if (cJSON_IsNull(it)) {
-            value = o->def;
-        } else if (o->type == CONFIG_UINT) {
-            double d = cJSON_GetNumberValue(it);
-            if (!cJSON_IsNumber(it) || d < 0 || d > 9007199254740991.0 || d != (double)(uint64_t)d) {
-                snprintf(err, errlen, "invalid %s in %s: expected a whole number, like \"%s\": %s",
-                         key, path, key, o->def ? o->def : "1");
-                goto out;
-            }
-            snprintf(num, sizeof(num), "%llu", (unsigned long long)d);
-            value = num;
-        } else if (cJSON_IsString(it)) {
-            value = it->valuestring;
-        } else {
-            snprintf(err, errlen, "invalid %s in %s: expected a JSON string, like \"%s\": \"%s\"",
-                     key, path, key, o->def ? o->def : "...");
-            goto out;
-        }
-        r = config_set(c, (enum config_id)id, value, cJSON_IsNull(it) ? CONFIG_DEFAULT : CONFIG_FILE,
-                       origin, err, errlen);
-        if (r < 0)
-            goto out;
-    }
-    r = 0;
+    r = apply_members(c, path, root, false, err, errlen);
+    if (r == 0)
+        r = apply_members(c, path, root, true, err, errlen);
 out:
     cJSON_Delete(root);
     return r;
@@ -473,7 +493,7 @@ out_close:
     return r;
 }
 
-int config_load_env(struct config *c, char *const *envp, char *err, size_t errlen,
+int config_load_env(struct config *c, const char *const *envp, char *err, size_t errlen,
                     char *warn, size_t warnlen)
 {
     size_t wlen = 0;

@@ -113,7 +113,7 @@ int config_load_file(struct config *c, const char *path, char *err, size_t errle
 /* Apply SPOTD_* variables from envp.  Empty values are skipped.  Unknown
  * SPOTD_ names are written into warn (newline separated) for the caller to
  * log.  Returns 0 or -EINVAL with err set. */
-int config_load_env(struct config *c, char *const *envp, char *err, size_t errlen,
+int config_load_env(struct config *c, const char *const *envp, char *err, size_t errlen,
                     char *warn, size_t warnlen);
 
 /* Refuse the options that later capabilities implement when one is set.

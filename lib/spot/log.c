@@ -21,23 +21,6 @@ static struct {
 
 static const char *const level_names[] = { "debug", "info", "warn", "error" };
 
-int log_parse_level(const char *s)
-{
-    for (int i = 0; i < (int)(sizeof(level_names) / sizeof(level_names[0])); i++)
-        if (strcmp(s, level_names[i]) == 0)
-            return i;
-    return -EINVAL;
-}
-
-int log_parse_format(const char *s)
-{
-    if (strcmp(s, "text") == 0)
-        return LOG_TEXT;
-    if (strcmp(s, "json") == 0)
-        return LOG_JSON;
-    return -EINVAL;
-}
-
 int log_open(enum log_format format, enum log_level level, const char *events_path)
 {
     int fd = -1;

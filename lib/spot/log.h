@@ -48,8 +48,4 @@ char *log_timestamp(char *buf);
  * that need it.  Returns the length written, truncated to size - 1. */
 size_t log_format_text(const struct cJSON *rec, char *buf, size_t size);
 
-/* Parse a level or format name; -EINVAL when unknown. */
-int log_parse_level(const char *s);
-int log_parse_format(const char *s);
-
 #endif
