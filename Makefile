@@ -105,9 +105,11 @@ $(O)/libckpt.so.0: $(CKPT_OBJ) lib/libckpt/libckpt.map
 $(O)/libckpt.so: $(O)/libckpt.so.0
 	ln -sf libckpt.so.0 $@
 
+# The .pc file names the install paths, so install writes it anew.
+make_pc = sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCDIR@|$(INCDIR)|' \
+              -e 's|@VERSION@|$(VERSION)|' lib/libckpt/libckpt.pc.in
 $(O)/libckpt.pc: lib/libckpt/libckpt.pc.in Makefile
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCDIR@|$(INCDIR)|' \
-	    -e 's|@VERSION@|$(VERSION)|' $< > $@
+	$(make_pc) > $@
 
 $(O)/spotd: $(SPOTD_OBJ) $(O)/libspot.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTD_OBJ) $(O)/libspot.a $(EVENT_LIBS)
@@ -124,7 +126,7 @@ $(O)/tests/fuzz/fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(O)/tests/fuzz/replay.o $(O)/l
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/tests/fuzz/replay.o $(O)/libspot.a $(EVENT_LIBS)
 
 check: all $(O)/tests/unit/run $(FUZZ_BINS)
-	@O=$(O) tests/run
+	@O=$(O) SANITIZE=$(SANITIZE) tests/run
 
 demo: all
 	@O=$(O) examples/toy/demo.sh
@@ -139,7 +141,7 @@ install: all
 	install -m 0755 $(O)/libckpt.so.0 $(DESTDIR)$(LIBDIR)/
 	ln -sf libckpt.so.0 $(DESTDIR)$(LIBDIR)/libckpt.so
 	install -m 0644 include/ckpt.h $(DESTDIR)$(INCDIR)/
-	install -m 0644 $(O)/libckpt.pc $(DESTDIR)$(PKGDIR)/
+	$(call make_pc) > $(DESTDIR)$(PKGDIR)/libckpt.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/spotd $(DESTDIR)$(BINDIR)/spotctl \
