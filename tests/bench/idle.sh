@@ -12,9 +12,13 @@
 # Everything is read from /proc, polled every BENCH_POLL seconds (default
 # 0.2); the last sample taken while the supervisor is still alive counts,
 # i.e. just before the supervised sleep ends:
+#   seconds     from the supervisor's exec to the last sample
 #   cpu_ms      sum of the first field of /proc/PID/task/*/schedstat (ns on
-#               CPU, precise), start-up included
-#   cpu_ms/min  cpu_ms * 60 / seconds
+#               CPU, precise) from exec on: start-up included, the fork of
+#               the launching shell not (each supervisor is started stopped
+#               just before its exec, and released with the others)
+#   cpu_ms/min  cpu_ms * 60 / seconds: the goal is judged on this
+#   idle_ms/min the CPU rate after the first second, start-up left out
 #   tick_ms     utime + stime of /proc/PID/stat (fields 14, 15) in ms; clock
 #               ticks are 1/CLK_TCK s (10 ms at 100 Hz), so this is coarse
 #   peak_rss_kib, rss_kib   VmHWM and VmRSS of /proc/PID/status
@@ -53,7 +57,7 @@ fi
 tick=$(getconf CLK_TCK 2>/dev/null) || tick=100
 case $tick in '' | *[!0-9]* | 0) tick=100 ;; esac
 
-# tini and dumb-init: the tools a user would pick instead.
+# tini and dumb-init: what a user would pick instead.
 TINI=${TINI:-$(command -v tini || true)}
 DUMB_INIT=${DUMB_INIT:-$(command -v dumb-init || true)}
 notes=()
@@ -88,16 +92,18 @@ add "spotd --events" "$spotd" run --events "$tmp/events.jsonl" -- sleep "$secs"
 [ -n "$DUMB_INIT" ] && add dumb-init "$DUMB_INIT" sleep "$secs"
 n=${#names[@]}
 
-pids=() t0=() rcs=()
-alive=()                 # 1 while the supervisor has not exited
+pids=() t0=() rcs=() start=()
+alive=()                        # 1 until the supervisor has been reaped
+b_ns=() b_ticks=()              # CPU before exec, subtracted
 s_us=() s_ns=() s_ticks=() s_hwm=() s_rss=() s_sched=()   # last sample
+i_us=() i_ns=()                 # first sample after 1 s: idle rate from there
 
 # descendants PID...: print every living descendant of the PIDs.
 descendants() {
     local -A kids=()
     local f line rest pid ppid q
     for f in /proc/[0-9]*/stat; do
-        read -r line <"$f" 2>/dev/null || continue
+        read -r line 2>/dev/null <"$f" || continue
         pid=${line%% *}
         rest=${line##*) }
         ppid=${rest#* }
@@ -115,16 +121,16 @@ descendants() {
     done
 }
 
-# Kill every supervisor still running and whatever it started: sleep
+# Kill every supervisor still running and whatever it started: the sleep
 # children ignore SIGINT (started in the background) and would outlive a
 # supervisor killed alone.
-cleaned=0
+# shellcheck disable=SC2317  # invoked from traps
 cleanup() {
-    [ $cleaned = 1 ] && return
+    [ "$cleaned" = 1 ] && return
     cleaned=1
     local live=() i
     for i in "${!pids[@]}"; do
-        [ "${alive[$i]-0}" = 1 ] && live+=("${pids[$i]}")
+        [ "${alive[i]-0}" = 1 ] && live+=("${pids[i]}")
     done
     if [ ${#live[@]} -gt 0 ]; then
         # shellcheck disable=SC2046
@@ -133,43 +139,75 @@ cleanup() {
     fi
     rm -rf "$tmp"
 }
+cleaned=0
 trap cleanup EXIT
 trap 'echo "idle.sh: interrupted" >&2; cleanup; exit 130' INT
 trap 'cleanup; exit 143' TERM HUP
 
-now_us() { local t=$EPOCHREALTIME; echo $((10#${t/./})); }
-
-# sample I: read supervisor I from /proc; keep it only while it is alive.
-sample() {
-    local i=$1 pid=${pids[$1]} line rest f k v hwm='' rss='' ns=0 ok=1 t a
-    t=$EPOCHREALTIME
-    read -r line <"/proc/$pid/stat" 2>/dev/null || return 1
-    rest=${line##*) }
+# readproc PID: set P_state, P_start (field 22), P_ticks (utime + stime,
+# fields 14 and 15, all threads), P_ns (schedstat, summed over threads),
+# P_sched (0 when a schedstat could not be read), P_hwm and P_rss (KiB).
+# Reads with builtins only, no fork.
+readproc() {
+    local line f k v a
+    P_hwm='' P_rss='' P_ns=0 P_sched=1
+    read -r line 2>/dev/null <"/proc/$1/stat" || return 1
     # shellcheck disable=SC2206
-    a=($rest)                     # a[0] is field 3 (state)
-    case ${a[0]} in Z | X) return 1 ;; esac
+    a=(${line##*) })            # a[0] is field 3
+    P_state=${a[0]} P_start=${a[19]} P_ticks=$((a[11] + a[12]))
     while read -r k v _; do
-        case $k in VmHWM:) hwm=$v ;; VmRSS:) rss=$v ;; esac
-    done <"/proc/$pid/status" 2>/dev/null
-    [ -n "$hwm" ] || return 1     # exiting: its memory is gone already
-    for f in /proc/"$pid"/task/*/schedstat; do
-        read -r v _ <"$f" 2>/dev/null || { ok=0; continue; }
-        ns=$((ns + v))
+        case $k in VmHWM:) P_hwm=$v ;; VmRSS:) P_rss=$v ;; esac
+    done 2>/dev/null <"/proc/$1/status"
+    for f in /proc/"$1"/task/*/schedstat; do
+        read -r v _ 2>/dev/null <"$f" || { P_sched=0; continue; }
+        P_ns=$((P_ns + v))
     done
-    s_us[$i]=$((10#${t/./} - t0[i]))
-    s_ticks[$i]=$((a[11] + a[12]))   # fields 14 (utime) and 15 (stime)
-    s_ns[$i]=$ns s_sched[$i]=$ok s_hwm[$i]=$hwm s_rss[$i]=$rss
 }
 
+# sample I: keep a sample of supervisor I; fail once it has exited (bash
+# reaps its children by itself, so the PID may even belong to another
+# process by now: the start time tells).
+sample() {
+    local i=$1 t=$EPOCHREALTIME
+    readproc "${pids[i]}" || return 1
+    case $P_state in Z | X) return 1 ;; esac
+    [ "$P_start" = "${start[i]}" ] || return 1
+    [ -n "$P_hwm" ] || return 1     # exiting: its memory is gone already
+    s_us[i]=$((10#${t/./} - t0[i]))
+    s_ns[i]=$((P_ns - b_ns[i])) s_ticks[i]=$((P_ticks - b_ticks[i]))
+    s_sched[i]=$P_sched s_hwm[i]=$P_hwm s_rss[i]=$P_rss
+    if [ -z "${i_us[i]-}" ] && [ "${s_us[i]}" -ge 1000000 ]; then
+        i_us[i]=${s_us[i]} i_ns[i]=${s_ns[i]}
+    fi
+}
+
+# Start each supervisor stopped just before its exec, so that the shell's
+# fork (about 1 ms of CPU on some machines) is not counted, then let them
+# all go at once.
 for ((i = 0; i < n; i++)); do
-    t0[i]=$(now_us)
-    eval "exec ${cmds[i]}" >"$tmp/log.$i" 2>&1 </dev/null &
+    ( kill -STOP "$BASHPID"; eval "exec ${cmds[i]}" ) >"$tmp/log.$i" 2>&1 </dev/null &
     pids[i]=$!
     alive[i]=1
 done
+for ((i = 0; i < n; i++)); do
+    for ((k = 0; k < 500; k++)); do
+        readproc "${pids[i]}" && [ "$P_state" = T ] && break
+        sleep 0.01
+    done
+    if [ "$P_state" != T ]; then
+        echo "idle.sh: ${names[i]} did not start" >&2
+        exit 1
+    fi
+    b_ns[i]=$P_ns b_ticks[i]=$P_ticks start[i]=$P_start
+done
+for ((i = 0; i < n; i++)); do
+    t=$EPOCHREALTIME
+    t0[i]=$((10#${t/./}))
+    kill -CONT "${pids[i]}"
+done
 
 # Poll until every supervisor has exited, for at most BENCH_SECONDS + 30 s.
-deadline=$(( $(now_us) + (secs + 30) * 1000000 ))
+deadline=$((t0[0] + (secs + 30) * 1000000))
 while :; do
     left=0
     for ((i = 0; i < n; i++)); do
@@ -177,34 +215,39 @@ while :; do
         if sample "$i"; then
             left=1
         else
-            # Gone or exiting: collect its status.
             wait "${pids[i]}"
             rcs[i]=$?
             alive[i]=0
         fi
     done
     [ $left = 1 ] || break
-    if [ "$(now_us)" -gt $deadline ]; then
+    t=$EPOCHREALTIME
+    if [ $((10#${t/./})) -gt $deadline ]; then
         echo "idle.sh: supervisors still running $((secs + 30)) s after start, killing them" >&2
+        for ((i = 0; i < n; i++)); do
+            if [ "${alive[i]}" = 1 ]; then
+                # shellcheck disable=SC2046
+                kill -KILL "${pids[i]}" $(descendants "${pids[i]}") 2>/dev/null
+                wait "${pids[i]}" 2>/dev/null
+                rcs[i]=$?
+                alive[i]=0
+            fi
+        done
         break
     fi
     sleep "$poll"
-done
-for ((i = 0; i < n; i++)); do
-    if [ "${alive[i]}" = 1 ]; then
-        kill -KILL "${pids[i]}" $(descendants "${pids[i]}") 2>/dev/null
-        wait "${pids[i]}"
-        rcs[i]=$?
-        alive[i]=0
-    fi
 done
 
 # dec X SCALE: X / SCALE with two decimals, X and SCALE whole numbers.
 dec() { local c=$(( ($1 * 100 + $2 / 2) / $2 )); printf '%d.%02d' $((c / 100)) $((c % 100)); }
 
+# ms X: X ns in ms, two decimals.
+ms() { dec "$1" 1000000; }
+
+fmt='%-15s %7s %7s %10s %11s %7s %12s %7s\n'
 status=0 fallback=0 goals=()
-printf '%-15s %7s %8s %10s %7s %12s %7s\n' \
-    supervisor seconds cpu_ms cpu_ms/min tick_ms peak_rss_kib rss_kib
+# shellcheck disable=SC2059
+printf "$fmt" supervisor seconds cpu_ms cpu_ms/min idle_ms/min tick_ms peak_rss_kib rss_kib
 for ((i = 0; i < n; i++)); do
     name=${names[i]} rc=${rcs[i]-?}
     if [ -z "${s_hwm[i]-}" ]; then
@@ -213,29 +256,33 @@ for ((i = 0; i < n; i++)); do
         [ "${name%% *}" = spotd ] && { status=1; goals+=("$name: NOT met (failed to run)"); }
         continue
     fi
-    us=${s_us[i]}
-    tick_ns=$(( s_ticks[i] * 1000000000 / tick ))
-    ns=${s_ns[i]}
+    us=${s_us[i]} ns=${s_ns[i]}
+    tick_ns=$((s_ticks[i] * 1000000000 / tick))
     # schedstat off (all zero) or unreadable: fall back to clock ticks.
+    by_ticks=0
     if [ "${s_sched[i]}" != 1 ] || { [ "$ns" = 0 ] && [ "$tick_ns" != 0 ]; }; then
-        ns=$tick_ns fallback=1
+        ns=$tick_ns by_ticks=1 fallback=1
     fi
-    per_min_ns=$(( ns * 60000000 / (us > 0 ? us : 1) ))
-    printf '%-15s %7s %8s %10s %7s %12s %7s\n' "$name" \
-        "$(dec "$us" 1000000)" "$(dec "$ns" 1000000)" "$(dec "$per_min_ns" 1000000)" \
-        $((tick_ns / 1000000)) "${s_hwm[i]}" "${s_rss[i]}"
+    per_min_ns=$((ns * 60000000 / (us > 0 ? us : 1)))
+    idle=-
+    if [ -n "${i_us[i]-}" ] && [ $((us - i_us[i])) -ge 1000000 ] && [ $by_ticks = 0 ]; then
+        idle=$(ms $(((ns - i_ns[i]) * 60000000 / (us - i_us[i]))))
+    fi
+    # shellcheck disable=SC2059
+    printf "$fmt" "$name" "$(dec "$us" 1000000)" "$(ms "$ns")" "$(ms "$per_min_ns")" \
+        "$idle" $((tick_ns / 1000000)) "${s_hwm[i]}" "${s_rss[i]}"
     if [ "${name%% *}" = spotd ]; then
         bad=''
         if [ "$rc" != 0 ]; then
             bad="exit $rc"
-        elif [ $us -lt $(( (secs - 2) * 1000000 )) ]; then
+        elif [ "$us" -lt $(((secs - 2) * 1000000)) ]; then
             bad="exited after $(dec "$us" 1000000) s"
         fi
         if [ -n "$bad" ]; then
             status=1
             goals+=("$name: NOT met ($bad)")
             sed 's/^/    /' "$tmp/log.$i" | tail -n 5
-        elif [ $per_min_ns -lt 5000000 ] && [ "${s_hwm[i]}" -lt 4096 ]; then
+        elif [ "$per_min_ns" -lt 5000000 ] && [ "${s_hwm[i]}" -lt 4096 ]; then
             goals+=("$name: met")
         else
             goals+=("$name: NOT met")
@@ -247,7 +294,7 @@ done
 for g in "${goals[@]}"; do
     echo "goal: ${g%%: *} under 5 ms CPU per minute and 4096 KiB peak RSS: ${g#*: }"
 done
-[ $fallback = 1 ] && notes+=("note: /proc/PID/schedstat unavailable, cpu_ms from clock ticks (1/$tick s)")
-[ "$secs" -lt 60 ] && notes+=("note: cpu_ms includes start-up, which weighs more per minute in a run under 60 s")
+[ $fallback = 1 ] && notes+=("note: /proc/PID/schedstat unreadable for some, their cpu_ms from clock ticks (1/$tick s)")
+[ "$secs" -lt 60 ] && notes+=("note: a run under 60 s weighs start-up more in cpu_ms/min; idle_ms/min leaves it out")
 for m in "${notes[@]}"; do echo "$m"; done
 exit $status
