@@ -368,7 +368,15 @@ static void spawn(struct child *c)
 
 static void on_start(evutil_socket_t fd, short what, void *arg)
 {
-    spawn(arg);
+    struct child *c = arg;
+
+    /* A stop signal that came before the loop first ran: never start. */
+    if (c->stopping) {
+        c->exit_code = 128 + c->opts.stop_signal;
+        done(c, "stopped");
+        return;
+    }
+    spawn(c);
 }
 
 /* The first spawn runs from the loop, like every later one, so that an
