@@ -11,6 +11,7 @@
 # cannot be generated: as root the Debian/Ubuntu packages are installed, as
 # anyone else the exact apt-get line is printed.
 
+.DEFAULT_GOAL := all
 VERSION    := 0.1.0
 PREFIX     ?= /usr/local
 DESTDIR    ?=

@@ -21,10 +21,12 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <event2/event.h>
-#include <spawn.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -309,30 +311,114 @@ void child_stop(struct child *c, const char *reason)
     begin_stop(c, c->opts.stop_signal, reason);
 }
 
+/* Find cmd the way execvp() would, in the parent, so that the child only
+ * has to call execve().  Returns 0 with the path in buf, or -ENOENT /
+ * -EACCES (found, but nothing executable). */
+static int resolve(const char *cmd, char *buf, size_t size)
+{
+    const char *path = getenv("PATH"), *p, *end;
+    int r = -ENOENT;
+
+    if (strchr(cmd, '/'))
+        return (size_t)snprintf(buf, size, "%s", cmd) < size ? 0 : -ENAMETOOLONG;
+    if (!path || !*path)
+        path = "/bin:/usr/bin";
+    for (p = path; p; p = *end ? end + 1 : NULL) {
+        struct stat st;
+        size_t len;
+
+        end = strchrnul(p, ':');
+        len = (size_t)(end - p);
+        if ((size_t)snprintf(buf, size, "%.*s%s%s", (int)len, len ? p : ".", "/", cmd) >= size)
+            continue;
+        if (stat(buf, &st) < 0) {
+            if (errno == EACCES)
+                r = -EACCES;
+            continue;
+        }
+        if (S_ISREG(st.st_mode) && access(buf, X_OK) == 0)
+            return 0;
+        r = -EACCES;
+    }
+    return r;
+}
+
+/* In the child, between fork() and execve(): only async-signal-safe calls. */
+static __attribute__((noreturn)) void exec_child(const struct child *c, const char *path,
+                                                  int errfd)
+{
+    /* Every disposition back to default, glibc's internal signals (32, 33)
+     * included, which sigaction() refuses to touch and posix_spawn() leaves
+     * ignored: hence the system call.  A zeroed kernel sigaction is SIG_DFL
+     * with no flags and an empty mask. */
+    unsigned long ksa[4] = { 0, 0, 0, 0 };
+    int err;
+
+    setsid();
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            syscall(SYS_rt_sigaction, sig, ksa, NULL, (size_t)8);
+    sigprocmask(SIG_SETMASK, &c->orig_mask, NULL);
+    execve(path, c->opts.argv, environ);
+    err = errno;
+    if (write(errfd, &err, sizeof(err)) < 0) {
+        /* The parent then sees EOF and a child that exits 127. */
+    }
+    _exit(CHILD_EXIT_NOT_FOUND);
+}
+
+/* fork and exec the command; returns its pid, or -errno when it could not
+ * be executed (the exec's own errno, passed back over a close-on-exec pipe). */
+static pid_t fork_exec(const struct child *c)
+{
+    char path[4096];
+    sigset_t all, saved;
+    int fds[2], err = 0, r;
+    ssize_t n;
+    pid_t pid;
+
+    r = resolve(c->opts.argv[0], path, sizeof(path));
+    if (r < 0)
+        return r;
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return -errno;
+    /* No signal may run libevent's handler in the child before the reset. */
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, &saved);
+    pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        exec_child(c, path, fds[1]);
+    }
+    r = -errno;
+    sigprocmask(SIG_SETMASK, &saved, NULL);
+    close(fds[1]);
+    if (pid < 0) {
+        close(fds[0]);
+        return r;
+    }
+    /* Blocks only until the exec: EOF means it succeeded. */
+    do
+        n = read(fds[0], &err, sizeof(err));
+    while (n < 0 && errno == EINTR);
+    close(fds[0]);
+    if (n == (ssize_t)sizeof(err)) {
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        return -err;
+    }
+    return pid;
+}
+
 static void spawn(struct child *c)
 {
     const char *cmd = c->opts.argv[0];
-    posix_spawnattr_t attr;
-    sigset_t all;
     pid_t pid;
     cJSON *e;
     int r;
 
-    /* The command gets spotd's original mask and every disposition at its
-     * default, and leads a new session (so a new process group). */
-    sigfillset(&all);
-    r = posix_spawnattr_init(&attr);
-    if (r == 0)
-        r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                            POSIX_SPAWN_SETSIGDEF);
-    if (r == 0)
-        r = posix_spawnattr_setsigmask(&attr, &c->orig_mask);
-    if (r == 0)
-        r = posix_spawnattr_setsigdefault(&attr, &all);
-    if (r == 0)
-        r = posix_spawnp(&pid, cmd, NULL, &attr, c->opts.argv, environ);
-    posix_spawnattr_destroy(&attr);
-
+    pid = fork_exec(c);
+    r = pid < 0 ? (int)-pid : 0;
     if (r != 0) {
         bool missing = r == ENOENT || r == ENOTDIR;
         e = log_event_new("error");

@@ -154,12 +154,7 @@ static int load_config(struct config *cfg, int argc, char **argv, int start)
             snprintf(flag, sizeof(flag), "%s", a);
             value = NULL;
         }
-        if (strcmp(flag, "--config") == 0) {
-            if (!value)
-                i++;
-            continue;
-        }
-        id = config_find_flag(flag);
+        id = strcmp(flag, "--config") == 0 ? OPT__COUNT : config_find_flag(flag);
         if (id < 0) {
             say("unknown option '%s'; 'spotd run --help' shows the usage, 'spotd help' every "
                 "option (a command must follow '--' if it starts with '-')", flag);
@@ -172,6 +167,8 @@ static int load_config(struct config *cfg, int argc, char **argv, int start)
             }
             value = argv[++i];
         }
+        if (id == OPT__COUNT)
+            continue; /* --config: read before the environment */
         if (config_set(cfg, (enum config_id)id, value, CONFIG_FLAG, flag, err, sizeof(err)) < 0) {
             say("%s", err);
             return -1;

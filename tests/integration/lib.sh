@@ -7,9 +7,22 @@ T=$(mktemp -d /tmp/spotd-it.XXXXXX)
 trap 'cleanup' EXIT
 _bg_pids=()
 
+# Tests set the SPOTD_* variables they mean; none comes from outside.
+for _v in $(compgen -e | grep "^SPOTD_"); do unset "$_v"; done
+unset _v
+
+# Every process started from here on carries SPOT_IT_TAG=$T in its
+# environment (spotd passes it on to the command and all below), so what
+# escaped the process tree (reparented to init) can still be found.
+export SPOT_IT_TAG="$T"
+
+# cleanup: the whole tree below each background process goes, then anything
+# else that carries the tag, so a failed test leaves nothing running.
 cleanup() {
     local p
-    for p in "${_bg_pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    for p in "${_bg_pids[@]}"; do kill_tree "$p"; done
+    for p in $(tagged); do kill -KILL "$p" 2>/dev/null; done
+    for p in "${_bg_pids[@]}"; do wait "$p" 2>/dev/null; done
     rm -rf "$T"
 }
 
@@ -43,13 +56,13 @@ start_spotd() {
 }
 
 # wait_exit PID [SECONDS]: wait for a background spotd; sets RC (124 on
-# time-out, after which the process is killed).
+# time-out, after which it and everything below it are killed).
 wait_exit() {
     local pid=$1 limit=$(( ${2:-20} * 10 )) i=0
     while kill -0 "$pid" 2>/dev/null && [ "$(proc_state "$pid")" != Z ]; do
         i=$((i + 1))
         if [ $i -gt $limit ]; then
-            kill -KILL "$pid" 2>/dev/null
+            kill_tree "$pid"
             wait "$pid" 2>/dev/null
             RC=124
             return
@@ -114,4 +127,176 @@ gone() {
 # event_count FILE EVENT: how many records of that event the event log holds.
 event_count() {
     grep -c "\"event\":\"$2\"" "$1" 2>/dev/null || true
+}
+
+# ---- additions: process inspection, event-log parsing, timing ----
+
+# No core files from the commands tests kill with SIGSEGV/SIGABRT/SIGQUIT.
+ulimit -c 0 2>/dev/null || true
+
+# proc_field PID N: field N of /proc/PID/stat (3 state, 4 ppid, 5 pgrp,
+# 6 session); "" when the process is gone.
+proc_field() {
+    local s f
+    { read -r s <"/proc/$1/stat"; } 2>/dev/null || return 0
+    s=${s##*) }
+    read -r -a f <<<"$s"
+    echo "${f[$(($2 - 3))]:-}"
+}
+
+# proc_status PID FIELD: a field of /proc/PID/status (SigIgn, SigBlk...).
+proc_status() {
+    sed -n "s/^$2:[[:space:]]*//p" "/proc/$1/status" 2>/dev/null
+}
+
+# descendants PID: every pid below PID, depth first.
+descendants() {
+    local c
+    for c in $(children "$1"); do
+        echo "$c"
+        descendants "$c"
+    done
+}
+
+# group_members PGID: live (non-zombie) pids whose process group is PGID.
+group_members() {
+    local f s a
+    for f in /proc/[0-9]*/stat; do
+        { read -r s <"$f"; } 2>/dev/null || continue
+        s=${s##*) }
+        read -r -a a <<<"$s"
+        [ "${a[2]}" = "$1" ] && [ "${a[0]}" != Z ] && echo "${f//[!0-9]/}"
+    done
+    return 0
+}
+
+# group_gone PGID: true when no live process is left in the group.
+group_gone() {
+    [ -z "$(group_members "$1")" ]
+}
+
+# reaped PID...: true when no pid exists at all, not even as a zombie.
+reaped() {
+    local p
+    for p in "$@"; do
+        [ -e "/proc/$p" ] && return 1
+    done
+    return 0
+}
+
+# kill_tree PID: SIGKILL every descendant of PID, then PID; a PID that is no
+# longer this shell's child is left alone.
+kill_tree() {
+    local d
+    [ "$(proc_field "$1" 4)" = "$$" ] || return 0
+    for d in $(descendants "$1"); do kill -KILL "$d" 2>/dev/null; done
+    kill -KILL "$1" 2>/dev/null
+}
+
+# tagged: pids of live processes (zombies aside) that carry this test's tag.
+# Builtins only: an exec'd helper would carry the tag itself (so never pipe
+# its output into a command while it runs).
+tagged() {
+    local f p x e
+    for f in /proc/[0-9]*; do
+        p=${f#/proc/}
+        [ "$p" = "$$" ] || [ "$p" = "$BASHPID" ] && continue
+        e=()
+        { mapfile -d '' -t e <"$f/environ"; } 2>/dev/null || continue
+        for x in "${e[@]}"; do
+            if [ "$x" = "SPOT_IT_TAG=$T" ]; then
+                [ "$(proc_field "$p" 3)" = Z ] || echo "$p"
+                break
+            fi
+        done
+    done
+    return 0
+}
+
+# none_left: true when no process of this test is left running.
+none_left() {
+    [ -z "$(tagged)" ]
+}
+
+# count_files GLOB: how many files match (0 when none).
+count_files() {
+    local f n=0
+    for f in $1; do [ -e "$f" ] && n=$((n + 1)); done
+    echo $n
+}
+
+# now_ms: wall-clock milliseconds, for generous elapsed-time bounds.
+now_ms() {
+    local t=${EPOCHREALTIME:-}
+    if [ -n "$t" ]; then
+        t=${t//[.,]/}
+        echo $(( ${t:0:${#t}-3} ))
+    else
+        date +%s%3N
+    fi
+}
+
+# ts_ms TS: an event timestamp (2026-11-30T10:42:01.106Z) as milliseconds
+# since the epoch; "" when TS does not have that form.
+ts_ms() {
+    local p y m d era yoe mp doy doe days
+    p=$(printf '%s\n' "$1" | sed -n 's/^\([0-9]\{4\}\)-\([0-9][0-9]\)-\([0-9][0-9]\)T\([0-9][0-9]\):\([0-9][0-9]\):\([0-9][0-9]\)\.\([0-9]\{3\}\)Z$/\1 \2 \3 \4 \5 \6 \7/p')
+    [ -n "$p" ] || return 0
+    set -- $p
+    y=$((10#$1)) m=$((10#$2)) d=$((10#$3))
+    [ $m -le 2 ] && y=$((y - 1))
+    era=$((y / 400)) yoe=$((y % 400)) mp=$(((m + 9) % 12))
+    doy=$(((153 * mp + 2) / 5 + d - 1))
+    doe=$((yoe * 365 + yoe / 4 - yoe / 100 + doy))
+    days=$((era * 146097 + doe - 719468))
+    echo $(( (((days * 24 + 10#$4) * 60 + 10#$5) * 60 + 10#$6) * 1000 + 10#$7 ))
+}
+
+# ev FILE EVENT: the event log's records of that event, one a line.
+ev() {
+    grep "\"event\":\"$2\"" "$1" 2>/dev/null
+    return 0
+}
+
+# jget LINE KEY: the value of KEY's first occurrence in a compact JSON line;
+# strings come unquoted.
+jget() {
+    printf '%s\n' "$1" | grep -o "\"$2\":\(\"[^\"]*\"\|[^,}]*\)" | head -n 1 |
+        sed "s/^\"$2\"://; s/^\"\(.*\)\"\$/\1/"
+}
+
+# events_of FILE: the sequence of event names, space separated.
+events_of() {
+    sed -n 's/^{"ts":"[^"]*","event":"\([a-z_]*\)".*/\1/p' "$1" 2>/dev/null | tr '\n' ' ' |
+        sed 's/ $//'
+}
+
+# has TEXT FILE: true when FILE contains TEXT (fixed string).
+has() {
+    grep -qF -- "$1" "$2" 2>/dev/null
+}
+
+# command_pid SPOTD_PID: wait (10 s at most) until SPOTD_PID runs spotd and
+# its command has left spotd's image for its own; print the command's pid
+# ("" on time-out).
+command_pid() {
+    local sp=$1 me c=
+    me=$(readlink -f "$SPOTD")
+    _cmd_ready() {
+        [ "$(readlink "/proc/$sp/exe" 2>/dev/null)" = "$me" ] || return 1
+        c=$(children "$sp" | head -n 1)
+        [ -n "$c" ] && [ -e "/proc/$c/exe" ] &&
+            [ "$(readlink "/proc/$c/exe" 2>/dev/null)" != "$me" ]
+    }
+    wait_for 10 _cmd_ready && echo "$c"
+}
+
+# expect_ge NAME MIN ACTUAL / expect_lt NAME LIMIT ACTUAL: integer bounds.
+expect_ge() {
+    if [ -n "$3" ] && [ "$3" -ge "$2" ] 2>/dev/null; then pass "$1"
+    else fail "$1" "expected at least $2, got '$3'"; fi
+}
+expect_lt() {
+    if [ -n "$3" ] && [ "$3" -lt "$2" ] 2>/dev/null; then pass "$1"
+    else fail "$1" "expected less than $2, got '$3'"; fi
 }

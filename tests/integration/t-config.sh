@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# Configuration: flags, environment and file; every usage or configuration
+# error is one line starting "spotd: " and exit status 125.
+. "$(dirname "$0")/lib.sh"
+
+# usage_error NAME TEXT...: the last run_spotd exited 125 with exactly one
+# stderr line, starting "spotd: " and containing every TEXT (fixed strings).
+usage_error() {
+    local name=$1 t lines why=""
+    shift
+    lines=$(wc -l <"$T/stderr" | tr -d ' ')
+    [ "$RC" -eq 125 ] || why="exit $RC, not 125"
+    [ -z "$why" ] && [ "$lines" != 1 ] && why="$lines stderr lines, not 1"
+    [ -z "$why" ] && ! head -n 1 "$T/stderr" | grep -q '^spotd: ' && why="no 'spotd: ' prefix"
+    for t in "$@"; do
+        [ -z "$why" ] && ! grep -qF -- "$t" "$T/stderr" && why="no '$t' in the message"
+    done
+    if [ -z "$why" ]; then pass "$name"; else fail "$name" "$why: $(head -c 300 "$T/stderr")"; fi
+}
+
+# no_run NAME: the command given to the last run_spotd never ran.
+no_run() {
+    if [ -e "$T/ran" ]; then fail "$1" "the command ran"; rm -f "$T/ran"; else pass "$1"; fi
+}
+
+# grace_is: the "grace" value that the last run_spotd config printed.
+grace_is() {
+    sed -n 's/^[[:space:]]*"grace":[[:space:]]*"\([^"]*\)",\{0,1\}$/\1/p' "$T/stdout"
+}
+
+# --- flags ---
+run_spotd run --bogus -- touch "$T/ran"
+usage_error "unknown flag: 125, names it" "--bogus"
+no_run "unknown flag: the command does not run"
+
+run_spotd run --grace=1s --frobnicate=3 -- touch "$T/ran"
+usage_error "unknown flag with =value: names it" "--frobnicate"
+
+run_spotd run --grace
+usage_error "missing value: 125, names the flag" "--grace"
+
+run_spotd run --events
+usage_error "missing value for --events: 125, names the flag" "--events"
+
+# --config without its file is the same mistake, for run and for config.
+run_spotd run --config
+usage_error "missing value for --config (run): 125, names the flag" "--config"
+run_spotd config --config
+usage_error "missing value for --config (config): 125, names the flag" "--config"
+
+run_spotd run --grace 5x -- touch "$T/ran"
+usage_error "--grace 5x: names grace, the value and the format" "grace" "5x" "500ms"
+no_run "--grace 5x: the command does not run"
+
+run_spotd run --grace 5 -- true
+usage_error "--grace 5 (bare number): refused" "grace" "'5'"
+
+run_spotd run --grace 721h -- true
+usage_error "--grace 721h (over 720h): refused" "grace" "720h"
+
+run_spotd run --restart sometimes -- true
+usage_error "--restart sometimes: lists the choices" "sometimes" "never, on-failure, always"
+
+run_spotd run --max-restarts -1 -- true
+usage_error "--max-restarts -1: refused" "max_restarts" "-1"
+
+run_spotd run --max-restarts abc -- true
+usage_error "--max-restarts abc: refused" "max_restarts" "abc"
+
+run_spotd run --stop-signal NOPE -- true
+usage_error "--stop-signal NOPE: refused" "stop_signal" "NOPE"
+
+run_spotd run --log-format xml -- true
+usage_error "--log-format xml: lists text and json" "xml" "text, json"
+
+run_spotd run
+usage_error "no command: 125" "no command"
+run_spotd run --grace 1s --
+usage_error "no command after --: 125" "no command"
+
+run_spotd frobnicate
+usage_error "unknown subcommand: 125, names it" "frobnicate"
+
+"$SPOTD" >"$T/stdout" 2>"$T/stderr"
+RC=$?
+expect_eq "no subcommand at all: 125" 125 "$RC"
+check "no subcommand at all: usage on stderr" grep -q 'usage: spotd run' "$T/stderr"
+
+run_spotd config extra
+usage_error "spotd config with an argument: 125, names it" "extra"
+
+# A command that starts with '-' after '--' is the command, not an option.
+run_spotd run -- sh -c 'exit 9'
+expect_eq "'--' ends the options" 9 "$RC"
+
+# --- configuration file ---
+printf '{\n  "grace": "1s",\n  "restart": ,\n}\n' >"$T/bad.json"
+run_spotd run --config "$T/bad.json" -- true
+usage_error "invalid JSON: FILE:LINE:COL" "$T/bad.json:3:"
+check "invalid JSON: a column is given" grep -qE "bad.json:3:[0-9]+: " "$T/stderr"
+
+printf '{"grace": "1s"} trailing' >"$T/trail.json"
+run_spotd config --config "$T/trail.json"
+usage_error "text after the object: FILE:LINE:COL" "$T/trail.json:1:"
+
+printf '[1, 2]\n' >"$T/array.json"
+run_spotd run --config "$T/array.json" -- true
+usage_error "not an object: refused" "$T/array.json" "object"
+
+printf '' >"$T/empty.json"
+run_spotd config --config "$T/empty.json"
+usage_error "empty file: refused" "$T/empty.json"
+
+printf '{"gracee": "1s"}\n' >"$T/typo.json"
+run_spotd run --config "$T/typo.json" -- touch "$T/ran"
+usage_error "unknown key: did you mean" "$T/typo.json" "gracee" "did you mean 'grace'"
+no_run "unknown key: the command does not run"
+
+# The same errors after a first valid key.
+printf '{"max_restarts": 3, "gracee": "1s"}\n' >"$T/typo2.json"
+run_spotd run --config "$T/typo2.json" -- touch "$T/ran"
+usage_error "unknown key after a valid one: refused" "$T/typo2.json" "gracee" \
+    "did you mean 'grace'"
+no_run "unknown key after a valid one: the command does not run"
+
+printf '{"grace": "1s", "grace": "2s"}\n' >"$T/dup.json"
+run_spotd config --config "$T/dup.json"
+usage_error "duplicate key: refused" "$T/dup.json" "grace" "twice"
+
+printf '{"grace": 30}\n' >"$T/type1.json"
+run_spotd config --config "$T/type1.json"
+usage_error "grace as a number: refused" "$T/type1.json" "grace" "string"
+
+printf '{"max_restarts": "3"}\n' >"$T/type2.json"
+run_spotd config --config "$T/type2.json"
+usage_error "max_restarts as a string: refused" "$T/type2.json" "max_restarts" "whole number"
+
+printf '{"max_restarts": 2.5}\n' >"$T/type3.json"
+run_spotd config --config "$T/type3.json"
+usage_error "max_restarts 2.5: refused" "$T/type3.json" "max_restarts"
+
+printf '{"restart": "always", "grace": 30}\n' >"$T/type4.json"
+run_spotd config --config "$T/type4.json"
+usage_error "wrong type after a valid key: refused" "$T/type4.json" "grace"
+
+printf '{"grace": "5x"}\n' >"$T/val.json"
+run_spotd config --config "$T/val.json"
+usage_error "bad value in the file: names key and file" "grace" "5x" "$T/val.json"
+
+run_spotd run --config "$T/nonexistent.json" -- true
+usage_error "missing --config file: names the path" "$T/nonexistent.json"
+
+SPOTD_CONFIG="$T/nonexistent2.json" run_spotd config
+usage_error "missing SPOTD_CONFIG file: names the path" "$T/nonexistent2.json"
+
+run_spotd config --config "$T"
+usage_error "--config naming a directory: refused" "$T"
+
+# Comments ("_" keys) and null (the default) are accepted.
+printf '{"_comment": "hi", "grace": null, "restart": "on-failure"}\n' >"$T/ok.json"
+run_spotd config --config "$T/ok.json"
+expect_eq "_comment key and null value accepted" 0 "$RC"
+expect_eq "null means the default grace" 30s "$(grace_is)"
+
+# --- environment ---
+SPOTD_GRACE=abc run_spotd run -- true
+usage_error "SPOTD_GRACE=abc: names the variable" "SPOTD_GRACE" "abc"
+
+SPOTD_RESTART=sometimes run_spotd config
+usage_error "SPOTD_RESTART=sometimes: names the variable" "SPOTD_RESTART"
+
+SPOTD_FOO=1 run_spotd config
+expect_eq "unknown SPOTD_FOO: spotd config still succeeds" 0 "$RC"
+check "unknown SPOTD_FOO: a warning names it" grep -q 'warning.*SPOTD_FOO' "$T/stderr"
+SPOTD_FOO=1 run_spotd run -- sh -c 'exit 4'
+expect_eq "unknown SPOTD_FOO: spotd run still runs the command" 4 "$RC"
+
+# --- precedence: default < file < environment < flag ---
+printf '{"grace": "10s"}\n' >"$T/g.json"
+run_spotd config
+expect_eq "default grace is 30s" 30s "$(grace_is)"
+run_spotd config --config "$T/g.json"
+expect_eq "--config FILE selects the file" 10s "$(grace_is)"
+run_spotd config --config="$T/g.json"
+expect_eq "--config=FILE selects the file" 10s "$(grace_is)"
+SPOTD_CONFIG="$T/g.json" run_spotd config
+expect_eq "SPOTD_CONFIG selects the file" 10s "$(grace_is)"
+SPOTD_CONFIG="$T/g.json" SPOTD_GRACE=20s run_spotd config
+expect_eq "SPOTD_GRACE beats the file" 20s "$(grace_is)"
+SPOTD_CONFIG="$T/g.json" SPOTD_GRACE=20s run_spotd config --grace 30s
+expect_eq "--grace beats SPOTD_GRACE and the file" 30s "$(grace_is)"
+SPOTD_GRACE=20s run_spotd config --config "$T/g.json" --grace 45s
+expect_eq "--grace beats all (with --config)" 45s "$(grace_is)"
+printf '{"grace": "11s"}\n' >"$T/g2.json"
+SPOTD_CONFIG="$T/g2.json" run_spotd config --config "$T/g.json"
+expect_eq "--config beats SPOTD_CONFIG" 10s "$(grace_is)"
+SPOTD_GRACE='' run_spotd config --config "$T/g.json"
+expect_eq "an empty SPOTD_GRACE is ignored" 10s "$(grace_is)"
+
+# The settings spotd runs with are the ones config shows: the start record.
+SPOTD_GRACE=20s run_spotd run --config "$T/g.json" --events "$T/set.events" -- true
+check "spotd run records the file in its start record" \
+    has "\"config\":\"$T/g.json\"" "$T/set.events"
+check "spotd run records the effective grace in its start record" \
+    has '"grace":"20s"' "$T/set.events"
+
+# --- options of later issues: run refuses them, config shows them ---
+run_spotd run --store s3://x -- touch "$T/ran"
+usage_error "--store: spotd run says not implemented yet" "store" "not implemented yet"
+no_run "--store: the command does not run"
+run_spotd config --store s3://x
+expect_eq "--store: spotd config still succeeds" 0 "$RC"
+check "--store: spotd config shows it" grep -q '"store":[[:space:]]*"s3://x"' "$T/stdout"
+
+SPOTD_JOB=j run_spotd run -- true
+usage_error "SPOTD_JOB: spotd run says not implemented yet" "job" "SPOTD_JOB" "not implemented yet"
+SPOTD_JOB=j run_spotd config
+expect_eq "SPOTD_JOB: spotd config still succeeds" 0 "$RC"
+check "SPOTD_JOB: spotd config shows it" grep -q '"job":[[:space:]]*"j"' "$T/stdout"
+
+printf '{"method": "criu"}\n' >"$T/m.json"
+run_spotd run --config "$T/m.json" -- true
+usage_error "method in the file: spotd run says not implemented yet" "method" "not implemented yet"
+run_spotd config --config "$T/m.json"
+expect_eq "method in the file: spotd config still succeeds" 0 "$RC"
+check "method in the file: spotd config shows it" grep -q '"method":[[:space:]]*"criu"' "$T/stdout"
+
+# --- secrets ---
+SPOTD_WORLD_KEY=s3cr3t-value-x9 run_spotd config
+expect_eq "SPOTD_WORLD_KEY: spotd config succeeds" 0 "$RC"
+check "SPOTD_WORLD_KEY: shown as <redacted>" grep -q '"world_key":[[:space:]]*"<redacted>"' "$T/stdout"
+check "SPOTD_WORLD_KEY: the secret appears nowhere in the output" \
+    eval '! grep -q s3cr3t-value-x9 "$T/stdout" "$T/stderr"'
+SPOTD_WORLD_KEY=s3cr3t-value-x9 run_spotd run -- true
+check "SPOTD_WORLD_KEY: spotd run's refusal does not show the secret" \
+    eval '[ "$RC" -eq 125 ] && ! grep -q s3cr3t-value-x9 "$T/stdout" "$T/stderr"'
+
+# --- spotd config prints valid JSON: an object, one "key": value a line ---
+run_spotd config
+expect_eq "spotd config exits 0" 0 "$RC"
+check "spotd config: opens with {" test "$(head -n 1 "$T/stdout")" = "{"
+check "spotd config: closes with }" test "$(tail -n 1 "$T/stdout")" = "}"
+n=$(($(wc -l <"$T/stdout") - 2))
+members=$(sed '1d;$d' "$T/stdout")
+check "spotd config: every member is \"key\": string, number or null" \
+    eval '[ "$(printf "%s\n" "$members" | grep -cE "^[[:space:]]*\"[a-z_]+\":[[:space:]]*(\"[^\"\\\\]*\"|[0-9]+|null),?$")" -eq $n ]'
+check "spotd config: commas between members, none after the last" \
+    eval '[ "$(printf "%s\n" "$members" | grep -c ",$")" -eq $((n - 1)) ] &&
+          ! printf "%s\n" "$members" | tail -n 1 | grep -q ",$"'
+for kv in '"restart":[[:space:]]*"never"' '"max_restarts":[[:space:]]*10' \
+          '"stop_signal":[[:space:]]*"TERM"' '"log_format":[[:space:]]*"text"' \
+          '"log_level":[[:space:]]*"info"' '"events":[[:space:]]*null'; do
+    check "spotd config: default $kv" grep -qE "^[[:space:]]*$kv,?$" "$T/stdout"
+done
+keys=$(sed -n 's/^[[:space:]]*"\([a-z_]*\)":.*/\1/p' "$T/stdout")
+check "spotd config: no key twice" test "$(printf '%s\n' "$keys" | sort | uniq -d | wc -l)" -eq 0
+
+# --- spotd help: every option with its three spellings ---
+run_spotd help
+expect_eq "spotd help exits 0" 0 "$RC"
+missing=""
+for k in $keys; do
+    flag="--$(printf '%s' "$k" | tr _ -)"
+    env="SPOTD_$(printf '%s' "$k" | tr '[:lower:]' '[:upper:]')"
+    grep -E "^${k}[[:space:]]+${flag}[[:space:]]+${env}[[:space:]]" "$T/stdout" >/dev/null ||
+        missing="$missing $k"
+done
+expect_eq "spotd help lists every option with key, flag and variable" "" "$missing"
+check "spotd help: max_restarts --max-restarts SPOTD_MAX_RESTARTS" \
+    grep -qE '^max_restarts +--max-restarts +SPOTD_MAX_RESTARTS ' "$T/stdout"
+check "spotd help: --config and SPOTD_CONFIG" grep -qE -- '--config +SPOTD_CONFIG' "$T/stdout"
+check "spotd help: later options say not implemented yet" \
+    grep -qE '^store .*not implemented yet' "$T/stdout"
+
+# Every option spelled as a flag and as a variable is accepted by config.
+bad=""
+for k in restart max_restarts grace stop_signal log_format log_level; do
+    case $k in
+        restart) v=always ;; max_restarts) v=7 ;; grace) v=7s ;;
+        stop_signal) v=USR2 ;; log_format) v=json ;; log_level) v=warn ;;
+    esac
+    flag="--$(printf '%s' "$k" | tr _ -)"
+    env="SPOTD_$(printf '%s' "$k" | tr '[:lower:]' '[:upper:]')"
+    run_spotd config "$flag" "$v"
+    grep -qE "\"${k}\":[[:space:]]*\"?$v\"?,?$" "$T/stdout" || bad="$bad $flag"
+    env "$env=$v" "$SPOTD" config >"$T/stdout" 2>"$T/stderr"
+    grep -qE "\"${k}\":[[:space:]]*\"?$v\"?,?$" "$T/stdout" || bad="$bad $env"
+    printf '{"%s": %s}\n' "$k" "$([ "$k" = max_restarts ] && echo "$v" || echo "\"$v\"")" >"$T/k.json"
+    run_spotd config --config "$T/k.json"
+    grep -qE "\"${k}\":[[:space:]]*\"?$v\"?,?$" "$T/stdout" || bad="$bad $k(file)"
+done
+expect_eq "each option works as flag, variable and file key" "" "$bad"
+
+# --- event log path ---
+run_spotd run --events /nonexistent/dir/f -- touch "$T/ran"
+usage_error "--events in a missing directory: names the path" "/nonexistent/dir/f"
+no_run "--events in a missing directory: the command does not run"
+
+# --help and -h print the usage and exit 0.
+run_spotd run --help
+expect_eq "spotd run --help exits 0" 0 "$RC"
+check "spotd run --help prints the usage" grep -q 'usage: spotd run' "$T/stdout"
+run_spotd version
+expect_eq "spotd version exits 0" 0 "$RC"
+check "spotd version prints a version" grep -qE '^spotd [0-9]+\.[0-9]+\.[0-9]+' "$T/stdout"
+check "nothing of this test is left running" wait_for 5 none_left
