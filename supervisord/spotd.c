@@ -101,7 +101,8 @@ static const char *find_config_flag(int argc, char **argv, int start)
 
 /* Build the configuration: defaults, file, environment, flags.  Returns the
  * index of the command in argv (argc when none), -1 on an error already
- * reported, or -2 when help was printed. */
+ * reported, or -2 when help was printed.  cfg is to be released in every
+ * case. */
 static int load_config(struct config *cfg, int argc, char **argv, int start)
 {
     char err[1024], warn[1024];
@@ -198,14 +199,11 @@ static int cmd_config(int argc, char **argv)
     int r;
 
     r = load_config(&cfg, argc, argv, 2);
-    if (r == -2)
-        return 0;
-    if (r < 0)
-        return EXIT_USAGE;
-    if (r < argc) {
-        say("'spotd config' takes options only, not '%s'", argv[r]);
+    if (r < 0 || r < argc) {
+        if (r >= 0)
+            say("'spotd config' takes options only, not '%s'", argv[r]);
         config_release(&cfg);
-        return EXIT_USAGE;
+        return r == -2 ? 0 : EXIT_USAGE;
     }
     json = config_to_json(&cfg);
     text = json ? cJSON_Print(json) : NULL;
@@ -236,10 +234,10 @@ static int cmd_run(int argc, char **argv)
     cJSON *e;
 
     cmd = load_config(&cfg, argc, argv, 2);
-    if (cmd == -2)
-        return 0;
-    if (cmd < 0)
-        return EXIT_USAGE;
+    if (cmd < 0) {
+        code = cmd == -2 ? 0 : EXIT_USAGE;
+        goto out_config;
+    }
     if (cmd >= argc) {
         say("no command to run; usage: spotd run [OPTIONS] -- COMMAND [ARGS...]");
         goto out_config;
@@ -257,8 +255,8 @@ static int cmd_run(int argc, char **argv)
     }
     drop_secret_env();
 
-    /* The command gets the mask spotd was given; dispositions are reset
-     * for it by posix_spawn.  A closed stderr must not kill spotd. */
+    /* The command gets the mask spotd was given; its dispositions are reset
+     * in child.c.  A closed stderr must not kill spotd. */
     sigprocmask(SIG_SETMASK, NULL, &orig_mask);
     signal(SIGPIPE, SIG_IGN);
     if (getpid() != 1 && prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
