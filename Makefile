@@ -45,7 +45,9 @@ ALL_CFLAGS  = -std=gnu11 $(WARN) $(if $(DEV),$(WARN_DEV)) -fvisibility=hidden \
 ALL_LDFLAGS = -Wl,--as-needed $(if $(SANITIZE),-fsanitize=$(SANITIZE)) $(LDFLAGS)
 
 # Generated once: pkg-config's answers, after the dependency check.
--include $(O)/config.mk
+ifeq ($(filter clean uninstall,$(MAKECMDGOALS)),)
+include $(O)/config.mk
+endif
 $(O)/config.mk: Makefile
 	@mkdir -p $(O)
 	@if ! $(PKG_CONFIG) --exists $(PKGS) 2>/dev/null; then \
