@@ -124,9 +124,20 @@ $(O)/tests/unit/run: $(UNIT_OBJ) $(O)/libspot.a $(O)/libckpt.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(O)/libspot.a $(O)/libckpt.a $(EVENT_LIBS)
 
 # Fuzz targets build as plain programs that replay their corpus (make check);
-# with clang and FUZZ=1 they link libFuzzer instead.
-$(O)/tests/fuzz/fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(O)/tests/fuzz/replay.o $(O)/libspot.a
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/tests/fuzz/replay.o $(O)/libspot.a $(EVENT_LIBS)
+# with FUZZ=1 (and CC=clang) they are libFuzzer programs:
+#   make CC=clang FUZZ=1 O=build-fuzz build-fuzz/tests/fuzz/fuzz_config
+#   build-fuzz/tests/fuzz/fuzz_config tests/fuzz/corpus/config
+ifeq ($(FUZZ),1)
+FUZZ_MAIN  :=
+FUZZ_LINK  := -fsanitize=fuzzer,address,undefined
+CFLAGS     += -fsanitize=fuzzer-no-link,address,undefined
+else
+FUZZ_MAIN  := $(O)/tests/fuzz/replay.o
+FUZZ_LINK  :=
+endif
+$(O)/tests/fuzz/fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(FUZZ_MAIN) $(O)/libspot.a
+	$(CC) $(ALL_LDFLAGS) $(FUZZ_LINK) -o $@ $< \
+	    $(FUZZ_MAIN) $(O)/libspot.a $(EVENT_LIBS)
 
 check: all $(O)/tests/unit/run $(FUZZ_BINS)
 	@O=$(O) SANITIZE=$(SANITIZE) tests/run
