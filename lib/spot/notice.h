@@ -1,0 +1,63 @@
+/* notice: one normalized interruption notice, whatever its source.
+ *
+ * Watchers (supervisord/watch_*.c) turn what a metadata service, a signal
+ * or a file says into a struct notice; supervisord/notices.c deduplicates
+ * them, logs them and decides what to do.  The parsers that read provider
+ * responses live in cloudparse.c and timeparse.c, apart from any I/O. */
+#ifndef SPOT_NOTICE_H
+#define SPOT_NOTICE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct cJSON;
+
+enum notice_kind {
+    NOTICE_TERMINATE,
+    NOTICE_STOP,
+    NOTICE_HIBERNATE,
+    NOTICE_REBALANCE,   /* advisory: never stops the command */
+    NOTICE_MAINTENANCE,
+    NOTICE_SIGNAL,
+    NOTICE_DRILL,
+    NOTICE__COUNT
+};
+
+#define NOTICE_SOURCE_LEN 16
+#define NOTICE_ID_LEN 160
+#define NOTICE_RAW_LEN 512
+
+struct notice {
+    char source[NOTICE_SOURCE_LEN];  /* "aws", "gcp", "azure", "alibaba", "tencent",
+                                        "signal", "file", "drill" */
+    enum notice_kind kind;
+    bool terminating;                /* the instance (or the command) goes away */
+    bool drill;                      /* simulated: marked as such everywhere */
+    int64_t deadline_ms;             /* UTC, ms since the epoch */
+    int64_t detected_ms;             /* UTC, ms since the epoch, when spotd saw it */
+    char event_id[NOTICE_ID_LEN];    /* stable across polls: the deduplication key */
+    char raw[NOTICE_RAW_LEN];        /* what the provider said, printable, truncated */
+};
+
+/* "terminate", "stop", ...; NULL for a value out of range. */
+const char *notice_kind_name(enum notice_kind kind);
+
+/* Parse a kind name; -EINVAL when unknown. */
+int notice_kind_parse(const char *name);
+
+/* Copy text into a fixed field: non-printable bytes become '?', the copy
+ * is truncated to fit and always terminated. */
+void notice_copy(char *dst, size_t size, const char *src, size_t len);
+
+/* Milliseconds since the epoch, UTC, now. */
+int64_t notice_now_ms(void);
+
+/* Add the notice's fields (source, kind, deadline as RFC 3339, event_id,
+ * raw, drill, terminating, detected) to obj. */
+void notice_to_json(const struct notice *n, struct cJSON *obj);
+
+/* Write ms since the epoch as RFC 3339 UTC with milliseconds into buf
+ * (at least 32 bytes).  Returns buf. */
+char *notice_format_time(int64_t ms, char *buf, size_t size);
+
+#endif
