@@ -61,25 +61,30 @@ $(O)/config.mk: Makefile
 	        echo "spotd: run: sudo apt-get install -y $(DEB_PKGS)"; exit 1; \
 	    fi; \
 	fi
-	@{ echo "EVENT_CFLAGS := $$($(PKG_CONFIG) --cflags libevent libcjson)"; \
+	@{ echo "SPOTD_LIBS := $$($(PKG_CONFIG) --libs libevent libcjson libcurl)"; \
 	   echo "EVENT_LIBS := $$($(PKG_CONFIG) --libs libevent libcjson)"; \
 	   echo "DEP_CFLAGS := $$($(PKG_CONFIG) --cflags $(PKGS))"; \
 	   echo "DEP_LIBS := $$($(PKG_CONFIG) --libs $(PKGS))"; } > $@.tmp && mv $@.tmp $@
 
 # lib/spot: the internal library shared by spotd and spotctl.
-SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c
+SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c lib/spot/http.c \
+              lib/spot/notice.c lib/spot/timeparse.c lib/spot/cloudparse.c
 SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)
 # libckpt: the trainer's library (include/ckpt.h).
 CKPT_SRC   := lib/libckpt/ckpt.c
 CKPT_OBJ   := $(CKPT_SRC:%.c=$(O)/pic/%.o)
-SPOTD_SRC  := supervisord/spotd.c supervisord/child.c
+SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supervisord/watch.c \
+              supervisord/watch_local.c supervisord/watch_poll.c supervisord/watch_aws.c \
+              supervisord/watch_alibaba.c supervisord/watch_tencent.c supervisord/watch_gcp.c \
+              supervisord/watch_azure.c
 SPOTD_OBJ  := $(SPOTD_SRC:%.c=$(O)/%.o)
 SPOTCTL_OBJ := $(O)/supervisord/spotctl.o
 
 UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c \
-              tests/unit/test_log.c tests/unit/test_ckpt.c
+              tests/unit/test_log.c tests/unit/test_ckpt.c \
+              tests/unit/test_timeparse.c tests/unit/test_cloudparse.c
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)
-FUZZ_NAMES := config duration
+FUZZ_NAMES := config duration aws azure gcp time termination
 FUZZ_BINS  := $(FUZZ_NAMES:%=$(O)/tests/fuzz/fuzz_%)
 
 PROGS      := $(O)/spotd $(O)/spotctl
@@ -115,7 +120,7 @@ $(O)/libckpt.pc: lib/libckpt/libckpt.pc.in Makefile
 	$(make_pc) > $@
 
 $(O)/spotd: $(SPOTD_OBJ) $(O)/libspot.a
-	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTD_OBJ) $(O)/libspot.a $(EVENT_LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTD_OBJ) $(O)/libspot.a $(SPOTD_LIBS)
 
 $(O)/spotctl: $(SPOTCTL_OBJ) $(O)/libspot.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTCTL_OBJ) $(O)/libspot.a $(EVENT_LIBS)

@@ -41,6 +41,15 @@ enum kill_phase { PHASE_NONE, PHASE_GRACE, PHASE_KILLED };
  * also start the stop sequence. */
 static const int forwarded[] = { SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2 };
 #define N_FORWARDED (sizeof(forwarded) / sizeof(forwarded[0]))
+#define N_EXTRA 8
+
+static bool is_forwarded(int sig)
+{
+    for (size_t i = 0; i < N_FORWARDED; i++)
+        if (forwarded[i] == sig)
+            return true;
+    return false;
+}
 
 struct child {
     struct event_base *base;      /* borrowed */
@@ -51,6 +60,7 @@ struct child {
     enum child_state state;
     enum kill_phase phase;
     bool stopping;                /* a stop was asked: never restart */
+    uint64_t grace_ms;            /* of the stop under way */
     pid_t pid;                    /* the command, 0 when not running */
     pid_t pgid;                   /* its group, kept after it exits */
     int status;                   /* last wait status of the command */
@@ -60,6 +70,8 @@ struct child {
     uint64_t started_ms;          /* monotonic */
 
     struct event *sig_ev[N_FORWARDED];
+    struct event *extra_ev[N_EXTRA]; /* notice signals that are not forwarded ones */
+    size_t n_extra;
     struct event *sigchld_ev;
     struct event *kill_timer;     /* grace, then give-up */
     struct event *backoff_timer;
@@ -204,7 +216,8 @@ static void main_exited(struct child *c, int status)
     log_event(LOGL_INFO, e, "stopping what is left of process group %d", (int)c->pgid);
     signal_group(c, c->opts.stop_signal);
     c->phase = PHASE_GRACE;
-    arm(c->kill_timer, c->opts.grace_ms);
+    c->grace_ms = c->opts.grace_ms;
+    arm(c->kill_timer, c->grace_ms);
 }
 
 static void on_sigchld(evutil_socket_t sig, short what, void *arg)
@@ -235,7 +248,7 @@ static void on_kill_timer(evutil_socket_t fd, short what, void *arg)
     if (c->phase == PHASE_GRACE) {
         e = log_event_new("kill");
         cJSON_AddNumberToObject(e, "pgid", c->pgid);
-        cJSON_AddNumberToObject(e, "grace_ms", (double)c->opts.grace_ms);
+        cJSON_AddNumberToObject(e, "grace_ms", (double)c->grace_ms);
         log_event(LOGL_WARN, e, "grace period over: sending SIGKILL to process group %d",
                   (int)c->pgid);
         signal_group(c, SIGKILL);
@@ -261,19 +274,20 @@ static void on_backoff_timer(evutil_socket_t fd, short what, void *arg)
     spawn(c);
 }
 
-static void begin_stop(struct child *c, int sig, const char *reason)
+static void begin_stop(struct child *c, int sig, const char *reason, uint64_t grace_ms)
 {
     cJSON *e;
 
     if (!c->stopping) {
         c->stopping = true;
+        c->grace_ms = grace_ms;
         e = log_event_new("stop");
         cJSON_AddStringToObject(e, "reason", reason);
         cJSON_AddStringToObject(e, "signal", signame(sig));
         cJSON_AddNumberToObject(e, "pgid", c->pgid);
-        cJSON_AddNumberToObject(e, "grace_ms", (double)c->opts.grace_ms);
+        cJSON_AddNumberToObject(e, "grace_ms", (double)grace_ms);
         log_event(LOGL_INFO, e, "stopping the command: SIG%s, then SIGKILL after %llu ms",
-                  signame(sig), (unsigned long long)c->opts.grace_ms);
+                  signame(sig), (unsigned long long)grace_ms);
     }
     if (c->state == CHILD_BACKOFF) {
         evtimer_del(c->backoff_timer);
@@ -282,7 +296,7 @@ static void begin_stop(struct child *c, int sig, const char *reason)
     }
     if ((c->state == CHILD_RUNNING || c->state == CHILD_DRAINING) && c->phase == PHASE_NONE) {
         c->phase = PHASE_GRACE;
-        arm(c->kill_timer, c->opts.grace_ms);
+        arm(c->kill_timer, c->grace_ms);
     }
 }
 
@@ -292,6 +306,10 @@ static void on_signal(evutil_socket_t fd, short what, void *arg)
     int sig = (int)fd;
     cJSON *e;
 
+    if (sigismember(&c->opts.notice_only, sig)) {
+        c->opts.on_notice_signal(c->opts.arg, sig);
+        return;
+    }
     if (c->state == CHILD_RUNNING || c->state == CHILD_DRAINING) {
         e = log_event_new("signal");
         cJSON_AddStringToObject(e, "signal", signame(sig));
@@ -301,14 +319,18 @@ static void on_signal(evutil_socket_t fd, short what, void *arg)
         signal_group(c, sig);
     }
     if (is_stop_signal(sig))
-        begin_stop(c, sig, "signal");
+        begin_stop(c, sig, "signal", c->opts.grace_ms);
+    if (sig == SIGTERM && c->opts.on_notice_signal)
+        c->opts.on_notice_signal(c->opts.arg, sig);
 }
 
-void child_stop(struct child *c, const char *reason)
+void child_stop(struct child *c, const char *reason, uint64_t grace_ms)
 {
+    if (c->stopping)
+        return;
     if (c->state == CHILD_RUNNING || c->state == CHILD_DRAINING)
         signal_group(c, c->opts.stop_signal);
-    begin_stop(c, c->opts.stop_signal, reason);
+    begin_stop(c, c->opts.stop_signal, reason, grace_ms);
 }
 
 /* Find cmd the way execvp() would, in the parent, so that the child only
@@ -497,6 +519,16 @@ struct child *child_new(struct event_base *base, const struct child_opts *opts,
         if (!c->sig_ev[i] || evsignal_add(c->sig_ev[i], NULL) < 0)
             goto out_free;
     }
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (!sigismember(&opts->notice_only, sig) || is_forwarded(sig))
+            continue;
+        if (c->n_extra >= N_EXTRA)
+            goto out_free;
+        c->extra_ev[c->n_extra] = evsignal_new(base, sig, on_signal, c);
+        if (!c->extra_ev[c->n_extra] || evsignal_add(c->extra_ev[c->n_extra], NULL) < 0)
+            goto out_free;
+        c->n_extra++;
+    }
     c->sigchld_ev = evsignal_new(base, SIGCHLD, on_sigchld, c);
     c->kill_timer = evtimer_new(base, on_kill_timer, c);
     c->backoff_timer = evtimer_new(base, on_backoff_timer, c);
@@ -518,6 +550,8 @@ struct child *child_free(struct child *c)
     for (size_t i = 0; i < N_FORWARDED; i++)
         if (c->sig_ev[i])
             event_free(c->sig_ev[i]);
+    for (size_t i = 0; i < c->n_extra; i++)
+        event_free(c->extra_ev[i]);
     if (c->sigchld_ev)
         event_free(c->sigchld_ev);
     if (c->kill_timer)

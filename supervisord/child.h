@@ -15,6 +15,12 @@ struct child_opts {
     unsigned max_restarts;
     uint64_t grace_ms;
     int stop_signal;
+    /* Signals that are notices as well (SIGTERM always; more by
+     * --notice-signals).  The ones in notice_only are not forwarded: they
+     * mean something to spotd, not to the command. */
+    sigset_t notice_only;
+    void (*on_notice_signal)(void *arg, int sig);
+    void *arg;
 };
 
 /* Backoff between restarts doubles from the first to the last figure; a
@@ -40,9 +46,10 @@ struct child *child_new(struct event_base *base, const struct child_opts *opts,
  * or -ENOMEM. */
 int child_start(struct child *c);
 
-/* The stop sequence: the stop signal to the group, the grace period, then
- * SIGKILL; no restart afterwards.  reason goes to the event log. */
-void child_stop(struct child *c, const char *reason);
+/* The stop sequence: the stop signal to the group, grace_ms, then SIGKILL;
+ * no restart afterwards.  reason goes to the event log.  Nothing happens
+ * when a stop is already under way. */
+void child_stop(struct child *c, const char *reason, uint64_t grace_ms);
 
 /* The command's exit code (128 + n when killed by signal n, 126/127 when it
  * could not be executed), valid once the loop has ended. */

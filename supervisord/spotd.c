@@ -5,6 +5,7 @@
  * children and restart until the command is done for good.  Everything
  * after start-up happens in callbacks on one libevent event_base. */
 #include <cjson/cJSON.h>
+#include <curl/curl.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <signal.h>
@@ -16,9 +17,12 @@
 #include <unistd.h>
 
 #include "child.h"
+#include "notices.h"
 #include "spot/config.h"
+#include "spot/http.h"
 #include "spot/log.h"
 #include "spot/parse.h"
+#include "watch.h"
 
 /* spotd's own failures, distinct from 126/127 (see docs/events.md). */
 #define EXIT_USAGE 125
@@ -222,15 +226,103 @@ static int cmd_config(int argc, char **argv)
     return 0;
 }
 
+/* --notice-signals "USR1,USR2" into a set.  Returns 0 or -EINVAL with the
+ * message said. */
+static int parse_notice_signals(const struct config *cfg, sigset_t *set)
+{
+    const char *list = config_str(cfg, OPT_NOTICE_SIGNALS);
+    char buf[256], *tok, *save = NULL;
+
+    sigemptyset(set);
+    if (!list)
+        return 0;
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        int sig = parse_signal(tok);
+        if (sig < 0 || sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD || sig == SIGTERM ||
+            sig == SIGINT || sig == SIGQUIT) {
+            say("invalid notice_signals '%s' (from %s): '%s' cannot be a notice signal; name "
+                "signals such as USR1, USR2 or HUP (SIGTERM is always one)", list,
+                cfg->v[OPT_NOTICE_SIGNALS].origin, tok);
+            return -EINVAL;
+        }
+        sigaddset(set, sig);
+    }
+    return 0;
+}
+
+/* The cloud to watch, or NULL; says what auto found. */
+static const struct watcher_ops *pick_cloud(const struct config *cfg)
+{
+    static const char *const names[] = { "auto", "none", "aws", "gcp", "azure", "alibaba",
+                                         "tencent" };
+    enum config_cloud cloud = (enum config_cloud)config_num(cfg, OPT_CLOUD);
+    const char *found;
+    char what[512];
+
+    if (cloud == CLOUD_NONE)
+        return NULL;
+    if (cloud != CLOUD_AUTO)
+        return watch_find(names[cloud]);
+    found = watch_detect(NULL, what, sizeof(what));
+    if (!found) {
+        log_msg(LOGL_INFO, "cloud: none recognised from DMI (%s); watching local signals only; "
+                "set --cloud to choose one", what);
+        return NULL;
+    }
+    log_msg(LOGL_INFO, "cloud: %s, from DMI (%s)", found, what);
+    return watch_find(found);
+}
+
+struct run {
+    struct child *child;
+    struct watch_local *local;
+};
+
+static void on_notice_signal(void *arg, int sig)
+{
+    struct run *run = arg;
+
+    if (run->local)
+        watch_local_signal(run->local, sig);
+}
+
+static void on_acked(void *arg)
+{
+    event_base_loopbreak(arg);
+}
+
+/* The command stopped for a notice of the watched cloud: tell the cloud
+ * (Azure: StartRequests), waiting at most a few seconds for the answer. */
+static void acknowledge(struct event_base *base, const struct watcher_ops *cloud,
+                        struct watcher *w, const struct notice *cause)
+{
+    struct timeval limit = { 3, 0 };
+
+    if (!cause || strcmp(cause->source, cloud->name) != 0 || cause->drill)
+        return;
+    if (cloud->ack(w, cause->event_id, on_acked, base) < 0)
+        return;
+    event_base_loopexit(base, &limit);
+    event_base_dispatch(base);
+}
+
 static int cmd_run(int argc, char **argv)
 {
+    const struct watcher_ops *cloud = NULL;
+    struct watcher *watcher = NULL;
+    struct notices *notices = NULL;
+    struct http *http = NULL;
+    struct run run = { NULL, NULL };
     struct child_opts opts;
+    struct watch_local_opts lo;
     struct event_base *base;
     struct config cfg;
     struct child *child;
-    sigset_t orig_mask;
-    char err[1024];
-    int cmd, code = EXIT_USAGE, r;
+    sigset_t orig_mask, notice_sigs;
+    char err[1024], url[1024];
+    int cmd, code = EXIT_USAGE, r, drill_kind = -1;
+    uint64_t drill_ms = 0;
     cJSON *e;
 
     cmd = load_config(&cfg, argc, argv, 2);
@@ -244,6 +336,15 @@ static int cmd_run(int argc, char **argv)
     }
     if (config_check_implemented(&cfg, err, sizeof(err)) < 0) {
         say("%s", err);
+        goto out_config;
+    }
+    if (parse_notice_signals(&cfg, &notice_sigs) < 0)
+        goto out_config;
+    if (config_str(&cfg, OPT_DRILL_AFTER) &&
+        watch_parse_drill(config_str(&cfg, OPT_DRILL_AFTER), &drill_ms, &drill_kind) < 0) {
+        say("invalid drill_after '%s' (from %s): expected DURATION[:KIND], like 30s or "
+            "2m:terminate; kinds: terminate, stop, hibernate, rebalance, maintenance, signal, "
+            "drill", config_str(&cfg, OPT_DRILL_AFTER), cfg.v[OPT_DRILL_AFTER].origin);
         goto out_config;
     }
     r = log_open((enum log_format)config_num(&cfg, OPT_LOG_FORMAT),
@@ -274,12 +375,16 @@ static int cmd_run(int argc, char **argv)
         .max_restarts = (unsigned)config_num(&cfg, OPT_MAX_RESTARTS),
         .grace_ms = config_num(&cfg, OPT_GRACE),
         .stop_signal = (int)config_num(&cfg, OPT_STOP_SIGNAL),
+        .notice_only = notice_sigs,
+        .on_notice_signal = on_notice_signal,
+        .arg = &run,
     };
     child = child_new(base, &opts, &orig_mask);
     if (!child) {
         say("cannot set up signal handling: %s", strerror(errno));
         goto out_base;
     }
+    run.child = child;
 
     e = log_event_new("start");
     cJSON_AddStringToObject(e, "version", SPOT_VERSION);
@@ -289,13 +394,70 @@ static int cmd_run(int argc, char **argv)
     cJSON_AddItemToObject(e, "settings", config_to_json(&cfg));
     log_event(LOGL_INFO, e, "spotd %s starting", SPOT_VERSION);
 
+    notices = notices_new(base, child, &(struct notices_opts){
+                                          .margin_ms = config_num(&cfg, OPT_NOTICE_MARGIN),
+                                          .grace_ms = config_num(&cfg, OPT_GRACE),
+                                      });
+    if (!notices) {
+        say("out of memory");
+        goto out_child;
+    }
+    struct watch_ctx ctx = {
+        .base = base,
+        .poll_ms = config_num(&cfg, OPT_POLL_INTERVAL),
+        .imdsv1 = config_num(&cfg, OPT_AWS_IMDSV1) != 0,
+        .emit = notices_emit,
+        .emit_arg = notices,
+    };
+    lo = (struct watch_local_opts){
+        .notice_file = config_str(&cfg, OPT_NOTICE_FILE),
+        .drill_after_ms = drill_ms,
+        .drill_kind = drill_kind,
+        .signal_deadline_ms = config_num(&cfg, OPT_SIGNAL_DEADLINE),
+    };
+    run.local = watch_local_new(&ctx, &lo);
+    if (!run.local) {
+        say("cannot set up the local notice sources (see above)");
+        goto out_child;
+    }
+    cloud = pick_cloud(&cfg);
+    if (cloud) {
+        const char *u = config_str(&cfg, OPT_METADATA_URL);
+        size_t len;
+
+        snprintf(url, sizeof(url), "%s", u ? u : cloud->default_url);
+        len = strlen(url);
+        while (len > 0 && url[len - 1] == '/')
+            url[--len] = '\0';
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || !(http = http_new(base))) {
+            say("cannot set up HTTP for the metadata service");
+            goto out_child;
+        }
+        ctx.http = http;
+        ctx.base_url = url;
+        watcher = cloud->start(&ctx);
+        if (!watcher) {
+            say("cannot start watching %s", cloud->name);
+            goto out_child;
+        }
+    }
+
     if (child_start(child) < 0) {
         say("cannot schedule the command's start: out of memory");
         goto out_child;
     }
     event_base_dispatch(base);
     code = child_exit_code(child);
+    if (config_num(&cfg, OPT_AZURE_ACK) && cloud && cloud->ack)
+        acknowledge(base, cloud, watcher, notices_stop_cause(notices));
 out_child:
+    if (cloud)
+        cloud->stop(watcher);
+    http_free(http);
+    if (cloud)
+        curl_global_cleanup();
+    watch_local_free(run.local);
+    notices_free(notices);
 
     child_free(child);
 out_base:

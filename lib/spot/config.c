@@ -22,7 +22,6 @@ static const char *const cloud_choices[] = { "auto", "none", "aws", "gcp", "azur
                                              "alibaba", "tencent", NULL };
 static const char *const method_choices[] = { "app", "signal", "dir", "criu", NULL };
 
-#define LATER_WATCH "interruption notices (issue 3)"
 #define LATER_STORE "the snapshot store (issue 4)"
 #define LATER_ORCH "libckpt and the orchestrator (issue 5)"
 #define LATER_WORLD "the multi-node world (issue 6)"
@@ -42,14 +41,32 @@ const struct config_option config_options[OPT__COUNT] = {
                         "least severe stderr line shown: debug, info, warn, error" },
     [OPT_EVENTS] = { "events", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                      "append one JSON object per state change to this file" },
+    [OPT_CLOUD] = { "cloud", CONFIG_ENUM, "auto", cloud_choices, 0, 0, false, NULL,
+                    "metadata service to watch: auto (from DMI), none, aws, gcp, azure, "
+                    "alibaba, tencent" },
+    [OPT_METADATA_URL] = { "metadata_url", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                           "base URL of the cloud's metadata service (tests, proxies, emulators)" },
+    [OPT_POLL_INTERVAL] = { "poll_interval", CONFIG_DURATION, "1s", NULL, 0, 0, false, NULL,
+                            "time between two polls of a metadata service" },
+    [OPT_NOTICE_MARGIN] = { "notice_margin", CONFIG_DURATION, "5s", NULL, 0, 0, false, NULL,
+                            "safety margin: the command is killed this long before a deadline" },
+    [OPT_SIGNAL_DEADLINE] = { "signal_deadline", CONFIG_DURATION, "30s", NULL, 0, 0, false, NULL,
+                              "deadline of a notice by signal or file, after its arrival" },
+    [OPT_NOTICE_SIGNALS] = { "notice_signals", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                             "further signals that are notices, comma separated (USR1 for "
+                             "Slurm --signal=B:USR1@120); they are not forwarded" },
+    [OPT_NOTICE_FILE] = { "notice_file", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                          "a file whose appearance is a notice (preStop hooks, schedulers)" },
+    [OPT_DRILL_AFTER] = { "drill_after", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                          "simulate a notice after DURATION[:KIND], e.g. 30s:terminate" },
+    [OPT_AWS_IMDSV1] = { "aws_imdsv1", CONFIG_BOOL, "false", NULL, 0, 0, false, NULL,
+                         "fall back to IMDSv1 when no IMDSv2 token can be had" },
+    [OPT_AZURE_ACK] = { "azure_ack", CONFIG_BOOL, "false", NULL, 0, 0, false, NULL,
+                        "acknowledge an Azure event for this VM alone once the command stopped" },
     [OPT_JOB] = { "job", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_ORCH,
                   "name of the training run; the key of its checkpoints" },
     [OPT_STORE] = { "store", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_STORE,
                     "where checkpoints live: file:///path or s3://bucket/prefix" },
-    [OPT_CLOUD] = { "cloud", CONFIG_ENUM, NULL, cloud_choices, 0, 0, false, LATER_WATCH,
-                    "metadata service to watch: auto, none, aws, gcp, azure, alibaba, tencent" },
-    [OPT_METADATA_URL] = { "metadata_url", CONFIG_STRING, NULL, NULL, 0, 0, false,
-                           LATER_WATCH, "base URL of the metadata service (tests, proxies)" },
     [OPT_METHOD] = { "method", CONFIG_ENUM, NULL, method_choices, 0, 0, false, LATER_ORCH,
                      "how state is captured: app, signal, dir, criu" },
     [OPT_CKPT_DIR] = { "ckpt_dir", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_ORCH,
@@ -138,6 +155,13 @@ static int check_value(const struct config_option *o, const char *value, uint64_
             join_choices(o->choices, list, sizeof(list));
             snprintf(what, whatlen, "expected one of: %s", list);
         }
+        return -EINVAL;
+    case CONFIG_BOOL:
+        if (strcmp(value, "true") == 0 || strcmp(value, "false") == 0) {
+            *ret_num = value[0] == 't';
+            return 0;
+        }
+        snprintf(what, whatlen, "expected true or false");
         return -EINVAL;
     case CONFIG_SIGNAL:
         r = parse_signal(value);
@@ -373,6 +397,13 @@ static int apply_members(struct config *c, const char *path, const cJSON *root, 
             }
             snprintf(num, sizeof(num), "%llu", (unsigned long long)d);
             value = num;
+        } else if (o->type == CONFIG_BOOL) {
+            if (!cJSON_IsBool(it)) {
+                snprintf(err, errlen, "invalid %s in %s: expected true or false, like \"%s\": %s",
+                         key, path, key, o->def ? o->def : "false");
+                return -EINVAL;
+            }
+            value = cJSON_IsTrue(it) ? "true" : "false";
         } else if (cJSON_IsString(it)) {
             value = it->valuestring;
         } else {
@@ -556,6 +587,8 @@ cJSON *config_to_json(const struct config *c)
             cJSON_AddStringToObject(root, o->key, parse_format_duration(v->num, buf, sizeof(buf)));
         else if (o->type == CONFIG_UINT)
             cJSON_AddNumberToObject(root, o->key, (double)v->num);
+        else if (o->type == CONFIG_BOOL)
+            cJSON_AddBoolToObject(root, o->key, v->num != 0);
         else if (o->type == CONFIG_SIGNAL)
             cJSON_AddStringToObject(root, o->key, parse_signal_name((int)v->num)
                                                       ? parse_signal_name((int)v->num) : v->str);

@@ -26,11 +26,19 @@ enum config_id {
     OPT_LOG_FORMAT,
     OPT_LOG_LEVEL,
     OPT_EVENTS,
+    OPT_CLOUD,
+    OPT_METADATA_URL,
+    OPT_POLL_INTERVAL,
+    OPT_NOTICE_MARGIN,
+    OPT_SIGNAL_DEADLINE,
+    OPT_NOTICE_SIGNALS,
+    OPT_NOTICE_FILE,
+    OPT_DRILL_AFTER,
+    OPT_AWS_IMDSV1,
+    OPT_AZURE_ACK,
     /* Implemented by later capabilities; refused when set until then. */
     OPT_JOB,
     OPT_STORE,
-    OPT_CLOUD,
-    OPT_METADATA_URL,
     OPT_METHOD,
     OPT_CKPT_DIR,
     OPT_STATE_DIR,
@@ -45,7 +53,7 @@ enum config_id {
     OPT__COUNT
 };
 
-enum config_type { CONFIG_STRING, CONFIG_DURATION, CONFIG_UINT, CONFIG_ENUM, CONFIG_SIGNAL };
+enum config_type { CONFIG_STRING, CONFIG_DURATION, CONFIG_UINT, CONFIG_ENUM, CONFIG_SIGNAL, CONFIG_BOOL };
 
 enum config_source { CONFIG_DEFAULT, CONFIG_FILE, CONFIG_ENV, CONFIG_FLAG };
 
@@ -62,7 +70,7 @@ struct config_option {
 
 struct config_value {
     char *str;                    /* as given (owned), NULL when unset */
-    uint64_t num;                 /* duration in ms, uint, enum index, signal */
+    uint64_t num;                 /* duration in ms, uint, enum index, signal, bool */
     enum config_source source;
     char *origin;                 /* "--grace", "SPOTD_GRACE", "FILE: key 'grace'" (owned) */
 };
@@ -133,6 +141,10 @@ static inline const char *config_str(const struct config *c, enum config_id id)
 {
     return c->v[id].str;
 }
+
+/* Clouds, in the order of OPT_CLOUD's choices. */
+enum config_cloud { CLOUD_AUTO, CLOUD_NONE, CLOUD_AWS, CLOUD_GCP, CLOUD_AZURE, CLOUD_ALIBABA,
+                    CLOUD_TENCENT };
 
 /* Restart policies, in the order of OPT_RESTART's choices. */
 enum config_restart { RESTART_NEVER, RESTART_ON_FAILURE, RESTART_ALWAYS };

@@ -8,6 +8,7 @@
 #define SPOT_NOTICE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct cJSON;

@@ -242,8 +242,8 @@ check "spotd config: opens with {" test "$(head -n 1 "$T/stdout")" = "{"
 check "spotd config: closes with }" test "$(tail -n 1 "$T/stdout")" = "}"
 n=$(($(wc -l <"$T/stdout") - 2))
 members=$(sed '1d;$d' "$T/stdout")
-check "spotd config: every member is \"key\": string, number or null" \
-    eval '[ "$(printf "%s\n" "$members" | grep -cE "^[[:space:]]*\"[a-z_]+\":[[:space:]]*(\"[^\"\\\\]*\"|[0-9]+|null),?$")" -eq $n ]'
+check "spotd config: every member is \"key\": string, number, boolean or null" \
+    eval '[ "$(printf "%s\n" "$members" | grep -cE "^[[:space:]]*\"[a-z0-9_]+\":[[:space:]]*(\"[^\"\\\\]*\"|[0-9]+|true|false|null),?$")" -eq $n ]'
 check "spotd config: commas between members, none after the last" \
     eval '[ "$(printf "%s\n" "$members" | grep -c ",$")" -eq $((n - 1)) ] &&
           ! printf "%s\n" "$members" | tail -n 1 | grep -q ",$"'

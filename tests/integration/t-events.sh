@@ -70,7 +70,7 @@ expect_eq "the command inherits no descriptor of spotd's own (event loop, log)" 
     "$base" "$(sort -n "$T/stdout" | tr "\n" " ")"
 
 # Default text format on stderr.
-run_spotd run -- true
+run_spotd run --cloud none -- true
 check "text stderr: level=info" grep -q 'level=info' "$T/stderr"
 check "text stderr: event=child_start" grep -q 'event=child_start' "$T/stderr"
 check "text stderr: every line starts with ts= then level=" \

@@ -17,7 +17,7 @@ expect_eq "TERM-proof command: spotd exits 137 (SIGKILL)" 137 "$RC"
 expect_ge "TERM-proof command: not before the 1 s grace (ms)" 950 $((t1 - t0))
 expect_lt "TERM-proof command: soon after the grace (ms)" 10000 $((t1 - t0))
 expect_eq "TERM-proof command: event order" \
-    "start child_start signal stop kill child_exit exit" "$(events_of "$f")"
+    "start child_start signal stop notice kill child_exit exit" "$(events_of "$f")"
 expect_eq "TERM-proof command: stop record with grace_ms 1000" 1000 \
     "$(jget "$(ev "$f" stop)" grace_ms)"
 s=$(ts_ms "$(jget "$(ev "$f" stop)" ts)")

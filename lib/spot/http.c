@@ -1,0 +1,349 @@
+/* http: curl multi-socket on libevent, after curl's hiperfifo example,
+ * without its globals.
+ *
+ * DESIGN.  One CURLM per struct http.  curl asks for a socket to be
+ * watched through sock_cb(): each socket gets one libevent event, kept in
+ * curl's per-socket pointer (curl_multi_assign) and replaced when the
+ * wanted direction changes.  curl's timer becomes one libevent timer.
+ * Every wake-up calls curl_multi_socket_action() and then drains
+ * curl_multi_info_read() for finished transfers, whose callbacks run last,
+ * outside any curl call, so a callback may start or cancel requests. */
+#include "spot/http.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_MAX_BODY (64 * 1024)
+
+struct http {
+    struct event_base *base;
+    CURLM *multi;
+    struct event *timer;
+    struct http_req *reqs;      /* in flight, doubly linked */
+};
+
+struct http_req {
+    struct http *h;
+    CURL *easy;
+    struct curl_slist *headers;
+    http_done_fn done;
+    void *arg;
+    char *body;                 /* response, terminated */
+    size_t len, cap, max;
+    bool too_big;
+    char *etag;
+    char *req_body;             /* our copy of the request body */
+    char errbuf[CURL_ERROR_SIZE];
+    struct http_req *prev, *next;
+};
+
+/* The event watching one socket; curl's socket pointer. */
+struct sock {
+    struct event *ev;
+    int what;
+};
+
+static void req_free(struct http_req *r)
+{
+    struct http *h = r->h;
+
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        h->reqs = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    curl_multi_remove_handle(h->multi, r->easy);
+    curl_easy_cleanup(r->easy);
+    curl_slist_free_all(r->headers);
+    free(r->body);
+    free(r->etag);
+    free(r->req_body);
+    free(r);
+}
+
+static int map_error(CURLcode c)
+{
+    switch (c) {
+    case CURLE_OK:
+        return 0;
+    case CURLE_OPERATION_TIMEDOUT:
+        return -ETIMEDOUT;
+    case CURLE_COULDNT_CONNECT:
+        return -ECONNREFUSED;
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+        return -EHOSTUNREACH;
+    case CURLE_WRITE_ERROR:
+        return -EMSGSIZE; /* only write_cb fails a write */
+    default:
+        return -EIO;
+    }
+}
+
+static void finish_transfers(struct http *h)
+{
+    CURLMsg *msg;
+    int left;
+
+    while ((msg = curl_multi_info_read(h->multi, &left))) {
+        struct http_req *r = NULL;
+        struct http_result res;
+        double total = 0;
+
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+        memset(&res, 0, sizeof(res));
+        res.error = map_error(msg->data.result);
+        if (r->too_big)
+            res.error = -EMSGSIZE;
+        res.errmsg = res.error ? (r->errbuf[0] ? r->errbuf : curl_easy_strerror(msg->data.result))
+                               : "";
+        curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &res.status);
+        curl_easy_getinfo(r->easy, CURLINFO_TOTAL_TIME, &total);
+        res.total_s = total;
+        res.body = r->body ? r->body : "";
+        res.len = r->len;
+        res.etag = r->etag;
+        /* Out of the list before the callback, so it can start others. */
+        curl_multi_remove_handle(h->multi, r->easy);
+        r->done(r->arg, &res);
+        req_free(r);
+    }
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct http *h = arg;
+    int running;
+
+    curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    finish_transfers(h);
+}
+
+static void on_socket(evutil_socket_t fd, short what, void *arg)
+{
+    struct http *h = arg;
+    int running, flags = 0;
+
+    if (what & EV_READ)
+        flags |= CURL_CSELECT_IN;
+    if (what & EV_WRITE)
+        flags |= CURL_CSELECT_OUT;
+    curl_multi_socket_action(h->multi, fd, flags, &running);
+    /* No evtimer_del() when nothing runs, unlike hiperfifo: a callback in
+     * finish_transfers() may just have started a request and its timer. */
+    finish_transfers(h);
+}
+
+static int timer_cb(CURLM *multi, long timeout_ms, void *arg)
+{
+    struct http *h = arg;
+    struct timeval tv;
+
+    if (timeout_ms < 0) {
+        evtimer_del(h->timer);
+        return 0;
+    }
+    /* Even timeout 0 goes through the loop: curl must not be re-entered
+     * from inside its own callback. */
+    tv.tv_sec = timeout_ms / 1000;
+    tv.tv_usec = (timeout_ms % 1000) * 1000;
+    evtimer_add(h->timer, &tv);
+    return 0;
+}
+
+static int sock_cb(CURL *easy, curl_socket_t s, int what, void *arg, void *sockp)
+{
+    struct http *h = arg;
+    struct sock *sk = sockp;
+    short kind;
+
+    if (what == CURL_POLL_REMOVE) {
+        if (sk) {
+            event_free(sk->ev);
+            free(sk);
+            curl_multi_assign(h->multi, s, NULL);
+        }
+        return 0;
+    }
+    kind = (short)(EV_PERSIST | ((what & CURL_POLL_IN) ? EV_READ : 0) |
+                   ((what & CURL_POLL_OUT) ? EV_WRITE : 0));
+    if (!sk) {
+        sk = calloc(1, sizeof(*sk));
+        if (!sk)
+            return -1;
+        curl_multi_assign(h->multi, s, sk);
+    } else if (sk->what == what) {
+        return 0;
+    } else {
+        event_free(sk->ev);
+    }
+    sk->what = what;
+    sk->ev = event_new(h->base, s, kind, on_socket, h);
+    if (!sk->ev || event_add(sk->ev, NULL) < 0)
+        return -1;
+    return 0;
+}
+
+static size_t write_cb(char *data, size_t size, size_t nmemb, void *arg)
+{
+    struct http_req *r = arg;
+    size_t n = size * nmemb;
+
+    if (r->len + n > r->max) {
+        r->too_big = true;
+        return 0; /* curl fails the transfer with CURLE_WRITE_ERROR */
+    }
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = r->cap ? r->cap : 1024;
+        while (cap < r->len + n + 1)
+            cap *= 2;
+        char *b = realloc(r->body, cap);
+        if (!b)
+            return 0;
+        r->body = b;
+        r->cap = cap;
+    }
+    memcpy(r->body + r->len, data, n);
+    r->len += n;
+    r->body[r->len] = '\0';
+    return n;
+}
+
+/* Keep the ETag; every other header is ignored. */
+static size_t header_cb(char *data, size_t size, size_t nmemb, void *arg)
+{
+    struct http_req *r = arg;
+    size_t n = size * nmemb, v;
+
+    if (n > 5 && strncasecmp(data, "ETag:", 5) == 0) {
+        for (v = 5; v < n && (data[v] == ' ' || data[v] == '\t'); v++)
+            ;
+        while (n > v && (data[n - 1] == '\r' || data[n - 1] == '\n' || data[n - 1] == ' '))
+            n--;
+        free(r->etag);
+        r->etag = strndup(data + v, n - v);
+    }
+    return size * nmemb;
+}
+
+struct http_req *http_start(struct http *h, const struct http_req_opts *o, http_done_fn done,
+                            void *arg)
+{
+    struct http_req *r = calloc(1, sizeof(*r));
+    const char *method = o->method ? o->method : "GET";
+    CURLcode c = CURLE_OK;
+
+    if (!r)
+        return NULL;
+    r->h = h;
+    r->done = done;
+    r->arg = arg;
+    r->max = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
+    r->easy = curl_easy_init();
+    if (!r->easy)
+        goto out_free;
+    for (const char *const *hd = o->headers; hd && *hd; hd++) {
+        struct curl_slist *l = curl_slist_append(r->headers, *hd);
+        if (!l)
+            goto out_free;
+        r->headers = l;
+    }
+    /* An empty Expect: keeps curl from waiting for 100-continue. */
+    if (o->body) {
+        struct curl_slist *l = curl_slist_append(r->headers, "Expect:");
+        if (!l)
+            goto out_free;
+        r->headers = l;
+        r->req_body = malloc(o->body_len ? o->body_len : 1);
+        if (!r->req_body)
+            goto out_free;
+        memcpy(r->req_body, o->body, o->body_len);
+    }
+
+    c |= curl_easy_setopt(r->easy, CURLOPT_URL, o->url);
+    c |= curl_easy_setopt(r->easy, CURLOPT_PRIVATE, r);
+    c |= curl_easy_setopt(r->easy, CURLOPT_ERRORBUFFER, r->errbuf);
+    c |= curl_easy_setopt(r->easy, CURLOPT_NOSIGNAL, 1L);
+    c |= curl_easy_setopt(r->easy, CURLOPT_WRITEFUNCTION, write_cb);
+    c |= curl_easy_setopt(r->easy, CURLOPT_WRITEDATA, r);
+    c |= curl_easy_setopt(r->easy, CURLOPT_HEADERFUNCTION, header_cb);
+    c |= curl_easy_setopt(r->easy, CURLOPT_HEADERDATA, r);
+    c |= curl_easy_setopt(r->easy, CURLOPT_HTTPHEADER, r->headers);
+    c |= curl_easy_setopt(r->easy, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (!o->proxy)
+        c |= curl_easy_setopt(r->easy, CURLOPT_NOPROXY, "*");
+    if (o->timeout_ms > 0)
+        c |= curl_easy_setopt(r->easy, CURLOPT_TIMEOUT_MS, o->timeout_ms);
+    if (o->connect_timeout_ms > 0)
+        c |= curl_easy_setopt(r->easy, CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_ms);
+    if (strcmp(method, "GET") != 0)
+        c |= curl_easy_setopt(r->easy, CURLOPT_CUSTOMREQUEST, method);
+    if (o->body) {
+        c |= curl_easy_setopt(r->easy, CURLOPT_POSTFIELDS, r->req_body);
+        c |= curl_easy_setopt(r->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)o->body_len);
+    }
+    if (c != CURLE_OK)
+        goto out_free;
+
+    r->next = h->reqs;
+    if (h->reqs)
+        h->reqs->prev = r;
+    h->reqs = r;
+    if (curl_multi_add_handle(h->multi, r->easy) != CURLM_OK) {
+        req_free(r);
+        return NULL;
+    }
+    return r;
+
+out_free:
+    if (r->easy)
+        curl_easy_cleanup(r->easy);
+    curl_slist_free_all(r->headers);
+    free(r->req_body);
+    free(r);
+    return NULL;
+}
+
+void http_cancel(struct http_req *r)
+{
+    if (r)
+        req_free(r);
+}
+
+struct http *http_new(struct event_base *base)
+{
+    struct http *h = calloc(1, sizeof(*h));
+
+    if (!h)
+        return NULL;
+    h->base = base;
+    h->multi = curl_multi_init();
+    h->timer = evtimer_new(base, on_timer, h);
+    if (!h->multi || !h->timer)
+        return http_free(h);
+    curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
+    curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
+    curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+    curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
+    return h;
+}
+
+struct http *http_free(struct http *h)
+{
+    if (!h)
+        return NULL;
+    while (h->reqs)
+        req_free(h->reqs);
+    if (h->multi)
+        curl_multi_cleanup(h->multi);
+    if (h->timer)
+        event_free(h->timer);
+    free(h);
+    return NULL;
+}

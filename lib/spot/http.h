@@ -1,0 +1,62 @@
+/* http: HTTP requests on the libevent loop through curl's multi-socket
+ * interface.  No threads, no blocking: curl tells us which sockets to watch
+ * (CURLMOPT_SOCKETFUNCTION) and when to wake it (CURLMOPT_TIMERFUNCTION),
+ * and a finished transfer ends in its callback, on the loop.
+ *
+ * Made for small control-plane requests (metadata services, later the S3
+ * control calls): the whole response body is collected, up to a cap. */
+#ifndef SPOT_HTTP_H
+#define SPOT_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct event_base;
+struct http;
+struct http_req;
+
+struct http_result {
+    int error;            /* 0, or -ETIMEDOUT, -ECONNREFUSED, -EMSGSIZE (body over
+                             the cap), -EHOSTUNREACH (name or route), -EIO (other) */
+    const char *errmsg;   /* curl's words for error, "" when none */
+    long status;          /* HTTP status, 0 when there was no response */
+    const char *body;     /* terminated; valid during the callback only */
+    size_t len;
+    const char *etag;     /* ETag header without quotes' removal, NULL if none */
+    double total_s;       /* time the request took */
+};
+
+/* Called once per request, on the loop, unless it was cancelled.  The
+ * request is freed after the callback returns. */
+typedef void (*http_done_fn)(void *arg, const struct http_result *res);
+
+struct http_req_opts {
+    const char *method;           /* "GET" when NULL */
+    const char *url;
+    const char *const *headers;   /* "Name: value", NULL-terminated; may be NULL */
+    const char *body;             /* request body for PUT/POST, may be NULL */
+    size_t body_len;
+    long timeout_ms;              /* whole request; 0: no limit */
+    long connect_timeout_ms;      /* 0: curl's default */
+    size_t max_body;              /* response cap; 0: 64 KiB */
+    bool proxy;                   /* false: never through a proxy (metadata services) */
+};
+
+/* A request engine on base.  Call curl_global_init() once before.
+ * Returns NULL when out of memory. */
+struct http *http_new(struct event_base *base);
+
+/* Cancels what is in flight (no callbacks) and frees h; takes NULL,
+ * returns NULL. */
+struct http *http_free(struct http *h);
+
+/* Start a request.  Returns a handle for http_cancel(), or NULL when it
+ * could not be started (out of memory, bad option); then no callback
+ * comes.  Strings in o are copied or used only during this call. */
+struct http_req *http_start(struct http *h, const struct http_req_opts *o, http_done_fn done,
+                            void *arg);
+
+/* Abandon a request: its callback will not be called.  Takes NULL. */
+void http_cancel(struct http_req *r);
+
+#endif

@@ -1,0 +1,34 @@
+/* notices: what spotd does with a notice.  Today: log it once, and for a
+ * terminating notice run the stop sequence so that SIGKILL would land
+ * `margin` before the deadline.  The orchestrator (checkpoint, upload,
+ * commit) takes this place in a later version. */
+#ifndef SPOTD_NOTICES_H
+#define SPOTD_NOTICES_H
+
+#include <stdint.h>
+
+#include "spot/notice.h"
+
+struct event_base;
+struct child;
+struct notices;
+
+struct notices_opts {
+    uint64_t margin_ms;
+    uint64_t grace_ms;
+};
+
+struct notices *notices_new(struct event_base *base, struct child *child,
+                            const struct notices_opts *o);
+struct notices *notices_free(struct notices *ns);
+
+/* Take a notice from a watcher (the watch_ctx emit callback; arg is the
+ * struct notices).  The same notice (source and event_id) again is
+ * ignored. */
+void notices_emit(void *arg, struct notice *n);
+
+/* The notice that made spotd stop the command, if one did: its source and
+ * event_id, or NULL. */
+const struct notice *notices_stop_cause(const struct notices *ns);
+
+#endif

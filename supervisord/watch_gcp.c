@@ -1,0 +1,198 @@
+/* watch_gcp: Compute Engine's metadata server, by long-poll.
+ *
+ * Two values are watched, each by its own chain of requests:
+ * instance/preempted (TRUE once the Spot VM is being preempted; 30 s from
+ * then to power-off) and instance/maintenance-event.  Each chain first
+ * reads the value (a notice present at start is acted on at once), then
+ * waits with ?wait_for_change=true&last_etag=ETAG, which the server
+ * answers the moment the value changes or after timeout_sec. */
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spot/cloudparse.h"
+#include "spot/http.h"
+#include "spot/log.h"
+#include "watch.h"
+
+#define LONGPOLL_S 300
+#define PREEMPT_WINDOW_MS (30 * 1000)
+#define MAINTENANCE_WINDOW_MS (60 * 1000)
+
+struct watcher;
+
+struct gcp_key {
+    struct watcher *w;
+    const char *path;
+    char etag[128];
+    bool waiting;                /* a long-poll, not the first read */
+    unsigned failures;
+    struct http_req *req;
+    struct event *retry;
+};
+
+struct watcher {
+    struct watch_ctx ctx;
+    struct gcp_key keys[2];
+    struct watch_complaint complaint;
+};
+
+static void key_request(struct gcp_key *k);
+
+static void handle_value(struct gcp_key *k, const struct http_result *res)
+{
+    struct watcher *w = k->w;
+    struct notice n;
+    const char *why = NULL;
+    int r;
+
+    memset(&n, 0, sizeof(n));
+    if (strstr(k->path, "preempted")) {
+        r = gcp_parse_preempted(res->body, res->len, &why);
+        if (r == 1) {
+            snprintf(n.source, sizeof(n.source), "gcp");
+            n.kind = NOTICE_TERMINATE;
+            n.terminating = true;
+            snprintf(n.event_id, sizeof(n.event_id), "gcp:preempted");
+            notice_copy(n.raw, sizeof(n.raw), res->body, res->len);
+        }
+    } else {
+        r = gcp_parse_maintenance(res->body, res->len, &n, &why);
+    }
+    if (r < 0) {
+        watch_complain(&w->complaint, "gcp", k->path, "cannot understand %s%s: %s; ignoring it",
+                       w->ctx.base_url, k->path, why ? why : "malformed");
+        return;
+    }
+    if (r == 0)
+        return;
+    n.detected_ms = notice_now_ms();
+    if (n.deadline_ms == 0)
+        n.deadline_ms = n.detected_ms +
+                        (n.kind == NOTICE_TERMINATE ? PREEMPT_WINDOW_MS : MAINTENANCE_WINDOW_MS);
+    w->ctx.emit(w->ctx.emit_arg, &n);
+}
+
+/* ETags are opaque; keep only what can go into a query string as is. */
+static void keep_etag(struct gcp_key *k, const char *etag)
+{
+    size_t i;
+
+    k->etag[0] = '\0';
+    if (!etag)
+        return;
+    for (i = 0; etag[i] && i + 1 < sizeof(k->etag); i++) {
+        char c = etag[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              c == '-' || c == '_'))
+            return;
+    }
+    if (etag[i])
+        return;
+    memcpy(k->etag, etag, i + 1);
+}
+
+static void on_answer(void *arg, const struct http_result *res)
+{
+    struct gcp_key *k = arg;
+    struct watcher *w = k->w;
+
+    k->req = NULL;
+    if (res->error || res->status != 200) {
+        char kind[64];
+        struct timeval tv;
+        uint64_t d = watch_backoff(w->ctx.poll_ms, ++k->failures);
+
+        snprintf(kind, sizeof(kind), "%s %d %ld", k->path, res->error, res->status);
+        watch_complain(&w->complaint, "gcp", kind, "%s%s: %s; retrying with backoff (check "
+                       "--metadata-url or --cloud)", w->ctx.base_url, k->path,
+                       res->error ? res->errmsg : "unexpected HTTP status");
+        k->waiting = false;
+        tv.tv_sec = (time_t)(d / 1000);
+        tv.tv_usec = (suseconds_t)(d % 1000) * 1000;
+        evtimer_add(k->retry, &tv);
+        return;
+    }
+    if (k->failures)
+        watch_ok(&w->complaint, "gcp");
+    k->failures = 0;
+    keep_etag(k, res->etag);
+    handle_value(k, res);
+    k->waiting = true;
+    key_request(k);
+}
+
+static void key_request(struct gcp_key *k)
+{
+    struct watcher *w = k->w;
+    static const char *const headers[] = { "Metadata-Flavor: Google", NULL };
+    char url[1024];
+    struct http_req_opts o = {
+        .url = url,
+        .headers = headers,
+        .timeout_ms = 2000,
+        .connect_timeout_ms = 1000,
+        .max_body = 4096,
+    };
+
+    if (k->waiting) {
+        snprintf(url, sizeof(url), "%s%s?wait_for_change=true%s%s&timeout_sec=%d",
+                 w->ctx.base_url, k->path, k->etag[0] ? "&last_etag=" : "", k->etag, LONGPOLL_S);
+        o.timeout_ms = (LONGPOLL_S + 10) * 1000L;
+    } else {
+        snprintf(url, sizeof(url), "%s%s", w->ctx.base_url, k->path);
+    }
+    k->req = http_start(w->ctx.http, &o, on_answer, k);
+    if (!k->req) {
+        struct timeval tv = { 1, 0 };
+        evtimer_add(k->retry, &tv);
+    }
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    key_request(arg);
+}
+
+static struct watcher *gcp_stop(struct watcher *w)
+{
+    if (!w)
+        return NULL;
+    for (size_t i = 0; i < 2; i++) {
+        http_cancel(w->keys[i].req);
+        if (w->keys[i].retry)
+            event_free(w->keys[i].retry);
+    }
+    free(w);
+    return NULL;
+}
+
+static struct watcher *gcp_start(const struct watch_ctx *ctx)
+{
+    static const char *const paths[2] = { "/computeMetadata/v1/instance/preempted",
+                                          "/computeMetadata/v1/instance/maintenance-event" };
+    struct watcher *w = calloc(1, sizeof(*w));
+
+    if (!w)
+        return NULL;
+    w->ctx = *ctx;
+    for (size_t i = 0; i < 2; i++) {
+        w->keys[i].w = w;
+        w->keys[i].path = paths[i];
+        w->keys[i].retry = evtimer_new(ctx->base, on_retry, &w->keys[i]);
+        if (!w->keys[i].retry)
+            return gcp_stop(w);
+    }
+    log_msg(LOGL_INFO, "gcp: watching %s (long-poll)", ctx->base_url);
+    for (size_t i = 0; i < 2; i++)
+        key_request(&w->keys[i]);
+    return w;
+}
+
+const struct watcher_ops watch_gcp = {
+    .name = "gcp",
+    .default_url = "http://metadata.google.internal",
+    .start = gcp_start,
+    .stop = gcp_stop,
+};

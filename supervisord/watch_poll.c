@@ -1,0 +1,262 @@
+/* watch_poll: poll a metadata service's notice endpoints, with session
+ * tokens where the service has them (IMDSv2, Alibaba's hardened mode).
+ *
+ * DESIGN.  A round: renew the token when it is missing or near expiry,
+ * then GET every endpoint at once; when the last answer is in, the next
+ * round is armed: after the poll interval, after a backoff when something
+ * failed, or at once when a token was refused (401), which drops it. */
+#include "watch_poll.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spot/http.h"
+#include "spot/log.h"
+
+#define TOKEN_TTL_S 21600
+#define TOKEN_RENEW_MS (60 * 1000)
+#define REQUEST_TIMEOUT_MS 2000
+#define MAX_ENDPOINTS 8
+#define MAX_NOTICES 8
+
+struct watcher;
+
+struct ep_call {
+    struct watcher *w;
+    size_t idx;
+    struct http_req *req;
+};
+
+struct watcher {
+    const struct poll_cloud *pc;
+    struct watch_ctx ctx;
+    char token[256];
+    int64_t token_expiry_ms;     /* 0: no token */
+    int64_t token_got_ms;
+    bool tokenless;              /* IMDSv1 or normal mode */
+    struct http_req *token_req;
+    struct ep_call calls[MAX_ENDPOINTS];
+    size_t pending;
+    bool failed, retry_now;
+    unsigned failures;
+    struct event *timer;
+    struct watch_complaint complaint;
+};
+
+static void arm(struct watcher *w, uint64_t ms)
+{
+    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
+    evtimer_add(w->timer, &tv);
+}
+
+static void round_done(struct watcher *w)
+{
+    uint64_t delay;
+
+    if (w->retry_now) {
+        delay = 0;
+    } else if (w->failed) {
+        w->failures++;
+        delay = watch_backoff(w->ctx.poll_ms, w->failures);
+    } else {
+        if (w->failures)
+            watch_ok(&w->complaint, w->pc->name);
+        w->failures = 0;
+        delay = w->ctx.poll_ms;
+    }
+    w->failed = w->retry_now = false;
+    arm(w, delay);
+}
+
+/* A failed request: say it once per kind, back off. */
+static void request_failed(struct watcher *w, const char *path, const struct http_result *res)
+{
+    char kind[64];
+
+    w->failed = true;
+    if (res->error) {
+        snprintf(kind, sizeof(kind), "error %d", res->error);
+        watch_complain(&w->complaint, w->pc->name, kind, "cannot reach %s%s (%s); retrying "
+                       "with backoff; check --metadata-url or --cloud", w->ctx.base_url, path,
+                       res->errmsg);
+    } else if (res->status == 429 || res->status == 503) {
+        watch_complain(&w->complaint, w->pc->name, "throttled", "%s%s answers %ld: throttled; "
+                       "backing off", w->ctx.base_url, path, res->status);
+    } else {
+        snprintf(kind, sizeof(kind), "status %ld", res->status);
+        watch_complain(&w->complaint, w->pc->name, kind, "%s%s answers HTTP %ld; retrying with "
+                       "backoff", w->ctx.base_url, path, res->status);
+    }
+}
+
+static void on_endpoint(void *arg, const struct http_result *res)
+{
+    struct ep_call *call = arg;
+    struct watcher *w = call->w;
+    const struct poll_endpoint *ep = &w->pc->endpoints[call->idx];
+    struct notice out[MAX_NOTICES];
+    const char *why = NULL;
+    int n;
+
+    call->req = NULL;
+    if (!res->error && res->status == 401 && !w->tokenless && w->pc->token_path) {
+        /* The token expired or was revoked: get another one, at once
+         * unless this one is brand new (then something else is wrong). */
+        w->token_expiry_ms = 0;
+        if (notice_now_ms() - w->token_got_ms > 1000)
+            w->retry_now = true;
+        else
+            request_failed(w, ep->path, res);
+    } else if (!res->error && res->status == 404) {
+        /* Nothing announced. */
+    } else if (!res->error && res->status == 200) {
+        memset(out, 0, sizeof(out));
+        n = ep->parse(res->body, res->len, out, MAX_NOTICES, &why);
+        if (n < 0) {
+            char kind[64];
+            snprintf(kind, sizeof(kind), "garbage %zu", call->idx);
+            watch_complain(&w->complaint, w->pc->name, kind, "cannot understand %s%s: %s; "
+                           "ignoring it", w->ctx.base_url, ep->path, why ? why : "malformed");
+            w->failed = true;
+        }
+        for (int i = 0; i < n; i++) {
+            out[i].detected_ms = notice_now_ms();
+            if (out[i].deadline_ms == 0)
+                out[i].deadline_ms = out[i].detected_ms + (int64_t)ep->window_ms;
+            w->ctx.emit(w->ctx.emit_arg, &out[i]);
+        }
+    } else {
+        request_failed(w, ep->path, res);
+    }
+    if (--w->pending == 0)
+        round_done(w);
+}
+
+static void get_endpoints(struct watcher *w)
+{
+    char url[1024], hdr[320];
+    const char *headers[2] = { NULL, NULL };
+
+    if (!w->tokenless && w->pc->token_path) {
+        snprintf(hdr, sizeof(hdr), "%s: %s", w->pc->token_header, w->token);
+        headers[0] = hdr;
+    }
+    w->pending = 0;
+    for (size_t i = 0; i < w->pc->n_endpoints; i++) {
+        struct http_req_opts o = {
+            .url = url,
+            .headers = headers,
+            .timeout_ms = REQUEST_TIMEOUT_MS,
+            .connect_timeout_ms = REQUEST_TIMEOUT_MS / 2,
+        };
+        snprintf(url, sizeof(url), "%s%s", w->ctx.base_url, w->pc->endpoints[i].path);
+        w->calls[i].w = w;
+        w->calls[i].idx = i;
+        w->calls[i].req = http_start(w->ctx.http, &o, on_endpoint, &w->calls[i]);
+        if (w->calls[i].req)
+            w->pending++;
+    }
+    if (w->pending == 0) {
+        w->failed = true;
+        round_done(w);
+    }
+}
+
+static void on_token(void *arg, const struct http_result *res)
+{
+    struct watcher *w = arg;
+    size_t len = res->len;
+
+    w->token_req = NULL;
+    while (len > 0 && (res->body[len - 1] == '\n' || res->body[len - 1] == '\r'))
+        len--;
+    if (!res->error && res->status == 200 && len > 0 && len < sizeof(w->token) &&
+        !memchr(res->body, '\n', len) && !memchr(res->body, '\r', len)) {
+        memcpy(w->token, res->body, len);
+        w->token[len] = '\0';
+        w->token_got_ms = notice_now_ms();
+        w->token_expiry_ms = w->token_got_ms + TOKEN_TTL_S * 1000LL;
+        get_endpoints(w);
+        return;
+    }
+    if (w->ctx.imdsv1 || w->pc->token_optional) {
+        log_msg(LOGL_WARN, "%s: no session token from %s%s (%s); polling without one, as %s",
+                w->pc->name, w->ctx.base_url, w->pc->token_path,
+                res->error ? res->errmsg : "refused",
+                w->pc->token_optional ? "the service's normal mode allows" : "--aws-imdsv1 allows");
+        w->tokenless = true;
+        get_endpoints(w);
+        return;
+    }
+    w->failed = true;
+    if (res->error == -ETIMEDOUT)
+        watch_complain(&w->complaint, w->pc->name, "token timeout", "the token request to "
+                       "%s%s timed out; %s", w->ctx.base_url, w->pc->token_path, w->pc->token_hint);
+    else
+        request_failed(w, w->pc->token_path, res);
+    round_done(w);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct watcher *w = arg;
+    char url[1024], hdr[128];
+    const char *headers[2] = { hdr, NULL };
+
+    if (w->tokenless || !w->pc->token_path ||
+        w->token_expiry_ms - notice_now_ms() > TOKEN_RENEW_MS) {
+        get_endpoints(w);
+        return;
+    }
+    snprintf(url, sizeof(url), "%s%s", w->ctx.base_url, w->pc->token_path);
+    snprintf(hdr, sizeof(hdr), "%s: %d", w->pc->ttl_header, TOKEN_TTL_S);
+    struct http_req_opts o = {
+        .method = "PUT",
+        .url = url,
+        .headers = headers,
+        .body = "",
+        .body_len = 0,
+        .timeout_ms = REQUEST_TIMEOUT_MS,
+        .connect_timeout_ms = REQUEST_TIMEOUT_MS / 2,
+        .max_body = 1024,
+    };
+    w->token_req = http_start(w->ctx.http, &o, on_token, w);
+    if (!w->token_req) {
+        w->failed = true;
+        round_done(w);
+    }
+}
+
+struct watcher *poll_start(const struct poll_cloud *pc, const struct watch_ctx *ctx)
+{
+    struct watcher *w = calloc(1, sizeof(*w));
+
+    if (!w)
+        return NULL;
+    w->pc = pc;
+    w->ctx = *ctx;
+    w->timer = evtimer_new(ctx->base, on_timer, w);
+    if (!w->timer)
+        return poll_stop(w);
+    log_msg(LOGL_INFO, "%s: watching %s every %llu ms", pc->name, ctx->base_url,
+            (unsigned long long)ctx->poll_ms);
+    /* The first round at once: a notice already present is acted on now. */
+    arm(w, 0);
+    return w;
+}
+
+struct watcher *poll_stop(struct watcher *w)
+{
+    if (!w)
+        return NULL;
+    http_cancel(w->token_req);
+    for (size_t i = 0; i < MAX_ENDPOINTS; i++)
+        http_cancel(w->calls[i].req);
+    if (w->timer)
+        event_free(w->timer);
+    free(w);
+    return NULL;
+}

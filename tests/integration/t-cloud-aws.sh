@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# AWS IMDSv2 against the mock in tests/mocks: tokens, the four watched
+# endpoints, notices present at start, rebalance then termination, no
+# duplicates, token expiry mid-run, the hop-limit message, IMDSv1 fallback,
+# and a misbehaving service that never disturbs the command.
+. "$(dirname "$0")/lib.sh"
+. "$TOP/tests/mocks/lib.sh"
+
+if ! command -v python3 >/dev/null; then
+    echo "SKIP: aws: python3 is needed for the metadata mock"
+    exit 0
+fi
+mock_start aws || { fail "aws: the mock starts"; exit 0; }
+
+# spot_cmd DIR: a command that records signals and exits 0 on TERM.
+cat >"$T/cmd.sh" <<'EOF2'
+trap 'echo TERM >>"$1/got"; exit 0' TERM
+while :; do sleep 0.05; done
+EOF2
+iso_in() { date -u -d "@$(( $(date +%s) + $1 ))" +%Y-%m-%dT%H:%M:%SZ; }
+spotd_aws() {
+    local d=$1
+    shift
+    start_spotd run --cloud aws --metadata-url "$MOCK_URL" --events "$d/ev" "$@" -- sh "$T/cmd.sh" "$d"
+}
+
+# 1. Tokens, headers, and quiet polling with nothing announced.
+d="$T/quiet"; mkdir "$d"
+spotd_aws "$d" --poll-interval 200ms
+mock_wait_requests 3 /latest/meta-data/spot/instance-action GET 10 >/dev/null
+expect_eq "token: one PUT with the TTL header" 21600 \
+    "$(mock_header X-aws-ec2-metadata-token-ttl-seconds /latest/api/token PUT)"
+check "token: every GET carries the token" sh -c \
+    "python3 '$TOP/tests/mocks/mockctl.py' --url '$MOCK_URL' requests --path /latest/meta-data/ --method GET |
+     python3 -c 'import json,sys; r=json.load(sys.stdin); sys.exit(not r or any(\"x-aws-ec2-metadata-token\" not in {k.lower() for k in q[\"headers\"]} for q in r))'"
+for p in spot/instance-action events/recommendations/rebalance events/maintenance/scheduled \
+         autoscaling/target-lifecycle-state; do
+    check "polls /latest/meta-data/$p" [ "$(mock_count "/latest/meta-data/$p" GET)" -ge 1 ]
+done
+expect_eq "token: reused, not asked for again" 1 "$(mock_count /latest/api/token PUT)"
+expect_eq "nothing announced: no notice" 0 "$(event_count "$d/ev" notice)"
+kill -TERM "$SPOTD_PID"; wait_exit "$SPOTD_PID" 10
+mock_reset
+
+# 2. A termination already announced at start is acted on at once.
+d="$T/atstart"; mkdir "$d"
+t=$(iso_in 6)
+mock_state "{\"notice\":{\"action\":\"terminate\",\"time\":\"$t\"}}" >/dev/null
+spotd_aws "$d" --notice-margin 1s --grace 2s
+wait_exit "$SPOTD_PID" 20
+expect_eq "at start: the command stopped cleanly" 0 "$RC"
+n=$(ev "$d/ev" notice | head -n 1)
+expect_eq "at start: kind terminate" terminate "$(jget "$n" kind)"
+expect_eq "at start: source aws" aws "$(jget "$n" source)"
+expect_eq "at start: deadline is the notice's time" "${t%Z}.000Z" "$(jget "$n" deadline)"
+stop=$(ev "$d/ev" stop | head -n 1)
+gap=$(( $(ts_ms "${t%Z}.000Z") - $(ts_ms "$(jget "$stop" ts)") ))
+expect_ge "at start: stop signal about margin + grace (3 s) before the deadline" 2900 "$gap"
+expect_lt "at start: ... and not much earlier" 3600 "$gap"
+expect_eq "at start: one notice" 1 "$(event_count "$d/ev" notice)"
+mock_reset
+
+# 3. Rebalance (advisory), then a stop action appearing mid-run.
+d="$T/flip"; mkdir "$d"
+spotd_aws "$d" --poll-interval 1s --notice-margin 0s --grace 1s
+mock_wait_requests 1 /latest/meta-data/spot/instance-action GET 10 >/dev/null
+mock_state "{\"rebalance\":{\"noticeTime\":\"$(iso_in 0)\"}}" >/dev/null
+wait_for 10 has '"kind":"rebalance"' "$d/ev"
+sleep 1.5
+check "rebalance: advisory, the command runs on" alive "$SPOTD_PID"
+check "rebalance: no stop" sh -c "! grep -q '\"event\":\"stop\"' '$d/ev'"
+expect_eq "rebalance: seen once over several polls" 1 "$(grep -c '"kind":"rebalance"' "$d/ev")"
+t=$(iso_in 4)
+mock_state "{\"notice\":{\"action\":\"stop\",\"time\":\"$t\"},\"after\":0.2}" >/dev/null
+wait_exit "$SPOTD_PID" 20
+expect_eq "stop action: the command stopped" 0 "$RC"
+n=$(ev "$d/ev" notice | grep '"kind":"stop"' | head -n 1)
+check "stop action: a notice of kind stop" [ -n "$n" ]
+lat=$(( $(ts_ms "$(jget "$n" detected)") - $(mock_flip_ms) ))
+expect_lt "stop action: detected within the 1 s poll (+ slack)" 1600 "$lat"
+mock_reset
+
+# 4. Scheduled maintenance (the AWS date format) and the lifecycle state.
+d="$T/maint"; mkdir "$d"
+mock_state '{"maintenance":[{"Code":"system-reboot","Description":"scheduled reboot","EventId":"instance-event-0d59937288b749b32","NotBefore":"21 Jan 2099 09:00:43 GMT","NotAfter":"21 Jan 2099 09:17:23 GMT","State":"active"},{"Code":"system-reboot","Description":"old","EventId":"instance-event-0000000000000000a","NotBefore":"21 Jan 2019 09:00:43 GMT","NotAfter":"21 Jan 2019 09:17:23 GMT","State":"completed"}]}' >/dev/null
+spotd_aws "$d" --poll-interval 200ms
+wait_for 10 has '"kind":"maintenance"' "$d/ev"
+n=$(ev "$d/ev" notice | head -n 1)
+expect_eq "maintenance: deadline from NotBefore" 2099-01-21T09:00:43.000Z "$(jget "$n" deadline)"
+expect_eq "maintenance: event_id is the EventId" instance-event-0d59937288b749b32 "$(jget "$n" event_id)"
+check "maintenance: a stop planned for later, not now" has '"action":"stop at 2099-01-21T09:00' "$d/ev"
+sleep 0.6
+expect_eq "maintenance: completed events ignored, active one seen once" 1 "$(event_count "$d/ev" notice)"
+mock_state '{"lifecycle":"Terminated"}' >/dev/null
+wait_exit "$SPOTD_PID" 40
+check "lifecycle Terminated: a terminate notice" has '"event_id":"aws:lifecycle' "$d/ev"
+expect_eq "lifecycle Terminated: the command was stopped" 0 "$RC"
+mock_reset
+
+# 5. A token that expires mid-run: 401, a new token, watching goes on.
+d="$T/expiry"; mkdir "$d"
+mock_state '{"token_ttl_cap":1}' >/dev/null
+spotd_aws "$d" --poll-interval 300ms
+sleep 2.5
+check "token expiry: a new token after the 401" [ "$(mock_count /latest/api/token PUT)" -ge 2 ]
+mock_state "{\"notice\":{\"action\":\"hibernate\",\"time\":\"$(iso_in 100)\"}}" >/dev/null
+wait_for 10 has '"kind":"hibernate"' "$d/ev"
+check "token expiry: the notice is still seen" has '"kind":"hibernate"' "$d/ev"
+kill -TERM "$SPOTD_PID"; wait_exit "$SPOTD_PID" 10
+mock_reset
+
+# 6. The token PUT hangs (hop limit 1 in a container): the message says so.
+d="$T/hop"; mkdir "$d"
+mock_state '{"fault":"hang","fault_scope":"all"}' >/dev/null
+spotd_aws "$d" --poll-interval 200ms
+wait_for 15 grep -q "hop limit" "$T/stderr"
+check "hop limit: the message names the fix" grep -q "http-put-response-hop-limit 2" "$T/stderr"
+check "hop limit: the command is untouched" alive "$SPOTD_PID"
+kill -TERM "$SPOTD_PID"; wait_exit "$SPOTD_PID" 10
+mock_reset
+
+# 7. IMDSv1 fallback only when allowed, and said in the log.
+d="$T/v1"; mkdir "$d"
+mock_state '{"imdsv1":true,"fault":"500","fault_scope":"all"}' >/dev/null
+spotd_aws "$d" --poll-interval 200ms --aws-imdsv1 true
+sleep 0.5
+mock_state '{"fault":null,"notice":{"action":"terminate","time":"2099-01-01T00:00:00Z"}}' >/dev/null
+wait_for 10 has '"event":"notice"' "$d/ev"
+check "IMDSv1: falls back and says so" grep -q "polling without one, as --aws-imdsv1 allows" "$T/stderr"
+check "IMDSv1: notices still seen" has '"event_id":"aws:instance-action:terminate:2099-01-01T00:00:00Z"' "$d/ev"
+kill -TERM "$SPOTD_PID"; wait_exit "$SPOTD_PID" 10
+mock_reset
+
+# 8. Garbage, 1 MB bodies, throttling and an outage: said once, never fatal.
+for fault in garbage huge throttle down; do
+    d="$T/fault-$fault"; mkdir "$d"
+    mock_state "{\"fault\":\"$fault\"}" >/dev/null
+    spotd_aws "$d" --poll-interval 100ms
+    sleep 1.5
+    check "$fault: the command is untouched" alive "$SPOTD_PID"
+    lines=$(grep -c "said once until it changes" "$T/stderr")
+    check "$fault: logged, without a flood ($lines lines)" [ "$lines" -ge 1 ] && [ "$lines" -le 4 ]
+    mock_state "{\"fault\":null,\"notice\":{\"action\":\"terminate\",\"time\":\"2099-01-01T00:00:0${#fault}Z\"}}" >/dev/null
+    wait_for 40 has '"event":"notice"' "$d/ev"
+    check "$fault: notices seen once the service recovers" has '"event":"notice"' "$d/ev"
+    kill -TERM "$SPOTD_PID"; wait_exit "$SPOTD_PID" 10
+    mock_reset
+done
+
+mock_stop
+check "no zombie children left" [ "$(zombies_of $$)" = 0 ]
+check "nothing of this test is left running" none_left
