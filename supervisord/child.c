@@ -61,6 +61,7 @@ struct child {
     enum kill_phase phase;
     bool stopping;                /* a stop was asked: never restart */
     uint64_t grace_ms;            /* of the stop under way */
+    uint64_t kill_at_ms;          /* monotonic time of SIGKILL in PHASE_GRACE */
     pid_t pid;                    /* the command, 0 when not running */
     pid_t pgid;                   /* its group, kept after it exits */
     int status;                   /* last wait status of the command */
@@ -217,6 +218,7 @@ static void main_exited(struct child *c, int status)
     signal_group(c, c->opts.stop_signal);
     c->phase = PHASE_GRACE;
     c->grace_ms = c->opts.grace_ms;
+    c->kill_at_ms = now_ms() + c->grace_ms;
     arm(c->kill_timer, c->grace_ms);
 }
 
@@ -296,6 +298,7 @@ static void begin_stop(struct child *c, int sig, const char *reason, uint64_t gr
     }
     if ((c->state == CHILD_RUNNING || c->state == CHILD_DRAINING) && c->phase == PHASE_NONE) {
         c->phase = PHASE_GRACE;
+        c->kill_at_ms = now_ms() + c->grace_ms;
         arm(c->kill_timer, c->grace_ms);
     }
 }
@@ -326,8 +329,17 @@ static void on_signal(evutil_socket_t fd, short what, void *arg)
 
 void child_stop(struct child *c, const char *reason, uint64_t grace_ms)
 {
-    if (c->stopping)
+    if (c->stopping) {
+        /* A tighter deadline brings SIGKILL forward, never back. */
+        uint64_t now = now_ms();
+        if (c->phase == PHASE_GRACE && now + grace_ms < c->kill_at_ms) {
+            log_msg(LOGL_INFO, "%s: SIGKILL brought forward to %llu ms from now", reason,
+                    (unsigned long long)grace_ms);
+            c->kill_at_ms = now + grace_ms;
+            arm(c->kill_timer, grace_ms);
+        }
         return;
+    }
     if (c->state == CHILD_RUNNING || c->state == CHILD_DRAINING)
         signal_group(c, c->opts.stop_signal);
     begin_stop(c, c->opts.stop_signal, reason, grace_ms);

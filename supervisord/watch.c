@@ -38,7 +38,7 @@ static void read_line(const char *root, const char *name, char *buf, size_t size
     fclose(f);
 }
 
-/* What each provider writes into DMI, from their documentation. */
+/* What each provider writes into DMI (docs/clouds.md says where from). */
 static const struct {
     const char *field;
     const char *prefix;
@@ -55,7 +55,7 @@ static const struct {
 
 const char *watch_detect(const char *root, char *what, size_t size)
 {
-    char vendor[128], product[128], bios[128], chassis[128];
+    char vendor[128], product[128], bios[128], chassis[128], bios_version[128];
 
     if (!root)
         root = "/sys/class/dmi/id";
@@ -63,8 +63,9 @@ const char *watch_detect(const char *root, char *what, size_t size)
     read_line(root, "product_name", product, sizeof(product));
     read_line(root, "bios_vendor", bios, sizeof(bios));
     read_line(root, "chassis_asset_tag", chassis, sizeof(chassis));
-    snprintf(what, size, "sys_vendor='%s' product_name='%s' bios_vendor='%s'", vendor, product,
-             bios);
+    read_line(root, "bios_version", bios_version, sizeof(bios_version));
+    snprintf(what, size, "sys_vendor='%s' product_name='%s' bios_vendor='%s' bios_version='%s' "
+             "chassis_asset_tag='%s'", vendor, product, bios, bios_version, chassis);
     for (size_t i = 0; i < sizeof(dmi_table) / sizeof(dmi_table[0]); i++) {
         const char *v = strcmp(dmi_table[i].field, "sys_vendor") == 0   ? vendor
                         : strcmp(dmi_table[i].field, "product_name") == 0 ? product
@@ -72,6 +73,9 @@ const char *watch_detect(const char *root, char *what, size_t size)
         if (strncmp(v, dmi_table[i].prefix, strlen(dmi_table[i].prefix)) == 0)
             return dmi_table[i].cloud;
     }
+    /* Older AWS instance types run on Xen: "4.2.amazon" and the like. */
+    if (strcmp(vendor, "Xen") == 0 && strstr(bios_version, "amazon"))
+        return "aws";
     /* Azure: Hyper-V's vendor string on any Hyper-V host; Azure alone sets
      * this chassis asset tag. */
     if (strcmp(vendor, "Microsoft Corporation") == 0 &&

@@ -25,6 +25,7 @@ struct watcher;
 struct gcp_key {
     struct watcher *w;
     const char *path;
+    unsigned gen;                /* counts returns to FALSE/NONE: each new event is news */
     char etag[128];
     bool waiting;                /* a long-poll, not the first read */
     unsigned failures;
@@ -65,8 +66,14 @@ static void handle_value(struct gcp_key *k, const struct http_result *res)
                        w->ctx.base_url, k->path, why ? why : "malformed");
         return;
     }
-    if (r == 0)
+    if (r == 0) {
+        k->gen++;
         return;
+    }
+    /* The value alone would make a second maintenance event look like the
+     * first one; the generation tells them apart. */
+    size_t len = strlen(n.event_id);
+    snprintf(n.event_id + len, sizeof(n.event_id) - len, ":%u", k->gen);
     n.detected_ms = notice_now_ms();
     if (n.deadline_ms == 0)
         n.deadline_ms = n.detected_ms +

@@ -110,6 +110,12 @@ static void on_endpoint(void *arg, const struct http_result *res)
             w->retry_now = true;
         else
             request_failed(w, ep->path, res);
+    } else if (!res->error && (res->status == 401 || res->status == 403) && w->tokenless) {
+        /* Without a token and refused: the service wants tokens after all
+         * (IMDSv2 required, hardened mode).  Ask for one again. */
+        w->tokenless = false;
+        w->token_expiry_ms = 0;
+        request_failed(w, ep->path, res);
     } else if (!res->error && res->status == 404) {
         /* Nothing announced. */
     } else if (!res->error && res->status == 200) {

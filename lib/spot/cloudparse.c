@@ -261,8 +261,10 @@ int aws_parse_instance_action(const char *body, size_t len, struct notice *n,
         r = garbage(ret_why, "\"time\" is not an RFC 3339 time");
         goto out;
     }
-    /* Each of the three takes the instance away. */
-    notice_start(&t, "aws", actions[i].kind, true);
+    /* terminate and stop take the processes away.  A hibernated instance
+     * keeps its memory and resumes with the command as it was: stopping the
+     * command would lose what hibernation keeps. */
+    notice_start(&t, "aws", actions[i].kind, actions[i].kind != NOTICE_HIBERNATE);
     t.deadline_ms = deadline;
     snprintf(t.event_id, sizeof(t.event_id), "aws:instance-action:%s:%s", action, when);
     notice_copy(t.raw, sizeof(t.raw), body, len);

@@ -134,8 +134,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (run(aws_parse_instance_action, s, size, &n) == 1) {
         check_notice(&n, true);
-        if (!n.terminating || (n.kind != NOTICE_TERMINATE && n.kind != NOTICE_STOP &&
-                               n.kind != NOTICE_HIBERNATE) ||
+        /* Hibernation keeps the command: the one advisory action. */
+        if (n.terminating != (n.kind != NOTICE_HIBERNATE) ||
+            (n.kind != NOTICE_TERMINATE && n.kind != NOTICE_STOP && n.kind != NOTICE_HIBERNATE) ||
             strncmp(n.event_id, "aws:instance-action:", 20) != 0)
             abort();
     }

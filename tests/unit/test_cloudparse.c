@@ -182,7 +182,7 @@ TEST(cloud_aws_instance_action)
           0, 1, NOTICE_STOP, true, T_AWS, "aws:instance-action:stop:2017-09-18T08:22:00Z", NULL },
         { F(aws_parse_instance_action),
           "{\"time\":\"2017-09-18T08:22:00.500Z\",\"action\":\"hibernate\",\"extra\":[1e999,{}]}",
-          0, 1, NOTICE_HIBERNATE, true, T_AWS + 500,
+          0, 1, NOTICE_HIBERNATE, false, T_AWS + 500,
           "aws:instance-action:hibernate:2017-09-18T08:22:00.500Z", NULL },
         /* garbage */
         { F(aws_parse_instance_action), "{\"action\": \"Terminate\", \"time\": \"2017-09-18T08:22:00Z\"}",
