@@ -152,6 +152,7 @@ demo: all
 
 bench: all
 	@O=$(O) tests/bench/idle.sh
+	@O=$(O) tests/bench/detect.sh
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(PKGDIR)

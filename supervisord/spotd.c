@@ -347,6 +347,13 @@ static int cmd_run(int argc, char **argv)
             "drill", config_str(&cfg, OPT_DRILL_AFTER), cfg.v[OPT_DRILL_AFTER].origin);
         goto out_config;
     }
+    if (config_str(&cfg, OPT_METADATA_URL) &&
+        strncmp(config_str(&cfg, OPT_METADATA_URL), "http://", 7) != 0 &&
+        strncmp(config_str(&cfg, OPT_METADATA_URL), "https://", 8) != 0) {
+        say("invalid metadata_url '%s' (from %s): expected an http:// or https:// URL",
+            config_str(&cfg, OPT_METADATA_URL), cfg.v[OPT_METADATA_URL].origin);
+        goto out_config;
+    }
     r = log_open((enum log_format)config_num(&cfg, OPT_LOG_FORMAT),
                  (enum log_level)config_num(&cfg, OPT_LOG_LEVEL), config_str(&cfg, OPT_EVENTS));
     if (r < 0) {

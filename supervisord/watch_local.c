@@ -40,7 +40,10 @@ static void emit_local(struct watch_local *l, const char *source, enum notice_ki
     memset(&n, 0, sizeof(n));
     snprintf(n.source, sizeof(n.source), "%s", source);
     n.kind = kind;
-    n.terminating = kind != NOTICE_REBALANCE && !(kind == NOTICE_MAINTENANCE);
+    /* As from the clouds: rebalance, maintenance and hibernate keep the
+     * command. */
+    n.terminating = kind != NOTICE_REBALANCE && kind != NOTICE_MAINTENANCE &&
+                    kind != NOTICE_HIBERNATE;
     n.drill = drill;
     n.detected_ms = notice_now_ms();
     n.deadline_ms = n.detected_ms + (int64_t)window_ms;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # make demo: spotd wraps the toy trainer, restarts it after a crash, then
-# stops it on a simulated interruption (SIGTERM, as systemd, Kubernetes or
-# an ACPI soft-off from the cloud deliver it) and shows the event log.
+# takes a simulated interruption notice (a drill: terminate, 8 s deadline)
+# and stops the trainer in time for it: the stop signal at deadline -
+# margin - grace, which the trainer answers by saving.  Prints the event log.
 set -eu
 cd "$(dirname "$0")/../.."
 O=${O:-build}
@@ -9,21 +10,13 @@ dir=$O/demo
 rm -rf "$dir"
 mkdir -p "$dir"
 
-echo "== spotd run --restart on-failure --grace 5s --events $dir/events.jsonl -- examples/toy/train.sh"
-"$O/spotd" run --restart on-failure --max-restarts 3 --grace 5s --events "$dir/events.jsonl" \
-    -- examples/toy/train.sh "$dir" &
-pid=$!
-# Wait for the restarted trainer to make progress past the crash.
-i=0
-while [ "$(cat "$dir/step" 2>/dev/null || echo 0)" -lt 7 ] && [ $i -lt 100 ]; do
-    sleep 0.1
-    i=$((i + 1))
-done
-echo "== simulated interruption notice: SIGTERM to spotd (pid $pid)"
-kill -TERM "$pid"
+set -- --cloud none --restart on-failure --max-restarts 3 \
+    --drill-after 4s:terminate --signal-deadline 8s --notice-margin 1s --grace 3s \
+    --events "$dir/events.jsonl"
+echo "== spotd run $* -- examples/toy/train.sh $dir"
 code=0
-wait "$pid" || code=$?
-echo "== spotd exited with code $code; the trainer reached step $(cat "$dir/step")"
+"$O/spotd" run "$@" -- examples/toy/train.sh "$dir" || code=$?
+echo "== spotd exited with code $code; the trainer saved step $(cat "$dir/step")"
 echo "== event log ($dir/events.jsonl):"
 cat "$dir/events.jsonl"
 [ "$code" -eq 0 ]

@@ -127,6 +127,9 @@ expect_eq "--notice-file in a missing directory: exit 125" 125 "$RC"
 check "--notice-file in a missing directory: says which" grep -q "/nonexistent/dir" "$T/stderr"
 run_spotd run --cloud mars -- true
 expect_eq "--cloud mars: exit 125" 125 "$RC"
+run_spotd run --cloud aws --metadata-url ftp://127.0.0.1/ -- true
+expect_eq "--metadata-url ftp://: exit 125" 125 "$RC"
+check "--metadata-url ftp://: says what is allowed" grep -q "expected an http:// or https:// URL" "$T/stderr"
 
 check "no zombie children left" [ "$(zombies_of $$)" = 0 ]
 check "nothing of this test is left running" none_left
