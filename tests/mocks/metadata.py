@@ -901,6 +901,10 @@ CLOUDS = {"aws": AWS, "gcp": GCP, "azure": Azure,
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"       # keep-alive, like the real services
+    # Headers and body go out in separate send()s: without TCP_NODELAY a
+    # long-poll answer on a reused connection waits ~40 ms for a delayed ACK,
+    # which is the mock's delay, not the client's.
+    disable_nagle_algorithm = True
     mock = None
     verbose = False
 
