@@ -67,7 +67,7 @@ $(O)/config.mk: Makefile
 	   echo "DEP_LIBS := $$($(PKG_CONFIG) --libs $(PKGS))"; } > $@.tmp && mv $@.tmp $@
 
 # lib/spot: the internal library shared by spotd and spotctl.
-SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c lib/spot/http.c \
+SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c lib/spot/http.c lib/spot/dmi.c \
               lib/spot/notice.c lib/spot/timeparse.c lib/spot/cloudparse.c
 SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)
 # libckpt: the trainer's library (include/ckpt.h).
@@ -80,7 +80,7 @@ SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supe
 SPOTD_OBJ  := $(SPOTD_SRC:%.c=$(O)/%.o)
 SPOTCTL_OBJ := $(O)/supervisord/spotctl.o
 
-UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c \
+UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c tests/unit/test_dmi.c \
               tests/unit/test_log.c tests/unit/test_ckpt.c \
               tests/unit/test_timeparse.c tests/unit/test_cloudparse.c
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)

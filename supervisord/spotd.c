@@ -19,6 +19,7 @@
 #include "child.h"
 #include "notices.h"
 #include "spot/config.h"
+#include "spot/dmi.h"
 #include "spot/http.h"
 #include "spot/log.h"
 #include "spot/parse.h"
@@ -264,7 +265,7 @@ static const struct watcher_ops *pick_cloud(const struct config *cfg)
         return NULL;
     if (cloud != CLOUD_AUTO)
         return watch_find(names[cloud]);
-    found = watch_detect(NULL, what, sizeof(what));
+    found = dmi_detect(NULL, what, sizeof(what));
     if (!found) {
         log_msg(LOGL_INFO, "cloud: none recognised from DMI (%s); watching local signals only; "
                 "set --cloud to choose one", what);

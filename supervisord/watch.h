@@ -47,11 +47,6 @@ extern const struct watcher_ops watch_aws, watch_gcp, watch_azure, watch_alibaba
 /* The watcher of a cloud by name, NULL if none. */
 const struct watcher_ops *watch_find(const char *name);
 
-/* The cloud this machine runs on, from DMI (/sys/class/dmi/id, or root
- * when not NULL, for tests): a watcher name, or NULL when DMI names none.
- * what receives the vendor string read, for the log. */
-const char *watch_detect(const char *root, char *what, size_t size);
-
 /* Log a failure of a watcher once per kind: the same kind again is
  * silent until a success (watch_ok) or another kind of failure. */
 struct watch_complaint {
