@@ -24,9 +24,12 @@ spotd_aws() {
     start_spotd run --cloud aws --metadata-url "$MOCK_URL" --events "$d/ev" "$@" -- sh "$T/cmd.sh" "$d"
 }
 
-# 1. Tokens, headers, and quiet polling with nothing announced.
+# 1. Tokens, headers, and quiet polling with nothing announced; a proxy in
+#    the environment (a dead one) is not used for the metadata service.
 d="$T/quiet"; mkdir "$d"
+export http_proxy=http://127.0.0.1:9 HTTP_PROXY=http://127.0.0.1:9 ALL_PROXY=http://127.0.0.1:9
 spotd_aws "$d" --poll-interval 200ms
+unset http_proxy HTTP_PROXY ALL_PROXY
 mock_wait_requests 3 /latest/meta-data/spot/instance-action GET 10 >/dev/null
 expect_eq "token: one PUT with the TTL header" 21600 \
     "$(mock_header X-aws-ec2-metadata-token-ttl-seconds /latest/api/token PUT)"
@@ -132,11 +135,13 @@ kill -TERM "$SPOTD_PID"; wait_exit "$SPOTD_PID" 10
 mock_reset
 
 # 8. Garbage, 1 MB bodies, throttling and an outage: said once, never fatal.
-for fault in garbage huge throttle down; do
+mock_state '{"fault_delay":3}' >/dev/null
+for fault in garbage huge throttle down slow; do
     d="$T/fault-$fault"; mkdir "$d"
     mock_state "{\"fault\":\"$fault\"}" >/dev/null
     spotd_aws "$d" --poll-interval 100ms
-    sleep 1.5
+    # slow: the answers come after 3 s, past the 2 s request timeout.
+    if [ $fault = slow ]; then sleep 3; else sleep 1.5; fi
     check "$fault: the command is untouched" alive "$SPOTD_PID"
     lines=$(grep -c "said once until it changes" "$T/stderr")
     check "$fault: logged, without a flood ($lines lines)" [ "$lines" -ge 1 ] && [ "$lines" -le 4 ]
@@ -145,6 +150,7 @@ for fault in garbage huge throttle down; do
     check "$fault: notices seen once the service recovers" has '"event":"notice"' "$d/ev"
     kill -TERM "$SPOTD_PID"; wait_exit "$SPOTD_PID" 10
     mock_reset
+    mock_state '{"fault_delay":3}' >/dev/null
 done
 
 mock_stop
