@@ -59,6 +59,7 @@ void notices_emit(void *arg, struct notice *n)
 {
     struct notices *ns = arg;
     int64_t now = notice_now_ms(), stop_at, left;
+    uint64_t grace = ns->o.grace_ms;
     char when[40], action[160];
     cJSON *e;
 
@@ -66,17 +67,20 @@ void notices_emit(void *arg, struct notice *n)
         return;
 
     /* SIGKILL must land margin before the deadline: the stop signal goes
-     * grace before that. */
-    stop_at = n->deadline_ms - (int64_t)ns->o.margin_ms - (int64_t)ns->o.grace_ms;
-    if (!n->terminating) {
-        snprintf(action, sizeof(action), "none: advisory");
-    } else if (stop_at <= now) {
+     * grace before that, or now with what is left when that has passed. */
+    stop_at = n->deadline_ms - (int64_t)ns->o.margin_ms - (int64_t)grace;
+    if (stop_at <= now) {
         left = n->deadline_ms - (int64_t)ns->o.margin_ms - now;
-        snprintf(action, sizeof(action), "stop now, grace %lld ms",
-                 (long long)(left > 0 ? (left < (int64_t)ns->o.grace_ms ? left : (int64_t)ns->o.grace_ms) : 0));
-    } else {
-        snprintf(action, sizeof(action), "stop at %s", notice_format_time(stop_at, when, sizeof(when)));
+        if (left < (int64_t)grace)
+            grace = left > 0 ? (uint64_t)left : 0;
     }
+    if (!n->terminating)
+        snprintf(action, sizeof(action), "none: advisory");
+    else if (stop_at <= now)
+        snprintf(action, sizeof(action), "stop now, grace %llu ms", (unsigned long long)grace);
+    else
+        snprintf(action, sizeof(action), "stop at %s",
+                 notice_format_time(stop_at, when, sizeof(when)));
 
     e = log_event_new("notice");
     notice_to_json(n, e);
@@ -87,20 +91,16 @@ void notices_emit(void *arg, struct notice *n)
 
     if (!n->terminating)
         return;
-    snprintf(ns->stop_reason, sizeof(ns->stop_reason), "notice: %s %s%s", n->source,
-             notice_kind_name(n->kind), n->drill ? " (drill)" : "");
     if (!ns->have_cause || stop_at < ns->stop_at_ms) {
         ns->cause = *n;
         ns->have_cause = true;
     }
+    snprintf(ns->stop_reason, sizeof(ns->stop_reason), "notice: %s %s%s", n->source,
+             notice_kind_name(n->kind), n->drill ? " (drill)" : "");
     if (stop_at <= now) {
-        left = n->deadline_ms - (int64_t)ns->o.margin_ms - now;
-        if (left < 0)
-            left = 0;
         evtimer_del(ns->stop_timer);
         ns->stop_at_ms = 0;
-        child_stop(ns->child, ns->stop_reason,
-                   (uint64_t)left < ns->o.grace_ms ? (uint64_t)left : ns->o.grace_ms);
+        child_stop(ns->child, ns->stop_reason, grace);
         return;
     }
     if (ns->stop_at_ms == 0 || stop_at < ns->stop_at_ms) {

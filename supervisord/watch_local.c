@@ -6,7 +6,6 @@
  * costs nothing; a file already there at start is a notice at once. */
 #include "watch.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>

@@ -15,6 +15,7 @@
 #include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define DEFAULT_MAX_BODY (64 * 1024)
 
