@@ -68,6 +68,7 @@ $(O)/config.mk: Makefile
 
 # lib/spot: the internal library shared by spotd and spotctl.
 SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c lib/spot/http.c lib/spot/dmi.c \
+              lib/spot/pool.c lib/spot/chunk.c \
               lib/spot/notice.c lib/spot/timeparse.c lib/spot/cloudparse.c
 SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)
 # libckpt: the trainer's library (include/ckpt.h).
@@ -81,10 +82,11 @@ SPOTD_OBJ  := $(SPOTD_SRC:%.c=$(O)/%.o)
 SPOTCTL_OBJ := $(O)/supervisord/spotctl.o
 
 UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c tests/unit/test_dmi.c \
+              tests/unit/test_pool.c tests/unit/test_chunk.c \
               tests/unit/test_log.c tests/unit/test_ckpt.c \
               tests/unit/test_timeparse.c tests/unit/test_cloudparse.c
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)
-FUZZ_NAMES := config duration aws azure gcp time termination
+FUZZ_NAMES := config duration aws azure gcp time termination chunk
 FUZZ_BINS  := $(FUZZ_NAMES:%=$(O)/tests/fuzz/fuzz_%)
 
 PROGS      := $(O)/spotd $(O)/spotctl
@@ -126,7 +128,7 @@ $(O)/spotctl: $(SPOTCTL_OBJ) $(O)/libspot.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTCTL_OBJ) $(O)/libspot.a $(EVENT_LIBS)
 
 $(O)/tests/unit/run: $(UNIT_OBJ) $(O)/libspot.a $(O)/libckpt.a
-	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(O)/libspot.a $(O)/libckpt.a $(EVENT_LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(O)/libspot.a $(O)/libckpt.a $(DEP_LIBS)
 
 # Fuzz targets build as plain programs that replay their corpus (make check);
 # with FUZZ=1 (and CC=clang) they are libFuzzer programs:
@@ -142,7 +144,7 @@ FUZZ_LINK  :=
 endif
 $(O)/tests/fuzz/fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(FUZZ_MAIN) $(O)/libspot.a
 	$(CC) $(ALL_LDFLAGS) $(FUZZ_LINK) -o $@ $< \
-	    $(FUZZ_MAIN) $(O)/libspot.a $(EVENT_LIBS)
+	    $(FUZZ_MAIN) $(O)/libspot.a $(DEP_LIBS)
 
 check: all $(O)/tests/unit/run $(FUZZ_BINS)
 	@O=$(O) SANITIZE=$(SANITIZE) tests/run

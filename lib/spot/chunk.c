@@ -1,0 +1,219 @@
+/* chunk: hash, compress and frame chunks; check and decode them. */
+#include "spot/chunk.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#define SAMPLE_LEN (64 * 1024)
+
+static const uint8_t magic[4] = { 'S', 'P', 'C', '1' };
+
+/* One compression and one decompression context per thread, freed when
+ * the thread ends. */
+static pthread_key_t cctx_key, dctx_key;
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
+
+static void free_cctx(void *p)
+{
+    ZSTD_freeCCtx(p);
+}
+
+static void free_dctx(void *p)
+{
+    ZSTD_freeDCtx(p);
+}
+
+static void make_keys(void)
+{
+    pthread_key_create(&cctx_key, free_cctx);
+    pthread_key_create(&dctx_key, free_dctx);
+}
+
+static ZSTD_CCtx *cctx(void)
+{
+    ZSTD_CCtx *c;
+
+    pthread_once(&keys_once, make_keys);
+    c = pthread_getspecific(cctx_key);
+    if (!c) {
+        c = ZSTD_createCCtx();
+        if (c)
+            pthread_setspecific(cctx_key, c);
+    }
+    return c;
+}
+
+static ZSTD_DCtx *dctx(void)
+{
+    ZSTD_DCtx *d;
+
+    pthread_once(&keys_once, make_keys);
+    d = pthread_getspecific(dctx_key);
+    if (!d) {
+        d = ZSTD_createDCtx();
+        if (d)
+            pthread_setspecific(dctx_key, d);
+    }
+    return d;
+}
+
+int chunk_sha256(const void *data, size_t len, uint8_t out[CHUNK_HASH_LEN])
+{
+    unsigned int n = 0;
+
+    if (!EVP_Digest(data, len, out, &n, EVP_sha256(), NULL) || n != CHUNK_HASH_LEN)
+        return -EIO;
+    return 0;
+}
+
+void chunk_hex(const uint8_t hash[CHUNK_HASH_LEN], char hex[2 * CHUNK_HASH_LEN + 1])
+{
+    static const char digits[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < CHUNK_HASH_LEN; i++) {
+        hex[2 * i] = digits[hash[i] >> 4];
+        hex[2 * i + 1] = digits[hash[i] & 15];
+    }
+    hex[2 * CHUNK_HASH_LEN] = '\0';
+}
+
+static void put_header(uint8_t *h, enum chunk_encoding enc, uint64_t plain_len)
+{
+    memcpy(h, magic, 4);
+    h[4] = (uint8_t)enc;
+    h[5] = h[6] = h[7] = 0;
+    for (int i = 0; i < 8; i++)
+        h[8 + i] = (uint8_t)(plain_len >> (8 * i));
+}
+
+/* Would compressing save at least min_saving?  Compressing a sample
+ * decides without paying for the whole chunk. */
+static bool worth_compressing(ZSTD_CCtx *c, const void *plain, size_t len, int level,
+                              double min_saving)
+{
+    size_t n = len < SAMPLE_LEN ? len : SAMPLE_LEN;
+    uint8_t *tmp;
+    size_t out;
+
+    if (len == 0)
+        return false;
+    tmp = malloc(ZSTD_compressBound(n));
+    if (!tmp)
+        return true; /* let the real attempt fail or succeed */
+    out = ZSTD_compressCCtx(c, tmp, ZSTD_compressBound(n), plain, n, level);
+    free(tmp);
+    return !ZSTD_isError(out) && (double)out <= (double)n * (1.0 - min_saving);
+}
+
+int chunk_encode(const void *plain, size_t len, int level, double min_saving,
+                 struct chunk_enc *out)
+{
+    struct chunk_enc c;
+    ZSTD_CCtx *z = cctx();
+    size_t bound, n;
+    uint8_t *buf;
+
+    if (len > CHUNK_MAX_PLAIN || (len && !plain))
+        return -EINVAL;
+    if (!z)
+        return -ENOMEM;
+    memset(&c, 0, sizeof(c));
+    if (chunk_sha256(plain, len, c.hash) < 0)
+        return -EIO;
+    chunk_hex(c.hash, c.hex);
+
+    if (worth_compressing(z, plain, len, level, min_saving)) {
+        bound = ZSTD_compressBound(len);
+        buf = malloc(CHUNK_HEADER_LEN + bound);
+        if (!buf)
+            return -ENOMEM;
+        n = ZSTD_compressCCtx(z, buf + CHUNK_HEADER_LEN, bound, plain, len, level);
+        if (!ZSTD_isError(n) && (double)n <= (double)len * (1.0 - min_saving)) {
+            put_header(buf, CHUNK_ZSTD, len);
+            c.encoding = CHUNK_ZSTD;
+            c.data = buf;
+            c.len = CHUNK_HEADER_LEN + n;
+            *out = c;
+            return 0;
+        }
+        free(buf);
+    }
+    buf = malloc(CHUNK_HEADER_LEN + (len ? len : 1));
+    if (!buf)
+        return -ENOMEM;
+    put_header(buf, CHUNK_RAW, len);
+    if (len)
+        memcpy(buf + CHUNK_HEADER_LEN, plain, len);
+    c.encoding = CHUNK_RAW;
+    c.data = buf;
+    c.len = CHUNK_HEADER_LEN + len;
+    *out = c;
+    return 0;
+}
+
+void chunk_enc_release(struct chunk_enc *c)
+{
+    free(c->data);
+    c->data = NULL;
+    c->len = 0;
+}
+
+int chunk_decode(const void *enc, size_t len, const uint8_t expect[CHUNK_HASH_LEN],
+                 void **ret_plain, size_t *ret_len)
+{
+    const uint8_t *h = enc;
+    uint8_t hash[CHUNK_HASH_LEN];
+    uint64_t plain_len = 0;
+    size_t payload = len - CHUNK_HEADER_LEN;
+    uint8_t *plain;
+
+    if (!enc || len < CHUNK_HEADER_LEN || memcmp(h, magic, 4) != 0 || h[5] || h[6] || h[7])
+        return -EBADMSG;
+    for (int i = 0; i < 8; i++)
+        plain_len |= (uint64_t)h[8 + i] << (8 * i);
+    if (plain_len > CHUNK_MAX_PLAIN)
+        return -EBADMSG;
+    plain = malloc(plain_len ? plain_len : 1);
+    if (!plain)
+        return -ENOMEM;
+
+    if (h[4] == CHUNK_RAW) {
+        if (payload != plain_len)
+            goto out_bad;
+        memcpy(plain, h + CHUNK_HEADER_LEN, payload);
+    } else if (h[4] == CHUNK_ZSTD) {
+        ZSTD_DCtx *d = dctx();
+        unsigned long long frame;
+        size_t n;
+
+        if (!d) {
+            free(plain);
+            return -ENOMEM;
+        }
+        /* Exactly one frame, of exactly the declared size. */
+        frame = ZSTD_getFrameContentSize(h + CHUNK_HEADER_LEN, payload);
+        if (frame != plain_len ||
+            ZSTD_findFrameCompressedSize(h + CHUNK_HEADER_LEN, payload) != payload)
+            goto out_bad;
+        n = ZSTD_decompressDCtx(d, plain, plain_len, h + CHUNK_HEADER_LEN, payload);
+        if (ZSTD_isError(n) || n != plain_len)
+            goto out_bad;
+    } else {
+        goto out_bad;
+    }
+    if (expect) {
+        if (chunk_sha256(plain, plain_len, hash) < 0 || memcmp(hash, expect, CHUNK_HASH_LEN) != 0)
+            goto out_bad;
+    }
+    *ret_plain = plain;
+    *ret_len = plain_len;
+    return 0;
+
+out_bad:
+    free(plain);
+    return -EBADMSG;
+}

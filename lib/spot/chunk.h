@@ -1,0 +1,57 @@
+/* chunk: the encoding of one stored chunk (store format version 1).
+ *
+ * A chunk is addressed by the SHA-256 of its plaintext and says how it is
+ * encoded, so a reader needs nothing else:
+ *
+ *   offset 0   4 bytes   magic "SPC1"
+ *   offset 4   1 byte    encoding: 0 raw, 1 zstd (one frame)
+ *   offset 5   3 bytes   zero
+ *   offset 8   8 bytes   plaintext length, little-endian
+ *   offset 16  ...       payload: the plaintext, or its zstd frame
+ *
+ * Chunks that do not compress well are stored raw: a sample is compressed
+ * first, so incompressible data (float32 weights compress to ~92 %) costs
+ * little CPU.  Encoding and decoding run in the worker pool; each thread
+ * keeps its own zstd contexts. */
+#ifndef SPOT_CHUNK_H
+#define SPOT_CHUNK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CHUNK_HEADER_LEN 16
+#define CHUNK_MAX_PLAIN (64u * 1024 * 1024)
+#define CHUNK_HASH_LEN 32
+
+enum chunk_encoding { CHUNK_RAW = 0, CHUNK_ZSTD = 1 };
+
+struct chunk_enc {
+    uint8_t hash[CHUNK_HASH_LEN];    /* SHA-256 of the plaintext */
+    char hex[2 * CHUNK_HASH_LEN + 1];
+    enum chunk_encoding encoding;
+    uint8_t *data;                   /* header + payload, owned */
+    size_t len;
+};
+
+/* Hash and encode len bytes (at most CHUNK_MAX_PLAIN) with zstd at level;
+ * stored raw when compression would save less than min_saving (0.0..1.0,
+ * e.g. 0.05).  Returns 0, -EINVAL or -ENOMEM; out is untouched on failure. */
+int chunk_encode(const void *plain, size_t len, int level, double min_saving,
+                 struct chunk_enc *out);
+void chunk_enc_release(struct chunk_enc *c);
+
+/* Check and decode a stored chunk: header, payload, and, when expect is
+ * not NULL, the plaintext's SHA-256.  Returns 0 with a malloc'ed plaintext
+ * (the caller frees it), -EBADMSG for anything malformed or corrupt,
+ * -ENOMEM. */
+int chunk_decode(const void *enc, size_t len, const uint8_t expect[CHUNK_HASH_LEN],
+                 void **ret_plain, size_t *ret_len);
+
+/* SHA-256 of data.  Returns 0 or -EIO. */
+int chunk_sha256(const void *data, size_t len, uint8_t out[CHUNK_HASH_LEN]);
+
+/* Lowercase hex of a hash into hex (65 bytes). */
+void chunk_hex(const uint8_t hash[CHUNK_HASH_LEN], char hex[2 * CHUNK_HASH_LEN + 1]);
+
+#endif

@@ -1,0 +1,127 @@
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "spot/chunk.h"
+
+/* Deterministic bytes: xorshift. */
+static void fill_random(uint8_t *p, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        p[i] = (uint8_t)seed;
+    }
+}
+
+static void round_trip(const char *what, const uint8_t *data, size_t len,
+                       enum chunk_encoding want)
+{
+    struct chunk_enc c;
+    void *plain = NULL;
+    size_t plain_len = 0;
+
+    if (chunk_encode(data, len, 1, 0.05, &c) != 0) {
+        printf("  %s: encode failed\n", what);
+        harness_failed = 1;
+        return;
+    }
+    if (c.encoding != want) {
+        printf("  %s: encoding %d, expected %d (%zu -> %zu)\n", what, c.encoding, want, len, c.len);
+        harness_failed = 1;
+    }
+    if (chunk_decode(c.data, c.len, c.hash, &plain, &plain_len) != 0 || plain_len != len ||
+        (len && memcmp(plain, data, len) != 0)) {
+        printf("  %s: does not decode to the original\n", what);
+        harness_failed = 1;
+    }
+    free(plain);
+    chunk_enc_release(&c);
+}
+
+TEST(chunk_round_trip)
+{
+    size_t n = 1024 * 1024;
+    uint8_t *buf = malloc(n);
+    float *f = (float *)(void *)buf;
+
+    memset(buf, 0, n);
+    round_trip("zeros", buf, n, CHUNK_ZSTD);
+    fill_random(buf, n, 42);
+    round_trip("random", buf, n, CHUNK_RAW);
+    /* Smooth float32 values: low mantissa bits vary, exponents repeat. */
+    for (size_t i = 0; i < n / 4; i++)
+        f[i] = (float)(i % 1000) * 0.001f;
+    round_trip("floats", buf, n, CHUNK_ZSTD);
+    round_trip("empty", buf, 0, CHUNK_RAW);
+    round_trip("one byte", buf, 1, CHUNK_RAW);
+    free(buf);
+}
+
+TEST(chunk_hash)
+{
+    uint8_t h[CHUNK_HASH_LEN];
+    char hex[65];
+
+    CHECK_INT(chunk_sha256("abc", 3, h), 0);
+    chunk_hex(h, hex);
+    CHECK_STR(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK_INT(chunk_sha256("", 0, h), 0);
+    chunk_hex(h, hex);
+    CHECK_STR(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+TEST(chunk_corrupt)
+{
+    uint8_t data[4096], *copy;
+    struct chunk_enc z, r;
+    void *plain;
+    size_t len;
+
+    memset(data, 'a', sizeof(data));
+    CHECK_INT(chunk_encode(data, sizeof(data), 3, 0.05, &z), 0);
+    fill_random(data, sizeof(data), 7);
+    CHECK_INT(chunk_encode(data, sizeof(data), 3, 0.05, &r), 0);
+    CHECK_INT(z.encoding, CHUNK_ZSTD);
+    CHECK_INT(r.encoding, CHUNK_RAW);
+
+    /* Every single flipped byte of either encoding is caught. */
+    for (int which = 0; which < 2; which++) {
+        struct chunk_enc *c = which ? &r : &z;
+        copy = malloc(c->len);
+        for (size_t i = 0; i < c->len; i++) {
+            memcpy(copy, c->data, c->len);
+            copy[i] ^= 0x40;
+            plain = NULL;
+            if (chunk_decode(copy, c->len, c->hash, &plain, &len) != -EBADMSG) {
+                printf("  flipped byte %zu of a %s chunk went unnoticed\n", i,
+                       which ? "raw" : "zstd");
+                harness_failed = 1;
+                free(plain);
+                break;
+            }
+        }
+        /* Truncated, and with bytes appended. */
+        for (size_t cut = 0; cut < c->len; cut += c->len / 16 + 1)
+            CHECK_INT(chunk_decode(c->data, cut, c->hash, &plain, &len), -EBADMSG);
+        copy = realloc(copy, c->len + 1);
+        memcpy(copy, c->data, c->len);
+        copy[c->len] = 0;
+        CHECK_INT(chunk_decode(copy, c->len + 1, c->hash, &plain, &len), -EBADMSG);
+        free(copy);
+    }
+    /* The wrong hash. */
+    CHECK_INT(chunk_decode(z.data, z.len, r.hash, &plain, &len), -EBADMSG);
+    /* Without a hash to check, the encoding alone is still checked. */
+    CHECK_INT(chunk_decode(z.data, z.len, NULL, &plain, &len), 0);
+    free(plain);
+    /* A declared length over the cap is refused before any allocation. */
+    z.data[8 + 7] = 0x7f;
+    CHECK_INT(chunk_decode(z.data, z.len, NULL, &plain, &len), -EBADMSG);
+    CHECK_INT(chunk_encode(data, (size_t)CHUNK_MAX_PLAIN + 1, 1, 0.05, &r), -EINVAL);
+    chunk_enc_release(&z);
+    chunk_enc_release(&r);
+}
