@@ -68,7 +68,7 @@ $(O)/config.mk: Makefile
 
 # lib/spot: the internal library shared by spotd and spotctl.
 SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c lib/spot/http.c lib/spot/dmi.c \
-              lib/spot/pool.c lib/spot/chunk.c \
+              lib/spot/pool.c lib/spot/chunk.c lib/spot/store.c lib/spot/store_file.c \
               lib/spot/notice.c lib/spot/timeparse.c lib/spot/cloudparse.c
 SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)
 # libckpt: the trainer's library (include/ckpt.h).
@@ -82,7 +82,7 @@ SPOTD_OBJ  := $(SPOTD_SRC:%.c=$(O)/%.o)
 SPOTCTL_OBJ := $(O)/supervisord/spotctl.o
 
 UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c tests/unit/test_dmi.c \
-              tests/unit/test_pool.c tests/unit/test_chunk.c \
+              tests/unit/test_pool.c tests/unit/test_chunk.c tests/unit/test_store.c \
               tests/unit/test_log.c tests/unit/test_ckpt.c \
               tests/unit/test_timeparse.c tests/unit/test_cloudparse.c
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)

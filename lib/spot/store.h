@@ -1,0 +1,74 @@
+/* store: where generations live, behind one asynchronous interface.
+ *
+ * A store is opened from a URL (file:///path, and s3://bucket/prefix in a
+ * later step) and holds objects under keys such as
+ * "llama-ft/chunks/ab/ab12...".  Every operation runs off the loop (the
+ * worker pool for files, curl transfers for S3) and ends in exactly one
+ * callback on the loop.  A put is atomic: readers see the whole object or
+ * none of it, never a part.
+ *
+ * Keys come from manifests, which are untrusted: store_key_valid() decides
+ * what a key may be, and every operation refuses other keys with -EINVAL
+ * before touching anything. */
+#ifndef SPOT_STORE_H
+#define SPOT_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct pool;
+struct store;
+
+#define STORE_KEY_MAX 1024
+
+struct store_entry {
+    char *key;
+    uint64_t size;
+    int64_t mtime_ms;            /* last modification, ms since the epoch, UTC */
+};
+
+/* err is 0 or -errno; msg says what failed on what ("" on success).  Both
+ * are valid during the call only. */
+typedef void (*store_done_fn)(void *arg, int err, const char *msg);
+/* data is malloc'ed and becomes the callee's (NULL on error). */
+typedef void (*store_get_fn)(void *arg, int err, const char *msg, void *data, size_t len);
+/* entries become the callee's: free them with store_entries_free(). */
+typedef void (*store_list_fn)(void *arg, int err, const char *msg, struct store_entry *entries,
+                              size_t n);
+
+struct store_ctx {
+    struct event_base *base;
+    struct pool *pool;           /* for file I/O */
+};
+
+/* Open the store at url.  Returns 0, or -EINVAL / -ENOTSUP (scheme not
+ * known yet) with err set. */
+int store_open(const char *url, const struct store_ctx *ctx, struct store **ret, char *err,
+               size_t errlen);
+
+/* Close; operations in flight still end in their callbacks first (the
+ * caller runs the loop until they have).  Takes NULL, returns NULL. */
+struct store *store_close(struct store *s);
+
+/* The URL the store was opened with. */
+const char *store_url(const struct store *s);
+
+/* data must stay valid until done is called. */
+void store_put(struct store *s, const char *key, const void *data, size_t len,
+               store_done_fn done, void *arg);
+/* Objects larger than max fail with -EFBIG; a missing one with -ENOENT. */
+void store_get(struct store *s, const char *key, size_t max, store_get_fn done, void *arg);
+/* Every object whose key starts with prefix, in no particular order. */
+void store_list(struct store *s, const char *prefix, store_list_fn done, void *arg);
+/* Deleting what is not there succeeds. */
+void store_delete(struct store *s, const char *key, store_done_fn done, void *arg);
+
+/* Relative, at most STORE_KEY_MAX bytes of [A-Za-z0-9._-/], no empty,
+ * "." or ".." component. */
+bool store_key_valid(const char *key);
+
+void store_entries_free(struct store_entry *entries, size_t n);
+
+#endif
