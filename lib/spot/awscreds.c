@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spot/strict.h"
 #include "spot/timeparse.h"
 
 enum cred_key { KEY_NONE, KEY_ID, KEY_SECRET, KEY_TOKEN, KEY_OTHER };
@@ -39,18 +40,6 @@ void awscreds_wipe(struct aws_creds *c)
 static bool is_blank(char c)
 {
     return c == ' ' || c == '\t';
-}
-
-static bool ascii_case_equal(const char *a, size_t len, const char *b)
-{
-    if (strlen(b) != len)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = a[i] >= 'A' && a[i] <= 'Z' ? (char)(a[i] + 32) : a[i];
-        if (c != b[i])
-            return false;
-    }
-    return true;
 }
 
 /* Printable ASCII without spaces: what access keys, secrets and tokens
@@ -78,13 +67,13 @@ static int set_value(char *dst, size_t size, const char *s, size_t len, const ch
 
 static enum cred_key key_kind(const char *k, size_t len)
 {
-    if (ascii_case_equal(k, len, "aws_access_key_id"))
+    if (strict_ascii_case_equal(k, len, "aws_access_key_id"))
         return KEY_ID;
-    if (ascii_case_equal(k, len, "aws_secret_access_key"))
+    if (strict_ascii_case_equal(k, len, "aws_secret_access_key"))
         return KEY_SECRET;
     /* aws_security_token: the name boto 2 used, still read by botocore. */
-    if (ascii_case_equal(k, len, "aws_session_token") ||
-        ascii_case_equal(k, len, "aws_security_token"))
+    if (strict_ascii_case_equal(k, len, "aws_session_token") ||
+        strict_ascii_case_equal(k, len, "aws_security_token"))
         return KEY_TOKEN;
     return KEY_OTHER;
 }
@@ -221,51 +210,6 @@ int awscreds_parse(const char *text, size_t len, const char *profile, struct aws
     return r;
 }
 
-/* The member of obj named key exactly, in *ret (NULL when absent); a key
- * given twice is garbage. */
-static int member(const cJSON *obj, const char *key, const cJSON **ret, const char **ret_why)
-{
-    const cJSON *it, *found = NULL;
-
-    cJSON_ArrayForEach(it, obj) {
-        if (!it->string || strcmp(it->string, key) != 0)
-            continue;
-        if (found)
-            return fail(ret_why, -EINVAL, "a JSON key appears twice");
-        found = it;
-    }
-    *ret = found;
-    return 0;
-}
-
-/* A string member; *ret is NULL when absent and not required. */
-static int member_string(const cJSON *obj, const char *key, bool required, const char **ret,
-                         const char *why, const char **ret_why)
-{
-    const cJSON *it;
-    int r = member(obj, key, &it, ret_why);
-
-    if (r < 0)
-        return r;
-    if (!it) {
-        *ret = NULL;
-        return required ? fail(ret_why, -EINVAL, why) : 0;
-    }
-    if (!cJSON_IsString(it) || !it->valuestring)
-        return fail(ret_why, -EINVAL, why);
-    *ret = it->valuestring;
-    return 0;
-}
-
-/* cJSON decodes "\u0000" into a NUL that cuts a string short. */
-static bool has_escaped_nul(const char *s, size_t len)
-{
-    for (size_t i = 0; i + 6 <= len; i++)
-        if (s[i] == '\\' && memcmp(s + i + 1, "u0000", 5) == 0)
-            return true;
-    return false;
-}
-
 /* Wipe the strings of the top-level members before the tree goes. */
 static void json_wipe_delete(cJSON *root)
 {
@@ -282,17 +226,17 @@ static int imds_fields(const cJSON *root, struct aws_creds *c, const char **ret_
     const char *code, *type, *updated, *id, *secret, *token, *exp;
     int r;
 
-    if ((r = member_string(root, "Code", true, &code, "Code missing or not a string", ret_why)) ||
-        (r = member_string(root, "Type", false, &type, "Type is not a string", ret_why)) ||
-        (r = member_string(root, "LastUpdated", false, &updated, "LastUpdated is not a string",
+    if ((r = strict_json_member_string(root, "Code", true, &code, "Code missing or not a string", ret_why)) ||
+        (r = strict_json_member_string(root, "Type", false, &type, "Type is not a string", ret_why)) ||
+        (r = strict_json_member_string(root, "LastUpdated", false, &updated, "LastUpdated is not a string",
                            ret_why)) ||
-        (r = member_string(root, "AccessKeyId", true, &id, "AccessKeyId missing or not a string",
+        (r = strict_json_member_string(root, "AccessKeyId", true, &id, "AccessKeyId missing or not a string",
                            ret_why)) ||
-        (r = member_string(root, "SecretAccessKey", true, &secret,
+        (r = strict_json_member_string(root, "SecretAccessKey", true, &secret,
                            "SecretAccessKey missing or not a string", ret_why)) ||
-        (r = member_string(root, "Token", true, &token, "Token missing or not a string",
+        (r = strict_json_member_string(root, "Token", true, &token, "Token missing or not a string",
                            ret_why)) ||
-        (r = member_string(root, "Expiration", true, &exp, "Expiration missing or not a string",
+        (r = strict_json_member_string(root, "Expiration", true, &exp, "Expiration missing or not a string",
                            ret_why)))
         return r;
     if (strcmp(code, "Success") != 0)
@@ -332,7 +276,7 @@ int awscreds_parse_imds(const char *body, size_t len, struct aws_creds *out,
         len--;
     if (len == 0)
         return fail(ret_why, -EINVAL, "empty body");
-    if (has_escaped_nul(body, len))
+    if (strict_json_has_escaped_nul(body, len))
         return fail(ret_why, -EINVAL, "JSON holds an escaped NUL (\\u0000)");
     /* A terminated copy, so no cJSON version reads past the caller's bytes. */
     copy = malloc(len + 1);

@@ -16,19 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spot/strict.h"
 #include "spot/timeparse.h"
 
 /* Longest autoscaling lifecycle state; the real ones are under 20 bytes. */
 #define LIFECYCLE_MAX 64
 /* Integers that a double holds exactly. */
 #define JSON_INT_MAX 9007199254740991.0
-
-static int garbage(const char **ret_why, const char *why)
-{
-    if (ret_why)
-        *ret_why = why;
-    return -EINVAL;
-}
 
 static bool is_space(char c)
 {
@@ -42,27 +36,15 @@ static int body_check(const char *body, size_t len, size_t *ret_len, const char 
     if (!body)
         len = 0;
     if (len > CLOUDPARSE_MAX_BODY)
-        return garbage(ret_why, "body larger than 64 KiB");
+        return strict_garbage(ret_why, "body larger than 64 KiB");
     if (len > 0 && memchr(body, '\0', len))
-        return garbage(ret_why, "body holds a NUL byte");
+        return strict_garbage(ret_why, "body holds a NUL byte");
     while (len > 0 && is_space(body[len - 1]))
         len--;
     if (len == 0)
-        return garbage(ret_why, "empty body");
+        return strict_garbage(ret_why, "empty body");
     *ret_len = len;
     return 0;
-}
-
-/* cJSON decodes "\u0000" into a NUL that silently cuts a string short:
- * "2017-09-18T08:22:00Z\u0000junk" would read as a good time.  Refusing
- * the escape anywhere also refuses a literal backslash followed by
- * "u0000", which no metadata service sends. */
-static bool has_escaped_nul(const char *s, size_t len)
-{
-    for (size_t i = 0; i + 6 <= len; i++)
-        if (s[i] == '\\' && memcmp(s + i + 1, "u0000", 5) == 0)
-            return true;
-    return false;
 }
 
 /* Parse a whole JSON body into *ret (caller frees); *len becomes the
@@ -79,20 +61,20 @@ static int json_parse(const char *body, size_t *plen, cJSON **ret, const char **
     r = body_check(body, *plen, &len, ret_why);
     if (r < 0)
         return r;
-    if (has_escaped_nul(body, len))
-        return garbage(ret_why, "JSON holds an escaped NUL (\\u0000)");
+    if (strict_json_has_escaped_nul(body, len))
+        return strict_garbage(ret_why, "JSON holds an escaped NUL (\\u0000)");
     copy = malloc(len + 1);
     if (!copy)
-        return garbage(ret_why, "out of memory");
+        return strict_garbage(ret_why, "out of memory");
     memcpy(copy, body, len);
     copy[len] = '\0';
     root = cJSON_ParseWithLengthOpts(copy, len, &end, false);
     if (root && end != copy + len) {
         cJSON_Delete(root);
         root = NULL;
-        garbage(ret_why, "text after the JSON value");
+        strict_garbage(ret_why, "text after the JSON value");
     } else if (!root) {
-        garbage(ret_why, "not valid JSON");
+        strict_garbage(ret_why, "not valid JSON");
     }
     free(copy);
     if (!root)
@@ -110,47 +92,8 @@ static int json_parse_object(const char *body, size_t *plen, cJSON **ret, const 
         return r;
     if (!cJSON_IsObject(*ret)) {
         cJSON_Delete(*ret);
-        return garbage(ret_why, "not a JSON object");
+        return strict_garbage(ret_why, "not a JSON object");
     }
-    return 0;
-}
-
-/* The member of obj named key exactly, in *ret (NULL when absent).  A key
- * given twice is garbage: two readers could disagree on which one counts. */
-static int member(const cJSON *obj, const char *key, const cJSON **ret, const char **ret_why)
-{
-    const cJSON *it, *found = NULL;
-
-    cJSON_ArrayForEach(it, obj) {
-        if (!it->string || strcmp(it->string, key) != 0)
-            continue;
-        if (found)
-            return garbage(ret_why, "a JSON key appears twice");
-        found = it;
-    }
-    *ret = found;
-    return 0;
-}
-
-/* A string member: *ret is NULL when it is absent and not required.  why
- * is the reason given when it is missing (and required) or not a string. */
-static int member_string(const cJSON *obj, const char *key, bool required, const char **ret,
-                         const char *why, const char **ret_why)
-{
-    const cJSON *it;
-    int r = member(obj, key, &it, ret_why);
-
-    if (r < 0)
-        return r;
-    if (!it) {
-        if (required)
-            return garbage(ret_why, why);
-        *ret = NULL;
-        return 0;
-    }
-    if (!cJSON_IsString(it) || !it->valuestring)
-        return garbage(ret_why, why);
-    *ret = it->valuestring;
     return 0;
 }
 
@@ -161,19 +104,19 @@ static int member_int(const cJSON *obj, const char *key, bool required, int64_t 
 {
     const cJSON *it;
     double d;
-    int r = member(obj, key, &it, ret_why);
+    int r = strict_json_member(obj, key, &it, ret_why);
 
     if (r < 0)
         return r;
     if (!it)
-        return required ? garbage(ret_why, why) : 0;
+        return required ? strict_garbage(ret_why, why) : 0;
     if (!cJSON_IsNumber(it))
-        return garbage(ret_why, why);
+        return strict_garbage(ret_why, why);
     d = cJSON_GetNumberValue(it);
     /* The range test comes first: it also refuses NaN and infinities,
      * and makes the conversion below defined. */
     if (!(d >= (double)min && d <= (double)max) || (double)(int64_t)d != d)
-        return garbage(ret_why, why);
+        return strict_garbage(ret_why, why);
     *ret = (int64_t)d;
     return 0;
 }
@@ -190,18 +133,6 @@ static bool good_id(const char *s, size_t size)
         if (*s < 0x21 || *s > 0x7e)
             return false;
     return true;
-}
-
-/* ASCII only, whatever the locale: Azure VM names are ASCII. */
-static bool ascii_case_equal(const char *a, const char *b)
-{
-    for (; *a && *b; a++, b++) {
-        char x = *a >= 'A' && *a <= 'Z' ? (char)(*a + 32) : *a;
-        char y = *b >= 'A' && *b <= 'Z' ? (char)(*b + 32) : *b;
-        if (x != y)
-            return false;
-    }
-    return *a == *b;
 }
 
 static void notice_start(struct notice *t, const char *source, enum notice_kind kind,
@@ -243,22 +174,22 @@ int aws_parse_instance_action(const char *body, size_t len, struct notice *n,
     r = json_parse_object(body, &len, &root, ret_why);
     if (r < 0)
         return r;
-    r = member_string(root, "action", true, &action, "\"action\" missing or not a string",
+    r = strict_json_member_string(root, "action", true, &action, "\"action\" missing or not a string",
                       ret_why);
     if (r < 0)
         goto out;
-    r = member_string(root, "time", true, &when, "\"time\" missing or not a string", ret_why);
+    r = strict_json_member_string(root, "time", true, &when, "\"time\" missing or not a string", ret_why);
     if (r < 0)
         goto out;
     for (i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
         if (strcmp(action, actions[i].name) == 0)
             break;
     if (i == sizeof(actions) / sizeof(actions[0])) {
-        r = garbage(ret_why, "\"action\" is not terminate, stop or hibernate");
+        r = strict_garbage(ret_why, "\"action\" is not terminate, stop or hibernate");
         goto out;
     }
     if (time_parse_rfc3339(when, strlen(when), &deadline) < 0) {
-        r = garbage(ret_why, "\"time\" is not an RFC 3339 time");
+        r = strict_garbage(ret_why, "\"time\" is not an RFC 3339 time");
         goto out;
     }
     /* terminate and stop take the processes away.  A hibernated instance
@@ -286,12 +217,12 @@ int aws_parse_rebalance(const char *body, size_t len, struct notice *n, const ch
     r = json_parse_object(body, &len, &root, ret_why);
     if (r < 0)
         return r;
-    r = member_string(root, "noticeTime", true, &when, "\"noticeTime\" missing or not a string",
+    r = strict_json_member_string(root, "noticeTime", true, &when, "\"noticeTime\" missing or not a string",
                       ret_why);
     if (r < 0)
         goto out;
     if (time_parse_rfc3339(when, strlen(when), &deadline) < 0) {
-        r = garbage(ret_why, "\"noticeTime\" is not an RFC 3339 time");
+        r = strict_garbage(ret_why, "\"noticeTime\" is not an RFC 3339 time");
         goto out;
     }
     notice_start(&t, "aws", NOTICE_REBALANCE, false);
@@ -319,29 +250,29 @@ static int aws_maintenance_event(const cJSON *ev, struct notice *t, const char *
     int r;
 
     if (!cJSON_IsObject(ev))
-        return garbage(ret_why, "a scheduled event is not a JSON object");
-    if ((r = member_string(ev, "Code", true, &code, "\"Code\" missing or not a string",
+        return strict_garbage(ret_why, "a scheduled event is not a JSON object");
+    if ((r = strict_json_member_string(ev, "Code", true, &code, "\"Code\" missing or not a string",
                            ret_why)) < 0 ||
-        (r = member_string(ev, "Description", false, &desc, "\"Description\" is not a string",
+        (r = strict_json_member_string(ev, "Description", false, &desc, "\"Description\" is not a string",
                            ret_why)) < 0 ||
-        (r = member_string(ev, "EventId", true, &id, "\"EventId\" missing or not a string",
+        (r = strict_json_member_string(ev, "EventId", true, &id, "\"EventId\" missing or not a string",
                            ret_why)) < 0 ||
-        (r = member_string(ev, "NotAfter", false, &not_after, "\"NotAfter\" is not a string",
+        (r = strict_json_member_string(ev, "NotAfter", false, &not_after, "\"NotAfter\" is not a string",
                            ret_why)) < 0 ||
-        (r = member_string(ev, "NotBefore", true, &not_before,
+        (r = strict_json_member_string(ev, "NotBefore", true, &not_before,
                            "\"NotBefore\" missing or not a string", ret_why)) < 0 ||
-        (r = member_string(ev, "State", true, &state, "\"State\" missing or not a string",
+        (r = strict_json_member_string(ev, "State", true, &state, "\"State\" missing or not a string",
                            ret_why)) < 0)
         return r;
     /* "completed" and "canceled" are history, not notices. */
     if (strcmp(state, "active") != 0)
         return 0;
     if (!good_id(id, NOTICE_ID_LEN))
-        return garbage(ret_why, "\"EventId\" is empty, too long or not printable");
+        return strict_garbage(ret_why, "\"EventId\" is empty, too long or not printable");
     if (time_parse_aws_event(not_before, strlen(not_before), &deadline) < 0)
-        return garbage(ret_why, "\"NotBefore\" is not a date like \"21 Jan 2019 09:00:43 GMT\"");
+        return strict_garbage(ret_why, "\"NotBefore\" is not a date like \"21 Jan 2019 09:00:43 GMT\"");
     if (not_after && time_parse_aws_event(not_after, strlen(not_after), &end) < 0)
-        return garbage(ret_why, "\"NotAfter\" is not a date like \"21 Jan 2019 09:17:23 GMT\"");
+        return strict_garbage(ret_why, "\"NotAfter\" is not a date like \"21 Jan 2019 09:17:23 GMT\"");
     if (!t)
         return 1;
     for (size_t i = 0; i < sizeof(down_codes) / sizeof(down_codes[0]); i++)
@@ -371,7 +302,7 @@ int aws_parse_maintenance(const char *body, size_t len, struct notice *out, size
     if (r < 0)
         return r;
     if (!cJSON_IsArray(root)) {
-        r = garbage(ret_why, "not a JSON array");
+        r = strict_garbage(ret_why, "not a JSON array");
         goto out;
     }
     /* Check every event before writing any, so that out is untouched on
@@ -405,12 +336,12 @@ int aws_parse_lifecycle(const char *body, size_t len, struct notice *n, const ch
     if (r < 0)
         return r;
     if (len > LIFECYCLE_MAX)
-        return garbage(ret_why, "lifecycle state longer than 64 bytes");
+        return strict_garbage(ret_why, "lifecycle state longer than 64 bytes");
     for (size_t i = 0; i < len; i++) {
         char c = body[i];
         if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
               c == ':'))
-            return garbage(ret_why, "lifecycle state is not letters, digits and ':'");
+            return strict_garbage(ret_why, "lifecycle state is not letters, digits and ':'");
     }
     if (len != strlen("Terminated") || memcmp(body, "Terminated", len) != 0)
         return 0;
@@ -433,7 +364,7 @@ static int word_body(const char *body, size_t len, const char *const *words, int
     for (int i = 0; i < count; i++)
         if (len == strlen(words[i]) && memcmp(body, words[i], len) == 0)
             return i;
-    return garbage(ret_why, why);
+    return strict_garbage(ret_why, why);
 }
 
 int gcp_parse_preempted(const char *body, size_t len, const char **ret_why)
@@ -473,40 +404,40 @@ static int azure_event(const cJSON *it, const char *vm_name, struct azure_event 
     int r;
 
     if (!cJSON_IsObject(it))
-        return garbage(ret_why, "an event is not a JSON object");
+        return strict_garbage(ret_why, "an event is not a JSON object");
     memset(ev, 0, sizeof(*ev));
     ev->duration_s = -1;
-    if ((r = member_string(it, "EventId", true, &id, "\"EventId\" missing or not a string",
+    if ((r = strict_json_member_string(it, "EventId", true, &id, "\"EventId\" missing or not a string",
                            ret_why)) < 0 ||
-        (r = member_string(it, "EventType", true, &type, "\"EventType\" missing or not a string",
+        (r = strict_json_member_string(it, "EventType", true, &type, "\"EventType\" missing or not a string",
                            ret_why)) < 0 ||
-        (r = member_string(it, "EventStatus", true, &status,
+        (r = strict_json_member_string(it, "EventStatus", true, &status,
                            "\"EventStatus\" missing or not a string", ret_why)) < 0 ||
-        (r = member_string(it, "NotBefore", false, &not_before, "\"NotBefore\" is not a string",
+        (r = strict_json_member_string(it, "NotBefore", false, &not_before, "\"NotBefore\" is not a string",
                            ret_why)) < 0 ||
-        (r = member_string(it, "Description", false, &desc, "\"Description\" is not a string",
+        (r = strict_json_member_string(it, "Description", false, &desc, "\"Description\" is not a string",
                            ret_why)) < 0 ||
-        (r = member_string(it, "ResourceType", false, &rtype, "\"ResourceType\" is not a string",
+        (r = strict_json_member_string(it, "ResourceType", false, &rtype, "\"ResourceType\" is not a string",
                            ret_why)) < 0 ||
-        (r = member_string(it, "EventSource", false, &source, "\"EventSource\" is not a string",
+        (r = strict_json_member_string(it, "EventSource", false, &source, "\"EventSource\" is not a string",
                            ret_why)) < 0 ||
         (r = member_int(it, "DurationInSeconds", false, -1, INT32_MAX, &ev->duration_s,
                         "\"DurationInSeconds\" is not a whole number from -1 up", ret_why)) < 0 ||
-        (r = member(it, "Resources", &res, ret_why)) < 0)
+        (r = strict_json_member(it, "Resources", &res, ret_why)) < 0)
         return r;
     if (!good_id(id, sizeof(ev->id)))
-        return garbage(ret_why, "\"EventId\" is empty, too long or not printable");
+        return strict_garbage(ret_why, "\"EventId\" is empty, too long or not printable");
     /* Once an event has Started, NotBefore is "". */
     if (not_before && *not_before &&
         time_parse_rfc1123(not_before, strlen(not_before), &ev->not_before_ms) < 0)
-        return garbage(ret_why, "\"NotBefore\" is not a date like \"Mon, 11 Apr 2022 22:26:58 GMT\"");
+        return strict_garbage(ret_why, "\"NotBefore\" is not a date like \"Mon, 11 Apr 2022 22:26:58 GMT\"");
     if (!cJSON_IsArray(res))
-        return garbage(ret_why, "\"Resources\" missing or not an array");
+        return strict_garbage(ret_why, "\"Resources\" missing or not an array");
     cJSON_ArrayForEach(name, res) {
         if (!cJSON_IsString(name) || !name->valuestring)
-            return garbage(ret_why, "\"Resources\" holds something other than strings");
+            return strict_garbage(ret_why, "\"Resources\" holds something other than strings");
         names++;
-        if (vm_name && *vm_name && ascii_case_equal(name->valuestring, vm_name))
+        if (vm_name && *vm_name && strict_ascii_case_equal(name->valuestring, strlen(name->valuestring), vm_name))
             ours++;
     }
     ev->for_us = ours > 0;
@@ -534,16 +465,16 @@ int azure_parse_events(const char *body, size_t len, const char *vm_name, struct
                    "\"DocumentIncarnation\" missing or not a whole number", ret_why);
     if (r < 0)
         goto out;
-    r = member(root, "Events", &events, ret_why);
+    r = strict_json_member(root, "Events", &events, ret_why);
     if (r < 0)
         goto out;
     if (!cJSON_IsArray(events)) {
-        r = garbage(ret_why, "\"Events\" missing or not an array");
+        r = strict_garbage(ret_why, "\"Events\" missing or not an array");
         goto out;
     }
     cJSON_ArrayForEach(it, events) {
         if (d.n == AZURE_MAX_EVENTS) {
-            r = garbage(ret_why, "more than 32 events");
+            r = strict_garbage(ret_why, "more than 32 events");
             goto out;
         }
         r = azure_event(it, vm_name, &d.ev[d.n], ret_why);
@@ -610,7 +541,7 @@ static int termination(const char *source, const char *body, size_t len,
     if (r < 0)
         return r;
     if (parse(body, len, &deadline) < 0)
-        return garbage(ret_why, why);
+        return strict_garbage(ret_why, why);
     notice_start(&t, source, NOTICE_TERMINATE, true);
     t.deadline_ms = deadline;
     /* A good time is at most 35 printable bytes, so this is never cut. */

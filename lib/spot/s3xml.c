@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spot/strict.h"
 #include "spot/timeparse.h"
 
 #define XNONE UINT32_MAX
@@ -228,18 +229,6 @@ static int skip_comment(struct xparser *x)
     return 0;
 }
 
-static bool ascii_case_equal(const char *a, size_t len, const char *b)
-{
-    if (strlen(b) != len)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = a[i] >= 'A' && a[i] <= 'Z' ? (char)(a[i] + 32) : a[i];
-        if (c != b[i])
-            return false;
-    }
-    return true;
-}
-
 /* A processing instruction other than the XML declaration: skipped. */
 static int skip_pi(struct xparser *x)
 {
@@ -249,7 +238,7 @@ static int skip_pi(struct xparser *x)
     x->p += 2;
     if (read_name(x, &name, &len) < 0)
         return -EINVAL;
-    if (ascii_case_equal(name, len, "xml"))
+    if (strict_ascii_case_equal(name, len, "xml"))
         return fail(x, "XML declaration not at the start");
     q = memmem(x->p, (size_t)(x->end - x->p), "?>", 2);
     if (!q)
@@ -305,7 +294,7 @@ static int parse_decl(struct xparser *x)
         x->p++;
         if (i == 0 && !(vlen == 3 && memcmp(val, "1.0", 3) == 0))
             return fail(x, "XML version is not 1.0");
-        if (i == 1 && !ascii_case_equal(val, vlen, "utf-8"))
+        if (i == 1 && !strict_ascii_case_equal(val, vlen, "utf-8"))
             return fail(x, "XML encoding is not UTF-8");
         if (i == 2 && !(vlen == 3 && memcmp(val, "yes", 3) == 0) &&
             !(vlen == 2 && memcmp(val, "no", 2) == 0))
