@@ -103,42 +103,46 @@ static void defer(struct store *s, struct deferred d, const char *fmt, ...)
 void store_put(struct store *s, const char *key, const void *data, size_t len,
                store_done_fn done, void *arg)
 {
-    struct deferred d = { .kind = DEFER_DONE, .done = done, .arg = arg };
+    struct deferred d = { .kind = DEFER_DONE, .done = done, .arg = arg, .err = -EINVAL };
 
     if (!store_key_valid(key))
-        return defer(s, (d.err = -EINVAL, d), BAD_KEY, key);
+        return defer(s, d, BAD_KEY, key);
+    d.err = -ENOMEM;
     if (s->backend->put(s, key, data, len, done, arg) < 0)
-        defer(s, (d.err = -ENOMEM, d), "out of memory storing '%s'", key);
+        defer(s, d, "out of memory storing '%s'", key);
 }
 
 void store_get(struct store *s, const char *key, size_t max, store_get_fn got, void *arg)
 {
-    struct deferred d = { .kind = DEFER_GET, .got = got, .arg = arg };
+    struct deferred d = { .kind = DEFER_GET, .got = got, .arg = arg, .err = -EINVAL };
 
     if (!store_key_valid(key))
-        return defer(s, (d.err = -EINVAL, d), BAD_KEY, key);
+        return defer(s, d, BAD_KEY, key);
+    d.err = -ENOMEM;
     if (s->backend->get(s, key, max, got, arg) < 0)
-        defer(s, (d.err = -ENOMEM, d), "out of memory reading '%s'", key);
+        defer(s, d, "out of memory reading '%s'", key);
 }
 
 void store_list(struct store *s, const char *prefix, store_list_fn listed, void *arg)
 {
-    struct deferred d = { .kind = DEFER_LIST, .listed = listed, .arg = arg };
+    struct deferred d = { .kind = DEFER_LIST, .listed = listed, .arg = arg, .err = -EINVAL };
 
     if (!prefix_valid(prefix))
-        return defer(s, (d.err = -EINVAL, d), BAD_KEY, prefix);
+        return defer(s, d, BAD_KEY, prefix);
+    d.err = -ENOMEM;
     if (s->backend->list(s, prefix, listed, arg) < 0)
-        defer(s, (d.err = -ENOMEM, d), "out of memory listing '%s'", prefix);
+        defer(s, d, "out of memory listing '%s'", prefix);
 }
 
 void store_delete(struct store *s, const char *key, store_done_fn done, void *arg)
 {
-    struct deferred d = { .kind = DEFER_DONE, .done = done, .arg = arg };
+    struct deferred d = { .kind = DEFER_DONE, .done = done, .arg = arg, .err = -EINVAL };
 
     if (!store_key_valid(key))
-        return defer(s, (d.err = -EINVAL, d), BAD_KEY, key);
+        return defer(s, d, BAD_KEY, key);
+    d.err = -ENOMEM;
     if (s->backend->del(s, key, done, arg) < 0)
-        defer(s, (d.err = -ENOMEM, d), "out of memory deleting '%s'", key);
+        defer(s, d, "out of memory deleting '%s'", key);
 }
 
 int store_open(const char *url, const struct store_ctx *ctx, struct store **ret, char *err,
