@@ -174,11 +174,12 @@ int aws_parse_instance_action(const char *body, size_t len, struct notice *n,
     r = json_parse_object(body, &len, &root, ret_why);
     if (r < 0)
         return r;
-    r = strict_json_member_string(root, "action", true, &action, "\"action\" missing or not a string",
-                      ret_why);
+    r = strict_json_member_string(root, "action", true, &action,
+                                  "\"action\" missing or not a string", ret_why);
     if (r < 0)
         goto out;
-    r = strict_json_member_string(root, "time", true, &when, "\"time\" missing or not a string", ret_why);
+    r = strict_json_member_string(root, "time", true, &when, "\"time\" missing or not a string",
+                                  ret_why);
     if (r < 0)
         goto out;
     for (i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
@@ -217,8 +218,8 @@ int aws_parse_rebalance(const char *body, size_t len, struct notice *n, const ch
     r = json_parse_object(body, &len, &root, ret_why);
     if (r < 0)
         return r;
-    r = strict_json_member_string(root, "noticeTime", true, &when, "\"noticeTime\" missing or not a string",
-                      ret_why);
+    r = strict_json_member_string(root, "noticeTime", true, &when,
+                                  "\"noticeTime\" missing or not a string", ret_why);
     if (r < 0)
         goto out;
     if (time_parse_rfc3339(when, strlen(when), &deadline) < 0) {
@@ -252,27 +253,31 @@ static int aws_maintenance_event(const cJSON *ev, struct notice *t, const char *
     if (!cJSON_IsObject(ev))
         return strict_garbage(ret_why, "a scheduled event is not a JSON object");
     if ((r = strict_json_member_string(ev, "Code", true, &code, "\"Code\" missing or not a string",
-                           ret_why)) < 0 ||
-        (r = strict_json_member_string(ev, "Description", false, &desc, "\"Description\" is not a string",
-                           ret_why)) < 0 ||
-        (r = strict_json_member_string(ev, "EventId", true, &id, "\"EventId\" missing or not a string",
-                           ret_why)) < 0 ||
-        (r = strict_json_member_string(ev, "NotAfter", false, &not_after, "\"NotAfter\" is not a string",
-                           ret_why)) < 0 ||
-        (r = strict_json_member_string(ev, "NotBefore", true, &not_before,
-                           "\"NotBefore\" missing or not a string", ret_why)) < 0 ||
-        (r = strict_json_member_string(ev, "State", true, &state, "\"State\" missing or not a string",
-                           ret_why)) < 0)
-        return r;
+                                       ret_why)) < 0 || (r = strict_json_member_string(ev,
+                                       "Description", false, &desc,
+                                       "\"Description\" is not a string",
+                                       ret_why)) < 0 || (r = strict_json_member_string(ev,
+                                       "EventId", true, &id, "\"EventId\" missing or not a string",
+                                       ret_why)) < 0 || (r = strict_json_member_string(ev,
+                                       "NotAfter", false, &not_after,
+                                       "\"NotAfter\" is not a string",
+                                       ret_why)) < 0 || (r = strict_json_member_string(ev,
+                                       "NotBefore", true, &not_before,
+                                       "\"NotBefore\" missing or not a string",
+                                       ret_why)) < 0 || (r = strict_json_member_string(ev, "State",
+                                       true, &state, "\"State\" missing or not a string",
+                                       ret_why)) < 0) return r;
     /* "completed" and "canceled" are history, not notices. */
     if (strcmp(state, "active") != 0)
         return 0;
     if (!good_id(id, NOTICE_ID_LEN))
         return strict_garbage(ret_why, "\"EventId\" is empty, too long or not printable");
     if (time_parse_aws_event(not_before, strlen(not_before), &deadline) < 0)
-        return strict_garbage(ret_why, "\"NotBefore\" is not a date like \"21 Jan 2019 09:00:43 GMT\"");
+        return strict_garbage(ret_why,
+                              "\"NotBefore\" is not a date like \"21 Jan 2019 09:00:43 GMT\"");
     if (not_after && time_parse_aws_event(not_after, strlen(not_after), &end) < 0)
-        return strict_garbage(ret_why, "\"NotAfter\" is not a date like \"21 Jan 2019 09:17:23 GMT\"");
+        return strict_garbage(ret_why,
+                              "\"NotAfter\" is not a date like \"21 Jan 2019 09:17:23 GMT\"");
     if (!t)
         return 1;
     for (size_t i = 0; i < sizeof(down_codes) / sizeof(down_codes[0]); i++)
@@ -407,37 +412,46 @@ static int azure_event(const cJSON *it, const char *vm_name, struct azure_event 
         return strict_garbage(ret_why, "an event is not a JSON object");
     memset(ev, 0, sizeof(*ev));
     ev->duration_s = -1;
-    if ((r = strict_json_member_string(it, "EventId", true, &id, "\"EventId\" missing or not a string",
-                           ret_why)) < 0 ||
-        (r = strict_json_member_string(it, "EventType", true, &type, "\"EventType\" missing or not a string",
-                           ret_why)) < 0 ||
-        (r = strict_json_member_string(it, "EventStatus", true, &status,
-                           "\"EventStatus\" missing or not a string", ret_why)) < 0 ||
-        (r = strict_json_member_string(it, "NotBefore", false, &not_before, "\"NotBefore\" is not a string",
-                           ret_why)) < 0 ||
-        (r = strict_json_member_string(it, "Description", false, &desc, "\"Description\" is not a string",
-                           ret_why)) < 0 ||
-        (r = strict_json_member_string(it, "ResourceType", false, &rtype, "\"ResourceType\" is not a string",
-                           ret_why)) < 0 ||
-        (r = strict_json_member_string(it, "EventSource", false, &source, "\"EventSource\" is not a string",
-                           ret_why)) < 0 ||
-        (r = member_int(it, "DurationInSeconds", false, -1, INT32_MAX, &ev->duration_s,
-                        "\"DurationInSeconds\" is not a whole number from -1 up", ret_why)) < 0 ||
-        (r = strict_json_member(it, "Resources", &res, ret_why)) < 0)
-        return r;
+    if ((r = strict_json_member_string(it, "EventId", true, &id,
+                                       "\"EventId\" missing or not a string",
+                                       ret_why)) < 0 || (r = strict_json_member_string(it,
+                                       "EventType", true, &type,
+                                       "\"EventType\" missing or not a string",
+                                       ret_why)) < 0 || (r = strict_json_member_string(it,
+                                       "EventStatus", true, &status,
+                                       "\"EventStatus\" missing or not a string",
+                                       ret_why)) < 0 || (r = strict_json_member_string(it,
+                                       "NotBefore", false, &not_before,
+                                       "\"NotBefore\" is not a string",
+                                       ret_why)) < 0 || (r = strict_json_member_string(it,
+                                       "Description", false, &desc,
+                                       "\"Description\" is not a string",
+                                       ret_why)) < 0 || (r = strict_json_member_string(it,
+                                       "ResourceType", false, &rtype,
+                                       "\"ResourceType\" is not a string",
+                                       ret_why)) < 0 || (r = strict_json_member_string(it,
+                                       "EventSource", false, &source,
+                                       "\"EventSource\" is not a string",
+                                       ret_why)) < 0 || (r = member_int(it, "DurationInSeconds",
+                                       false, -1, INT32_MAX, &ev->duration_s,
+                                       "\"DurationInSeconds\" is not a whole number from -1 up",
+                                       ret_why)) < 0 || (r = strict_json_member(it, "Resources",
+                                       &res, ret_why)) < 0) return r;
     if (!good_id(id, sizeof(ev->id)))
         return strict_garbage(ret_why, "\"EventId\" is empty, too long or not printable");
     /* Once an event has Started, NotBefore is "". */
     if (not_before && *not_before &&
         time_parse_rfc1123(not_before, strlen(not_before), &ev->not_before_ms) < 0)
-        return strict_garbage(ret_why, "\"NotBefore\" is not a date like \"Mon, 11 Apr 2022 22:26:58 GMT\"");
+        return strict_garbage(
+            ret_why, "\"NotBefore\" is not a date like \"Mon, 11 Apr 2022 22:26:58 GMT\"");
     if (!cJSON_IsArray(res))
         return strict_garbage(ret_why, "\"Resources\" missing or not an array");
     cJSON_ArrayForEach(name, res) {
         if (!cJSON_IsString(name) || !name->valuestring)
             return strict_garbage(ret_why, "\"Resources\" holds something other than strings");
         names++;
-        if (vm_name && *vm_name && strict_ascii_case_equal(name->valuestring, strlen(name->valuestring), vm_name))
+        if (vm_name && *vm_name &&
+            strict_ascii_case_equal(name->valuestring, strlen(name->valuestring), vm_name))
             ours++;
     }
     ev->for_us = ours > 0;
