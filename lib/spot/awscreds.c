@@ -227,22 +227,20 @@ static int imds_fields(const cJSON *root, struct aws_creds *c, const char **ret_
     int r;
 
     if ((r = strict_json_member_string(root, "Code", true, &code, "Code missing or not a string",
-                                       ret_why)) || (r = strict_json_member_string(root, "Type",
-                                       false, &type, "Type is not a string",
-                                       ret_why)) || (r = strict_json_member_string(root,
-                                       "LastUpdated", false, &updated,
-                                       "LastUpdated is not a string",
-                                       ret_why)) || (r = strict_json_member_string(root,
-                                       "AccessKeyId", true, &id,
-                                       "AccessKeyId missing or not a string",
-                                       ret_why)) || (r = strict_json_member_string(root,
-                                       "SecretAccessKey", true, &secret,
-                                       "SecretAccessKey missing or not a string",
-                                       ret_why)) || (r = strict_json_member_string(root, "Token",
-                                       true, &token, "Token missing or not a string",
-                                       ret_why)) || (r = strict_json_member_string(root,
-                                       "Expiration", true, &exp,
-                                       "Expiration missing or not a string", ret_why))) return r;
+                                       ret_why)) ||
+        (r = strict_json_member_string(root, "Type", false, &type, "Type is not a string",
+                                       ret_why)) ||
+        (r = strict_json_member_string(root, "LastUpdated", false, &updated,
+                                       "LastUpdated is not a string", ret_why)) ||
+        (r = strict_json_member_string(root, "AccessKeyId", true, &id,
+                                       "AccessKeyId missing or not a string", ret_why)) ||
+        (r = strict_json_member_string(root, "SecretAccessKey", true, &secret,
+                                       "SecretAccessKey missing or not a string", ret_why)) ||
+        (r = strict_json_member_string(root, "Token", true, &token, "Token missing or not a string",
+                                       ret_why)) ||
+        (r = strict_json_member_string(root, "Expiration", true, &exp,
+                                       "Expiration missing or not a string", ret_why)))
+        return r;
     if (strcmp(code, "Success") != 0)
         return fail(ret_why, -EINVAL, "instance role credentials not ready (Code is not Success)");
     if (type && strcmp(type, "AWS-HMAC") != 0)

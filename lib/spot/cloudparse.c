@@ -253,20 +253,18 @@ static int aws_maintenance_event(const cJSON *ev, struct notice *t, const char *
     if (!cJSON_IsObject(ev))
         return strict_garbage(ret_why, "a scheduled event is not a JSON object");
     if ((r = strict_json_member_string(ev, "Code", true, &code, "\"Code\" missing or not a string",
-                                       ret_why)) < 0 || (r = strict_json_member_string(ev,
-                                       "Description", false, &desc,
-                                       "\"Description\" is not a string",
-                                       ret_why)) < 0 || (r = strict_json_member_string(ev,
-                                       "EventId", true, &id, "\"EventId\" missing or not a string",
-                                       ret_why)) < 0 || (r = strict_json_member_string(ev,
-                                       "NotAfter", false, &not_after,
-                                       "\"NotAfter\" is not a string",
-                                       ret_why)) < 0 || (r = strict_json_member_string(ev,
-                                       "NotBefore", true, &not_before,
-                                       "\"NotBefore\" missing or not a string",
-                                       ret_why)) < 0 || (r = strict_json_member_string(ev, "State",
-                                       true, &state, "\"State\" missing or not a string",
-                                       ret_why)) < 0) return r;
+                                       ret_why)) < 0 ||
+        (r = strict_json_member_string(ev, "Description", false, &desc,
+                                       "\"Description\" is not a string", ret_why)) < 0 ||
+        (r = strict_json_member_string(ev, "EventId", true, &id,
+                                       "\"EventId\" missing or not a string", ret_why)) < 0 ||
+        (r = strict_json_member_string(ev, "NotAfter", false, &not_after,
+                                       "\"NotAfter\" is not a string", ret_why)) < 0 ||
+        (r = strict_json_member_string(ev, "NotBefore", true, &not_before,
+                                       "\"NotBefore\" missing or not a string", ret_why)) < 0 ||
+        (r = strict_json_member_string(ev, "State", true, &state,
+                                       "\"State\" missing or not a string", ret_why)) < 0)
+        return r;
     /* "completed" and "canceled" are history, not notices. */
     if (strcmp(state, "active") != 0)
         return 0;
@@ -413,37 +411,30 @@ static int azure_event(const cJSON *it, const char *vm_name, struct azure_event 
     memset(ev, 0, sizeof(*ev));
     ev->duration_s = -1;
     if ((r = strict_json_member_string(it, "EventId", true, &id,
-                                       "\"EventId\" missing or not a string",
-                                       ret_why)) < 0 || (r = strict_json_member_string(it,
-                                       "EventType", true, &type,
-                                       "\"EventType\" missing or not a string",
-                                       ret_why)) < 0 || (r = strict_json_member_string(it,
-                                       "EventStatus", true, &status,
-                                       "\"EventStatus\" missing or not a string",
-                                       ret_why)) < 0 || (r = strict_json_member_string(it,
-                                       "NotBefore", false, &not_before,
-                                       "\"NotBefore\" is not a string",
-                                       ret_why)) < 0 || (r = strict_json_member_string(it,
-                                       "Description", false, &desc,
-                                       "\"Description\" is not a string",
-                                       ret_why)) < 0 || (r = strict_json_member_string(it,
-                                       "ResourceType", false, &rtype,
-                                       "\"ResourceType\" is not a string",
-                                       ret_why)) < 0 || (r = strict_json_member_string(it,
-                                       "EventSource", false, &source,
-                                       "\"EventSource\" is not a string",
-                                       ret_why)) < 0 || (r = member_int(it, "DurationInSeconds",
-                                       false, -1, INT32_MAX, &ev->duration_s,
-                                       "\"DurationInSeconds\" is not a whole number from -1 up",
-                                       ret_why)) < 0 || (r = strict_json_member(it, "Resources",
-                                       &res, ret_why)) < 0) return r;
+                                       "\"EventId\" missing or not a string", ret_why)) < 0 ||
+        (r = strict_json_member_string(it, "EventType", true, &type,
+                                       "\"EventType\" missing or not a string", ret_why)) < 0 ||
+        (r = strict_json_member_string(it, "EventStatus", true, &status,
+                                       "\"EventStatus\" missing or not a string", ret_why)) < 0 ||
+        (r = strict_json_member_string(it, "NotBefore", false, &not_before,
+                                       "\"NotBefore\" is not a string", ret_why)) < 0 ||
+        (r = strict_json_member_string(it, "Description", false, &desc,
+                                       "\"Description\" is not a string", ret_why)) < 0 ||
+        (r = strict_json_member_string(it, "ResourceType", false, &rtype,
+                                       "\"ResourceType\" is not a string", ret_why)) < 0 ||
+        (r = strict_json_member_string(it, "EventSource", false, &source,
+                                       "\"EventSource\" is not a string", ret_why)) < 0 ||
+        (r = member_int(it, "DurationInSeconds", false, -1, INT32_MAX, &ev->duration_s,
+                        "\"DurationInSeconds\" is not a whole number from -1 up", ret_why)) < 0 ||
+        (r = strict_json_member(it, "Resources", &res, ret_why)) < 0)
+        return r;
     if (!good_id(id, sizeof(ev->id)))
         return strict_garbage(ret_why, "\"EventId\" is empty, too long or not printable");
     /* Once an event has Started, NotBefore is "". */
     if (not_before && *not_before &&
         time_parse_rfc1123(not_before, strlen(not_before), &ev->not_before_ms) < 0)
-        return strict_garbage(
-            ret_why, "\"NotBefore\" is not a date like \"Mon, 11 Apr 2022 22:26:58 GMT\"");
+        return strict_garbage(ret_why,
+                              "\"NotBefore\" is not a date like \"Mon, 11 Apr 2022 22:26:58 GMT\"");
     if (!cJSON_IsArray(res))
         return strict_garbage(ret_why, "\"Resources\" missing or not an array");
     cJSON_ArrayForEach(name, res) {
