@@ -61,7 +61,7 @@ $(O)/config.mk: Makefile
 	        echo "spotd: run: sudo apt-get install -y $(DEB_PKGS)"; exit 1; \
 	    fi; \
 	fi
-	@{ echo "SPOTD_LIBS := $$($(PKG_CONFIG) --libs libevent libcjson libcurl)"; \
+	@{ echo "SPOTD_LIBS := $$($(PKG_CONFIG) --libs libevent libcjson) -ldl"; \
 	   echo "EVENT_LIBS := $$($(PKG_CONFIG) --libs libevent libcjson)"; \
 	   echo "DEP_CFLAGS := $$($(PKG_CONFIG) --cflags $(PKGS))"; \
 	   echo "DEP_LIBS := $$($(PKG_CONFIG) --libs $(PKGS))"; } > $@.tmp && mv $@.tmp $@

@@ -5,7 +5,6 @@
  * children and restart until the command is done for good.  Everything
  * after start-up happens in callbacks on one libevent event_base. */
 #include <cjson/cJSON.h>
-#include <curl/curl.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <signal.h>
@@ -437,8 +436,9 @@ static int cmd_run(int argc, char **argv)
         len = strlen(url);
         while (len > 0 && url[len - 1] == '/')
             url[--len] = '\0';
-        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || !(http = http_new(base))) {
-            say("cannot set up HTTP for the metadata service");
+        http = http_new(base, err, sizeof(err));
+        if (!http) {
+            say("cannot watch %s: %s", cloud->name, err);
             goto out_child;
         }
         ctx.http = http;
@@ -462,8 +462,6 @@ out_child:
     if (cloud)
         cloud->stop(watcher);
     http_free(http);
-    if (cloud)
-        curl_global_cleanup();
     watch_local_free(run.local);
     notices_free(notices);
 

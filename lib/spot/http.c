@@ -10,12 +10,128 @@
  * outside any curl call, so a callback may start or cancel requests. */
 #include "spot/http.h"
 
+/* curl's headers give the types and constants; the functions come from
+ * libcurl loaded at run time (see load_curl), so that a spotd that watches
+ * no cloud never loads libcurl and its TLS libraries, whose start-up costs
+ * milliseconds of CPU and megabytes of memory. */
+#define CURL_DISABLE_TYPECHECK 1
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <event2/event.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+static struct {
+    void *lib;
+    unsigned users;              /* struct http alive: global init held */
+    CURLcode (*global_init)(long flags);
+    void (*global_cleanup)(void);
+    CURL *(*easy_init)(void);
+    void (*easy_cleanup)(CURL *);
+    CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
+    CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
+    const char *(*easy_strerror)(CURLcode);
+    CURLM *(*multi_init)(void);
+    CURLMcode (*multi_cleanup)(CURLM *);
+    CURLMcode (*multi_setopt)(CURLM *, CURLMoption, ...);
+    CURLMcode (*multi_add_handle)(CURLM *, CURL *);
+    CURLMcode (*multi_remove_handle)(CURLM *, CURL *);
+    CURLMcode (*multi_socket_action)(CURLM *, curl_socket_t, int, int *);
+    CURLMsg *(*multi_info_read)(CURLM *, int *);
+    CURLMcode (*multi_assign)(CURLM *, curl_socket_t, void *);
+    struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
+    void (*slist_free_all)(struct curl_slist *);
+} cf;
+
+/* curl.h wraps these three in macros of its own. */
+#undef curl_easy_setopt
+#undef curl_easy_getinfo
+#undef curl_multi_setopt
+#define curl_easy_init cf.easy_init
+#define curl_easy_cleanup cf.easy_cleanup
+#define curl_easy_setopt cf.easy_setopt
+#define curl_easy_getinfo cf.easy_getinfo
+#define curl_easy_strerror cf.easy_strerror
+#define curl_multi_init cf.multi_init
+#define curl_multi_cleanup cf.multi_cleanup
+#define curl_multi_setopt cf.multi_setopt
+#define curl_multi_add_handle cf.multi_add_handle
+#define curl_multi_remove_handle cf.multi_remove_handle
+#define curl_multi_socket_action cf.multi_socket_action
+#define curl_multi_info_read cf.multi_info_read
+#define curl_multi_assign cf.multi_assign
+#define curl_slist_append cf.slist_append
+#define curl_slist_free_all cf.slist_free_all
+
+/* Load libcurl and run its global init, once per first user.  Returns 0,
+ * or -ENOENT when libcurl cannot be loaded (the message is in err). */
+static int load_curl(char *err, size_t errlen)
+{
+    static const struct {
+        const char *name;
+        size_t offset;
+    } syms[] = {
+#define SYM(field, name) { name, offsetof(__typeof__(cf), field) }
+        SYM(global_init, "curl_global_init"),
+        SYM(global_cleanup, "curl_global_cleanup"),
+        SYM(easy_init, "curl_easy_init"),
+        SYM(easy_cleanup, "curl_easy_cleanup"),
+        SYM(easy_setopt, "curl_easy_setopt"),
+        SYM(easy_getinfo, "curl_easy_getinfo"),
+        SYM(easy_strerror, "curl_easy_strerror"),
+        SYM(multi_init, "curl_multi_init"),
+        SYM(multi_cleanup, "curl_multi_cleanup"),
+        SYM(multi_setopt, "curl_multi_setopt"),
+        SYM(multi_add_handle, "curl_multi_add_handle"),
+        SYM(multi_remove_handle, "curl_multi_remove_handle"),
+        SYM(multi_socket_action, "curl_multi_socket_action"),
+        SYM(multi_info_read, "curl_multi_info_read"),
+        SYM(multi_assign, "curl_multi_assign"),
+        SYM(slist_append, "curl_slist_append"),
+        SYM(slist_free_all, "curl_slist_free_all"),
+#undef SYM
+    };
+
+    if (cf.users > 0) {
+        cf.users++;
+        return 0;
+    }
+    if (!cf.lib) {
+        cf.lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+        if (!cf.lib) {
+            snprintf(err, errlen, "cannot load libcurl (%s); install the libcurl4 package",
+                     dlerror());
+            return -ENOENT;
+        }
+        for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+            void *f = dlsym(cf.lib, syms[i].name);
+            if (!f) {
+                snprintf(err, errlen, "libcurl lacks %s; it is too old", syms[i].name);
+                dlclose(cf.lib);
+                cf.lib = NULL;
+                return -ENOENT;
+            }
+            memcpy((char *)&cf + syms[i].offset, &f, sizeof(f));
+        }
+    }
+    if (cf.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        snprintf(err, errlen, "libcurl's global initialisation failed");
+        return -EIO;
+    }
+    cf.users = 1;
+    return 0;
+}
+
+/* libcurl stays loaded: unloading a library with TLS state is not safe. */
+static void unload_curl(void)
+{
+    if (cf.users > 0 && --cf.users == 0)
+        cf.global_cleanup();
+}
 
 #define DEFAULT_MAX_BODY (64 * 1024)
 
@@ -317,17 +433,25 @@ void http_cancel(struct http_req *r)
         req_free(r);
 }
 
-struct http *http_new(struct event_base *base)
+struct http *http_new(struct event_base *base, char *err, size_t errlen)
 {
-    struct http *h = calloc(1, sizeof(*h));
+    struct http *h;
 
-    if (!h)
+    if (load_curl(err, errlen) < 0)
         return NULL;
+    h = calloc(1, sizeof(*h));
+    if (!h) {
+        unload_curl();
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
     h->base = base;
     h->multi = curl_multi_init();
     h->timer = evtimer_new(base, on_timer, h);
-    if (!h->multi || !h->timer)
+    if (!h->multi || !h->timer) {
+        snprintf(err, errlen, "out of memory");
         return http_free(h);
+    }
     curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
     curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
     curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
@@ -346,5 +470,6 @@ struct http *http_free(struct http *h)
     if (h->timer)
         event_free(h->timer);
     free(h);
+    unload_curl();
     return NULL;
 }

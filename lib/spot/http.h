@@ -42,9 +42,10 @@ struct http_req_opts {
     bool proxy;                   /* false: never through a proxy (metadata services) */
 };
 
-/* A request engine on base.  Call curl_global_init() once before.
- * Returns NULL when out of memory. */
-struct http *http_new(struct event_base *base);
+/* A request engine on base.  The first one loads libcurl (dlopen) and runs
+ * its global initialisation; the last http_free() undoes the latter.
+ * Returns NULL with the reason in err. */
+struct http *http_new(struct event_base *base, char *err, size_t errlen);
 
 /* Cancels what is in flight (no callbacks) and frees h; takes NULL,
  * returns NULL. */

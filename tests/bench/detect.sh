@@ -70,6 +70,7 @@ for c in $clouds; do
 done
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/tests/bench/lib.sh"
 O=${O:-build}
 case $O in /*) built=$O/spotd ;; *) built=$root/$O/spotd ;; esac
 if [ ! -x "$built" ]; then
@@ -98,29 +99,6 @@ others=()              # loops and mocks: killed last
 status=0
 problems=()
 notes=()
-
-# descendants PID...: every living descendant of the PIDs.
-descendants() {
-    local -A kids=()
-    local f line rest pid ppid q
-    for f in /proc/[0-9]*/stat; do
-        read -r line 2>/dev/null <"$f" || continue
-        pid=${line%% *}
-        rest=${line##*) }
-        ppid=${rest#* }
-        ppid=${ppid%% *}
-        kids[$ppid]+=" $pid"
-    done
-    q=("$@")
-    while [ ${#q[@]} -gt 0 ]; do
-        pid=${q[0]}
-        q=("${q[@]:1}")
-        for f in ${kids[$pid]-}; do
-            echo "$f"
-            q+=("$f")
-        done
-    done
-}
 
 # tagged: the PIDs of the processes that carry this run's BENCH_DETECT_TAG
 # (spotd passes its environment on, so this finds what a dead spotd left).

@@ -40,6 +40,7 @@ case $secs in '' | *[!0-9]* | 0)
 esac
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/tests/bench/lib.sh"
 O=${O:-build}
 case $O in /*) spotd=$O/spotd ;; *) spotd=$root/$O/spotd ;; esac
 if [ ! -x "$spotd" ]; then
@@ -97,29 +98,6 @@ alive=()                        # 1 until the supervisor has been reaped
 b_ns=() b_ticks=()              # CPU before exec, subtracted
 s_us=() s_ns=() s_ticks=() s_hwm=() s_rss=() s_sched=()   # last sample
 i_us=() i_ns=()                 # first sample after 1 s: idle rate from there
-
-# descendants PID...: print every living descendant of the PIDs.
-descendants() {
-    local -A kids=()
-    local f line rest pid ppid q
-    for f in /proc/[0-9]*/stat; do
-        read -r line 2>/dev/null <"$f" || continue
-        pid=${line%% *}
-        rest=${line##*) }
-        ppid=${rest#* }
-        ppid=${ppid%% *}
-        kids[$ppid]+=" $pid"
-    done
-    q=("$@")
-    while [ ${#q[@]} -gt 0 ]; do
-        pid=${q[0]}
-        q=("${q[@]:1}")
-        for f in ${kids[$pid]-}; do
-            echo "$f"
-            q+=("$f")
-        done
-    done
-}
 
 # Kill every supervisor still running and whatever it started: the sleep
 # children ignore SIGINT (started in the background) and would outlive a
