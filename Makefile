@@ -68,7 +68,7 @@ $(O)/config.mk: Makefile
 
 # lib/spot: the internal library shared by spotd and spotctl.
 SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c lib/spot/http.c lib/spot/dmi.c \
-              lib/spot/pool.c lib/spot/chunk.c lib/spot/store.c lib/spot/store_file.c \
+              lib/spot/pool.c lib/spot/chunk.c lib/spot/store.c lib/spot/store_file.c lib/spot/store_s3.c \
               lib/spot/notice.c lib/spot/timeparse.c lib/spot/cloudparse.c lib/spot/s3xml.c lib/spot/awscreds.c \
               lib/spot/strict.c
 SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)

@@ -153,6 +153,8 @@ struct http_req {
     bool too_big;
     char *etag;
     char *req_body;             /* our copy of the request body */
+    const char *upload;         /* borrowed PUT body, and how much has been sent */
+    size_t upload_len, upload_off;
     char errbuf[CURL_ERROR_SIZE];
     struct http_req *prev, *next;
 };
@@ -196,6 +198,11 @@ static int map_error(CURLcode c)
         return -EHOSTUNREACH;
     case CURLE_WRITE_ERROR:
         return -EMSGSIZE; /* only write_cb fails a write */
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+        return -ECONNRESET;
     default:
         return -EIO;
     }
@@ -226,6 +233,7 @@ static void finish_transfers(struct http *h)
         res.body = r->body ? r->body : "";
         res.len = r->len;
         res.etag = r->etag;
+        res.req = r;
         /* Out of the list before the callback, so it can start others. */
         curl_multi_remove_handle(h->multi, r->easy);
         r->done(r->arg, &res);
@@ -332,11 +340,76 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
-/* Keep the ETag; every other header is ignored. */
+static size_t read_cb(char *buf, size_t size, size_t nmemb, void *arg)
+{
+    struct http_req *r = arg;
+    size_t n = size * nmemb;
+
+    if (n > r->upload_len - r->upload_off)
+        n = r->upload_len - r->upload_off;
+    memcpy(buf, r->upload + r->upload_off, n);
+    r->upload_off += n;
+    return n;
+}
+
+/* curl rewinds a borrowed body to send it again (a redirect, a reused
+ * connection that closed under it, a 100-continue refused). */
+static int seek_cb(void *arg, curl_off_t offset, int origin)
+{
+    struct http_req *r = arg;
+
+    if (origin != SEEK_SET || offset < 0 || (size_t)offset > r->upload_len)
+        return CURL_SEEKFUNC_FAIL;
+    r->upload_off = (size_t)offset;
+    return CURL_SEEKFUNC_OK;
+}
+
+/* Make room for a body whose length the server announced, so a large one
+ * is not copied by repeated doubling.  A lying length costs at most the
+ * cap. */
+static void reserve(struct http_req *r, const char *v, size_t n)
+{
+    char num[24];
+    unsigned long long len;
+    char *end, *b;
+
+    if (n == 0 || n >= sizeof(num) || r->body)
+        return;
+    memcpy(num, v, n);
+    num[n] = '\0';
+    errno = 0;
+    len = strtoull(num, &end, 10);
+    if (errno || *end || num[0] < '0' || num[0] > '9' || len == 0 || len > r->max)
+        return;
+    b = malloc(len + 1);
+    if (!b)
+        return;
+    r->body = b;
+    r->cap = len + 1;
+}
+
+/* Keep the ETag, and size the body buffer from Content-Length; every
+ * other header is ignored. */
 static size_t header_cb(char *data, size_t size, size_t nmemb, void *arg)
 {
     struct http_req *r = arg;
     size_t n = size * nmemb, v;
+
+    if (n >= 5 && strncasecmp(data, "HTTP/", 5) == 0) {
+        /* A new response (after a 100 Continue, or a retry): forget the
+         * headers of the one before. */
+        free(r->etag);
+        r->etag = NULL;
+        return n;
+    }
+    if (n > 15 && strncasecmp(data, "Content-Length:", 15) == 0) {
+        for (v = 15; v < n && (data[v] == ' ' || data[v] == '\t'); v++)
+            ;
+        while (n > v && (data[n - 1] == '\r' || data[n - 1] == '\n' || data[n - 1] == ' '))
+            n--;
+        reserve(r, data + v, n - v);
+        return size * nmemb;
+    }
 
     if (n > 5 && strncasecmp(data, "ETag:", 5) == 0) {
         for (v = 5; v < n && (data[v] == ' ' || data[v] == '\t'); v++)
@@ -371,8 +444,10 @@ struct http_req *http_start(struct http *h, const struct http_req_opts *o, http_
             goto out_free;
         r->headers = l;
     }
-    /* An empty Expect: keeps curl from waiting for 100-continue. */
-    if (o->body) {
+    /* An empty Expect: keeps curl from waiting for 100-continue.  Not on
+     * signed requests: curl 7.88 would sign the header it then leaves
+     * out, and the server would refuse the signature. */
+    if (o->body && !o->aws_sigv4) {
         struct curl_slist *l = curl_slist_append(r->headers, "Expect:");
         if (!l)
             goto out_free;
@@ -401,6 +476,27 @@ struct http_req *http_start(struct http *h, const struct http_req_opts *o, http_
         c |= curl_easy_setopt(r->easy, CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_ms);
     if (strcmp(method, "GET") != 0)
         c |= curl_easy_setopt(r->easy, CURLOPT_CUSTOMREQUEST, method);
+    if (o->upload) {
+        r->upload = o->upload;
+        r->upload_len = o->upload_len;
+        c |= curl_easy_setopt(r->easy, CURLOPT_UPLOAD, 1L);
+        c |= curl_easy_setopt(r->easy, CURLOPT_READFUNCTION, read_cb);
+        c |= curl_easy_setopt(r->easy, CURLOPT_READDATA, r);
+        c |= curl_easy_setopt(r->easy, CURLOPT_SEEKFUNCTION, seek_cb);
+        c |= curl_easy_setopt(r->easy, CURLOPT_SEEKDATA, r);
+        c |= curl_easy_setopt(r->easy, CURLOPT_INFILESIZE_LARGE, (curl_off_t)o->upload_len);
+    }
+    if (o->aws_sigv4) {
+        c |= curl_easy_setopt(r->easy, CURLOPT_AWS_SIGV4, o->aws_sigv4);
+        c |= curl_easy_setopt(r->easy, CURLOPT_USERNAME, o->username);
+        c |= curl_easy_setopt(r->easy, CURLOPT_PASSWORD, o->password);
+    }
+    if (o->ca_file)
+        c |= curl_easy_setopt(r->easy, CURLOPT_CAINFO, o->ca_file);
+    if (o->low_speed_time_s > 0) {
+        c |= curl_easy_setopt(r->easy, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+        c |= curl_easy_setopt(r->easy, CURLOPT_LOW_SPEED_TIME, o->low_speed_time_s);
+    }
     if (o->body) {
         c |= curl_easy_setopt(r->easy, CURLOPT_POSTFIELDS, r->req_body);
         c |= curl_easy_setopt(r->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)o->body_len);
@@ -425,6 +521,23 @@ out_free:
     free(r->req_body);
     free(r);
     return NULL;
+}
+
+char *http_take_body(const struct http_result *res)
+{
+    struct http_req *r = res->req;
+    char *b = r->body;
+
+    if (!b)
+        return calloc(1, 1);
+    r->body = NULL;
+    r->len = r->cap = 0;
+    return b;
+}
+
+void http_set_max_host_connections(struct http *h, long n)
+{
+    curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS, n);
 }
 
 void http_cancel(struct http_req *r)

@@ -11,7 +11,7 @@
 
 #include "store_impl.h"
 
-static const struct store_backend *const backends[] = { &store_file_backend, NULL };
+static const struct store_backend *const backends[] = { &store_file_backend, &store_s3_backend, NULL };
 
 bool store_key_valid(const char *key)
 {
@@ -103,12 +103,18 @@ static void defer(struct store *s, struct deferred d, const char *fmt, ...)
 void store_put(struct store *s, const char *key, const void *data, size_t len,
                store_done_fn done, void *arg)
 {
+    store_put_hashed(s, key, data, len, NULL, done, arg);
+}
+
+void store_put_hashed(struct store *s, const char *key, const void *data, size_t len,
+                      const uint8_t sha256[32], store_done_fn done, void *arg)
+{
     struct deferred d = { .kind = DEFER_DONE, .done = done, .arg = arg, .err = -EINVAL };
 
     if (!store_key_valid(key))
         return defer(s, d, BAD_KEY, key);
     d.err = -ENOMEM;
-    if (s->backend->put(s, key, data, len, done, arg) < 0)
+    if (s->backend->put(s, key, data, len, sha256, done, arg) < 0)
         defer(s, d, "out of memory storing '%s'", key);
 }
 
@@ -172,11 +178,7 @@ int store_open(const char *url, const struct store_ctx *ctx, struct store **ret,
         *ret = s;
         return 0;
     }
-    if (strncmp(url, "s3://", 5) == 0) {
-        snprintf(err, errlen, "store '%s': s3:// is not implemented yet; use file:///path", url);
-        return -ENOTSUP;
-    }
-    snprintf(err, errlen, "invalid store '%s': expected file:///path", url);
+    snprintf(err, errlen, "invalid store '%s': expected file:///path or s3://bucket/prefix", url);
     return -EINVAL;
 }
 

@@ -1,7 +1,7 @@
 /* store: where generations live, behind one asynchronous interface.
  *
- * A store is opened from a URL (file:///path, and s3://bucket/prefix in a
- * later step) and holds objects under keys such as
+ * A store is opened from a URL (file:///path or s3://bucket[/prefix]) and
+ * holds objects under keys such as
  * "llama-ft/chunks/ab/ab12...".  Every operation runs off the loop (the
  * worker pool for files, curl transfers for S3) and ends in exactly one
  * callback on the loop.  A put is atomic: readers see the whole object or
@@ -38,13 +38,27 @@ typedef void (*store_get_fn)(void *arg, int err, const char *msg, void *data, si
 typedef void (*store_list_fn)(void *arg, int err, const char *msg, struct store_entry *entries,
                               size_t n);
 
+/* What a store needs from its user.  Only base and pool are required;
+ * the S3 settings left NULL/0 come from the environment as the AWS tools
+ * read it (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ...; see
+ * docs/store-format.md). */
 struct store_ctx {
     struct event_base *base;
-    struct pool *pool;           /* for file I/O */
+    struct pool *pool;           /* for file I/O and payload hashing */
+    const char *s3_endpoint;     /* "https://host[:port]" */
+    const char *s3_region;
+    int s3_path_style;           /* 1 path-style, 0 virtual-hosted, -1 (or 0 with
+                                    s3_path_style_set false) automatic */
+    bool s3_path_style_set;
+    unsigned max_inflight;       /* requests at once; 0: 16 */
+    unsigned retries;            /* tries after the first; 0: 6 */
+    unsigned timeout_s;          /* a request making no progress for this long
+                                    fails (and is retried); 0: 30 */
 };
 
-/* Open the store at url.  Returns 0, or -EINVAL / -ENOTSUP (scheme not
- * known yet) with err set. */
+/* Open the store at url.  Returns 0, or -EINVAL, -ENOENT (libcurl
+ * missing), -ENOMEM with err set.  Credentials are looked for when the
+ * first request needs them, not here. */
 int store_open(const char *url, const struct store_ctx *ctx, struct store **ret, char *err,
                size_t errlen);
 
@@ -58,6 +72,10 @@ const char *store_url(const struct store *s);
 /* data must stay valid until done is called. */
 void store_put(struct store *s, const char *key, const void *data, size_t len,
                store_done_fn done, void *arg);
+/* The same, with the SHA-256 of data already known (a backend that signs
+ * payloads need not hash it again).  sha256 is copied. */
+void store_put_hashed(struct store *s, const char *key, const void *data, size_t len,
+                      const uint8_t sha256[32], store_done_fn done, void *arg);
 /* Objects larger than max fail with -EFBIG; a missing one with -ENOENT. */
 void store_get(struct store *s, const char *key, size_t max, store_get_fn done, void *arg);
 /* Every object whose key starts with prefix, in no particular order. */

@@ -330,7 +330,7 @@ static struct file_job *new_job(struct store *s, enum op op, const char *key)
 }
 
 static int file_put(struct store *s, const char *key, const void *data, size_t len,
-                    store_done_fn done, void *arg)
+                    const uint8_t *sha256, store_done_fn done, void *arg)
 {
     struct file_job *j = new_job(s, OP_PUT, key);
 

@@ -11,8 +11,9 @@ struct store_backend {
                 size_t errlen);
     /* Each returns 0 when the operation is under way (its callback will
      * come), or -ENOMEM when it could not be started. */
+    /* sha256: of data, or NULL when not known. */
     int (*put)(struct store *s, const char *key, const void *data, size_t len,
-               store_done_fn done, void *arg);
+               const uint8_t *sha256, store_done_fn done, void *arg);
     int (*get)(struct store *s, const char *key, size_t max, store_get_fn done, void *arg);
     int (*list)(struct store *s, const char *prefix, store_list_fn done, void *arg);
     int (*del)(struct store *s, const char *key, store_done_fn done, void *arg);
@@ -27,5 +28,6 @@ struct store {
 };
 
 extern const struct store_backend store_file_backend;
+extern const struct store_backend store_s3_backend;
 
 #endif

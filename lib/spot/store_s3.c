@@ -1,0 +1,1200 @@
+/* store_s3: the s3:// backend, for AWS S3 and the services that speak its
+ * API (MinIO, Ceph RGW, Swift's s3api, GCS's interoperability mode, ...).
+ *
+ * DESIGN.  Every operation is one signed HTTP request on the shared curl
+ * multi handle (http.c), so connections are kept and reused, at most
+ * max_inflight of them at once; the rest wait in a FIFO.  Objects are at
+ * most a chunk (64 MiB), so a single PUT carries each one and is atomic on
+ * the server: no multipart upload, nothing to abort after a crash.
+ *
+ * curl signs (CURLOPT_AWS_SIGV4) but, in 7.88, neither hashes a
+ * read-callback body nor adds x-amz-content-sha256: we send the SHA-256 of
+ * every payload, computed in the worker pool when the caller does not
+ * already know it, and the server checks it against the bytes it got.
+ * Keys are restricted to [A-Za-z0-9._-/] (store_key_valid()), so a key
+ * needs no percent-encoding in the path; query values are encoded and the
+ * query is written in canonical order, as curl 7.88 signs it as given.
+ *
+ * A failed request is retried, after an exponential backoff with jitter,
+ * when trying again can help: connection failures and resets, timeouts,
+ * truncated answers, 5xx, 429, SlowDown and RequestTimeout.  Expired
+ * temporary credentials are fetched again.  Everything else fails at once
+ * with a message naming the operation, bucket, key, HTTP status and the S3
+ * error code and message.
+ *
+ * Credentials, in the AWS tools' order: AWS_ACCESS_KEY_ID and
+ * AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN); the shared credentials
+ * file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials, profile
+ * AWS_PROFILE or "default"); the EC2 instance role through IMDSv2
+ * (AWS_EC2_METADATA_SERVICE_ENDPOINT, unless AWS_EC2_METADATA_DISABLED is
+ * true), fetched when the first request needs them and again five minutes
+ * before they expire. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "spot/awscreds.h"
+#include "spot/chunk.h"
+#include "spot/http.h"
+#include "spot/pool.h"
+#include "spot/s3xml.h"
+#include "spot/store.h"
+#include "store_impl.h"
+
+#define DEFAULT_INFLIGHT 16
+#define DEFAULT_RETRIES 6
+#define DEFAULT_TIMEOUT_S 30
+#define BACKOFF_BASE_MS 200
+#define BACKOFF_SLOWDOWN_MS 1000
+#define BACKOFF_CAP_MS 10000
+/* Refresh instance-role credentials this long before they expire, as the
+ * AWS SDKs do. */
+#define REFRESH_BEFORE_MS (5 * 60 * 1000)
+/* After a failed credential fetch, fail requests at once for this long
+ * rather than asking the metadata service again for each one. */
+#define CREDS_RETRY_MS 1000
+/* Hash payloads up to this size on the loop; larger ones in the pool. */
+#define HASH_INLINE_MAX (64 * 1024)
+#define LIST_MAX_BODY (8 * 1024 * 1024)
+#define IMDS_DEFAULT "http://169.254.169.254"
+#define IMDS_TIMEOUT_MS 2000
+
+enum s3_kind { S3_PUT, S3_GET, S3_LIST, S3_DELETE };
+
+static const char *const kind_name[] = { "PUT", "GET", "LIST", "DELETE" };
+
+enum creds_state { CREDS_NONE, CREDS_LOADING, CREDS_OK, CREDS_FAILED };
+enum creds_source { SRC_ENV, SRC_FILE, SRC_IMDS };
+
+struct s3_op;
+
+struct s3_store {
+    struct store base;
+    struct event_base *evb;
+    struct pool *pool;
+    struct http *http;
+    char bucket[64];
+    char prefix[STORE_KEY_MAX + 2];   /* "" or ending in '/' */
+    char root_url[640];               /* ".../bucket/" or "https://bucket.host/" */
+    char sigv4[96];
+    char *ca_file;
+    unsigned max_inflight, retries, inflight;
+    long timeout_s;
+    struct s3_op *queue, *queue_tail; /* ready, waiting for a slot or credentials */
+    struct s3_op *ops;                /* every live op, doubly linked */
+    unsigned hashing;                 /* ops in the pool */
+    bool closing;
+    bool pumping;                     /* pump() is on the stack */
+    uint64_t rng;
+    /* credentials */
+    struct aws_creds creds;
+    enum creds_state cstate;
+    enum creds_source csrc;
+    char cerr[512];
+    int64_t cfailed_ms;
+    char imds_url[256];
+    char imds_token[256];
+    char role[256];
+    struct http_req *imds_req;
+};
+
+struct s3_op {
+    struct s3_store *s;
+    enum s3_kind kind;
+    char key[STORE_KEY_MAX + 1];
+    const void *data;
+    size_t len, max;
+    char sha[2 * CHUNK_HASH_LEN + 1];
+    bool hashed;
+    bool in_pool;                     /* its hash job has not come back */
+    store_done_fn done;
+    store_get_fn got;
+    store_list_fn listed;
+    void *arg;
+    unsigned tries;
+    bool refreshed;                   /* credentials fetched again once */
+    struct http_req *req;
+    struct event *timer;
+    struct pool_job job;
+    /* listing */
+    char token[S3_TOKEN_MAX + 1];
+    struct store_entry *entries;
+    size_t n, cap;
+    /* the last failure, for the message when tries run out */
+    char last[640];
+    struct s3_op *qnext;
+    struct s3_op *prev, *next;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* xorshift64*: jitter needs no more. */
+static uint64_t next_rand(struct s3_store *s)
+{
+    s->rng ^= s->rng >> 12;
+    s->rng ^= s->rng << 25;
+    s->rng ^= s->rng >> 27;
+    return s->rng * 0x2545F4914F6CDD1DULL;
+}
+
+static void pump(struct s3_store *s);
+static void send_op(struct s3_op *op);
+static void fetch_creds(struct s3_store *s);
+static void maybe_free_store(struct s3_store *s);
+
+/* ---- ops ---------------------------------------------------------------- */
+
+static void op_free(struct s3_op *op)
+{
+    struct s3_store *s = op->s;
+
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        s->ops = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    if (op->timer)
+        event_free(op->timer);
+    store_entries_free(op->entries, op->n);
+    free(op);
+}
+
+/* End op with err and msg (printf-style), through its callback. */
+static void finish(struct s3_op *op, int err, void *data, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void finish(struct s3_op *op, int err, void *data, size_t len, const char *fmt, ...)
+{
+    struct s3_store *s = op->s;
+    char msg[1024 + STORE_KEY_MAX];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    switch (op->kind) {
+    case S3_PUT:
+    case S3_DELETE:
+        op->done(op->arg, err, msg);
+        break;
+    case S3_GET:
+        op->got(op->arg, err, msg, data, len);
+        break;
+    case S3_LIST:
+        if (err) {
+            op->listed(op->arg, err, msg, NULL, 0);
+        } else {
+            op->listed(op->arg, 0, msg, op->entries, op->n);
+            op->entries = NULL;
+            op->n = 0;
+        }
+        break;
+    }
+    op_free(op);
+    pump(s);
+}
+
+static struct s3_op *new_op(struct store *base, enum s3_kind kind, const char *key)
+{
+    struct s3_store *s = (struct s3_store *)base;
+    struct s3_op *op = calloc(1, sizeof(*op));
+
+    if (!op)
+        return NULL;
+    op->s = s;
+    op->kind = kind;
+    snprintf(op->key, sizeof(op->key), "%s", key);
+    op->next = s->ops;
+    if (s->ops)
+        s->ops->prev = op;
+    s->ops = op;
+    return op;
+}
+
+static void enqueue(struct s3_op *op)
+{
+    struct s3_store *s = op->s;
+
+    op->qnext = NULL;
+    if (s->queue_tail)
+        s->queue_tail->qnext = op;
+    else
+        s->queue = op;
+    s->queue_tail = op;
+    pump(s);
+}
+
+static bool creds_fresh(const struct s3_store *s)
+{
+    return s->cstate == CREDS_OK &&
+           (s->creds.expiration_ms == 0 || now_ms() < s->creds.expiration_ms - REFRESH_BEFORE_MS);
+}
+
+/* Start what the slots and the credentials allow. */
+static void pump(struct s3_store *s)
+{
+    /* finish() pumps after each callback: one loop on the stack is enough,
+     * however many queued ops fail in a row. */
+    if (s->closing || s->pumping)
+        return;
+    s->pumping = true;
+    while (s->queue && s->inflight < s->max_inflight && !s->closing) {
+        struct s3_op *op = s->queue;
+
+        if (!creds_fresh(s)) {
+            /* Old instance-role credentials still work until they expire:
+             * keep using them while new ones are fetched. */
+            bool usable = s->cstate == CREDS_OK && now_ms() < s->creds.expiration_ms;
+
+            if (s->cstate == CREDS_FAILED && now_ms() - s->cfailed_ms < CREDS_RETRY_MS) {
+                s->queue = op->qnext;
+                if (!s->queue)
+                    s->queue_tail = NULL;
+                finish(op, -EACCES, NULL, 0, "S3 %s s3://%s/%s%s: %s", kind_name[op->kind],
+                       s->bucket, s->prefix, op->key, s->cerr);
+                continue;
+            }
+            if (s->cstate != CREDS_LOADING) {
+                fetch_creds(s);
+                /* It may have failed at once: look again. */
+                if (s->cstate == CREDS_FAILED)
+                    continue;
+            }
+            if (!usable)
+                break;
+        }
+        s->queue = op->qnext;
+        if (!s->queue)
+            s->queue_tail = NULL;
+        send_op(op);
+    }
+    s->pumping = false;
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+/* Percent-encode a query value: everything but the unreserved characters
+ * (RFC 3986), which is what SigV4's canonical query asks for. */
+static int query_escape(const char *in, char *out, size_t size)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+
+    for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
+        if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+            *p == '-' || *p == '_' || *p == '.' || *p == '~') {
+            if (o + 1 >= size)
+                return -ENOSPC;
+            out[o++] = (char)*p;
+        } else {
+            if (o + 3 >= size)
+                return -ENOSPC;
+            out[o++] = '%';
+            out[o++] = hex[*p >> 4];
+            out[o++] = hex[*p & 15];
+        }
+    }
+    if (o >= size)
+        return -ENOSPC;
+    out[o] = '\0';
+    return 0;
+}
+
+/* A string from the server, made safe for a log line: printable ASCII
+ * only, cut at max bytes. */
+static void sanitize(char *out, size_t size, const char *in, size_t len)
+{
+    size_t o = 0;
+
+    for (size_t i = 0; i < len && o + 1 < size; i++)
+        out[o++] = (in[i] >= 0x20 && in[i] < 0x7f) ? in[i] : '?';
+    out[o] = '\0';
+}
+
+static void on_response(void *arg, const struct http_result *res);
+
+static void retry_later(struct s3_op *op, bool slow);
+
+static void send_op(struct s3_op *op)
+{
+    struct s3_store *s = op->s;
+    char url[sizeof(s->root_url) + 6 * STORE_KEY_MAX + 3 * S3_TOKEN_MAX + 128];
+    char sha_hdr[128], tok_hdr[AWS_TOKEN_MAX + 32];
+    const char *headers[3] = { sha_hdr, NULL, NULL };
+    struct http_req_opts o = {
+        .url = url,
+        .headers = headers,
+        .aws_sigv4 = s->sigv4,
+        .username = s->creds.access_key_id,
+        .password = s->creds.secret_access_key,
+        .ca_file = s->ca_file,
+        .low_speed_time_s = s->timeout_s,
+        .connect_timeout_ms = s->timeout_s * 1000,
+        .proxy = true,
+    };
+
+    if (s->creds.session_token[0]) {
+        snprintf(tok_hdr, sizeof(tok_hdr), "x-amz-security-token: %s", s->creds.session_token);
+        headers[1] = tok_hdr;
+    }
+    /* The SHA-256 of an empty body, for every request without one. */
+    snprintf(sha_hdr, sizeof(sha_hdr), "x-amz-content-sha256: %s",
+             op->kind == S3_PUT ? op->sha
+                                : "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    switch (op->kind) {
+    case S3_PUT:
+        snprintf(url, sizeof(url), "%s%s%s", s->root_url, s->prefix, op->key);
+        o.method = "PUT";
+        o.upload = op->data;
+        o.upload_len = op->len;
+        o.max_body = 64 * 1024;
+        break;
+    case S3_GET:
+        snprintf(url, sizeof(url), "%s%s%s", s->root_url, s->prefix, op->key);
+        o.max_body = op->max;
+        break;
+    case S3_DELETE:
+        snprintf(url, sizeof(url), "%s%s%s", s->root_url, s->prefix, op->key);
+        o.method = "DELETE";
+        break;
+    case S3_LIST: {
+        char full[2 * STORE_KEY_MAX + 4], pre[3 * 2 * STORE_KEY_MAX + 1], tok[3 * S3_TOKEN_MAX + 1];
+
+        snprintf(full, sizeof(full), "%s%s", s->prefix, op->key);
+        if (query_escape(full, pre, sizeof(pre)) < 0 ||
+            query_escape(op->token, tok, sizeof(tok)) < 0) {
+            finish(op, -EINVAL, NULL, 0, "S3 LIST s3://%s/%s: prefix or token too long",
+                   s->bucket, full);
+            return;
+        }
+        /* Canonical order: continuation-token < list-type < prefix. */
+        if (op->token[0])
+            snprintf(url, sizeof(url), "%s?continuation-token=%s&list-type=2&prefix=%s",
+                     s->root_url, tok, pre);
+        else
+            snprintf(url, sizeof(url), "%s?list-type=2&prefix=%s", s->root_url, pre);
+        o.max_body = LIST_MAX_BODY;
+        break;
+    }
+    }
+    op->tries++;
+    op->req = http_start(s->http, &o, on_response, op);
+    if (!op->req) {
+        finish(op, -ENOMEM, NULL, 0, "S3 %s s3://%s/%s%s: cannot start the request",
+               kind_name[op->kind], s->bucket, s->prefix, op->key);
+        return;
+    }
+    s->inflight++;
+}
+
+static void on_retry_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct s3_op *op = arg;
+
+    enqueue(op);
+}
+
+/* Try op again after a backoff: exponential from a base, capped, with
+ * half of it random so that many clients do not retry in step. */
+static void retry_later(struct s3_op *op, bool slow)
+{
+    struct s3_store *s = op->s;
+    uint64_t d = slow ? BACKOFF_SLOWDOWN_MS : BACKOFF_BASE_MS;
+    struct timeval tv;
+
+    for (unsigned i = 1; i < op->tries && d < BACKOFF_CAP_MS; i++)
+        d *= 2;
+    if (d > BACKOFF_CAP_MS)
+        d = BACKOFF_CAP_MS;
+    d = d / 2 + next_rand(s) % (d / 2 + 1);
+    if (!op->timer)
+        op->timer = evtimer_new(s->evb, on_retry_timer, op);
+    if (!op->timer) {
+        finish(op, -ENOMEM, NULL, 0, "S3 %s s3://%s/%s%s: out of memory", kind_name[op->kind],
+               s->bucket, s->prefix, op->key);
+        return;
+    }
+    tv.tv_sec = (time_t)(d / 1000);
+    tv.tv_usec = (suseconds_t)(d % 1000) * 1000;
+    evtimer_add(op->timer, &tv);
+}
+
+static int status_errno(long status)
+{
+    switch (status) {
+    case 400:
+        return -EINVAL;
+    case 401:
+    case 403:
+        return -EACCES;
+    case 404:
+        return -ENOENT;
+    default:
+        return -EIO;
+    }
+}
+
+/* A listing page: keep the entries below the store's prefix, and go on
+ * while the server says there is more. */
+static int take_page(struct s3_op *op, const struct http_result *res, char *why, size_t wlen)
+{
+    struct s3_store *s = op->s;
+    size_t plen = strlen(s->prefix);
+    struct s3_list l;
+    const char *reason = NULL;
+    int r = s3xml_parse_list(res->body, res->len, &l, &reason);
+
+    if (r < 0) {
+        snprintf(why, wlen, "malformed listing (%s)", reason ? reason : strerror(-r));
+        return -EBADMSG;
+    }
+    if (l.url_encoded) {
+        s3xml_list_release(&l);
+        snprintf(why, wlen, "listing with url-encoded keys, which was not asked for");
+        return -EBADMSG;
+    }
+    for (size_t i = 0; i < l.n_objects; i++) {
+        const struct s3_object *ob = &l.objects[i];
+        struct store_entry *e;
+
+        if (strncmp(ob->key, s->prefix, plen) != 0 ||
+            strncmp(ob->key + plen, op->key, strlen(op->key)) != 0) {
+            s3xml_list_release(&l);
+            snprintf(why, wlen, "listing holds a key outside the prefix asked for");
+            return -EBADMSG;
+        }
+        /* Objects that another tool put under our prefix with names the
+         * store never writes are not the store's: left out. */
+        if (!store_key_valid(ob->key + plen))
+            continue;
+        if (op->n == op->cap) {
+            size_t cap = op->cap ? 2 * op->cap : 64;
+            e = realloc(op->entries, cap * sizeof(*e));
+            if (!e) {
+                s3xml_list_release(&l);
+                snprintf(why, wlen, "out of memory");
+                return -ENOMEM;
+            }
+            op->entries = e;
+            op->cap = cap;
+        }
+        e = &op->entries[op->n];
+        e->key = strdup(ob->key + plen);
+        if (!e->key) {
+            s3xml_list_release(&l);
+            snprintf(why, wlen, "out of memory");
+            return -ENOMEM;
+        }
+        e->size = ob->size;
+        e->mtime_ms = ob->last_modified_ms;
+        op->n++;
+    }
+    if (l.truncated && !l.next_token[0]) {
+        s3xml_list_release(&l);
+        snprintf(why, wlen, "truncated listing without a continuation token");
+        return -EBADMSG;
+    }
+    if (l.truncated && strcmp(l.next_token, op->token) == 0) {
+        s3xml_list_release(&l);
+        snprintf(why, wlen, "listing repeats its continuation token");
+        return -EBADMSG;
+    }
+    snprintf(op->token, sizeof(op->token), "%s", l.truncated ? l.next_token : "");
+    s3xml_list_release(&l);
+    return l.truncated ? 1 : 0;
+}
+
+static void on_response(void *arg, const struct http_result *res)
+{
+    struct s3_op *op = arg;
+    struct s3_store *s = op->s;
+    struct s3_error e;
+    const char *kind = kind_name[op->kind];
+    bool retry = false, slow = false;
+    int err;
+
+    op->req = NULL;
+    s->inflight--;
+    if (res->error) {
+        if (res->error == -EMSGSIZE && op->kind == S3_GET) {
+            finish(op, -EFBIG, NULL, 0, "S3 GET s3://%s/%s%s: object larger than %zu bytes",
+                   s->bucket, s->prefix, op->key, op->max);
+            return;
+        }
+        err = res->error == -EMSGSIZE ? -EBADMSG : res->error;
+        snprintf(op->last, sizeof(op->last), "%s", res->errmsg);
+        retry = true;
+    } else if (res->status >= 200 && res->status < 300) {
+        switch (op->kind) {
+        case S3_GET: {
+            size_t len = res->len;
+            char *body = http_take_body(res);
+
+            if (!body) {
+                finish(op, -ENOMEM, NULL, 0, "S3 GET s3://%s/%s%s: out of memory", s->bucket,
+                       s->prefix, op->key);
+                return;
+            }
+            finish(op, 0, body, len, "%s", "");
+            return;
+        }
+        case S3_LIST: {
+            char why[256];
+            int r = take_page(op, res, why, sizeof(why));
+
+            if (r < 0) {
+                finish(op, r, NULL, 0, "S3 LIST s3://%s/%s%s: %s", s->bucket, s->prefix,
+                       op->key, why);
+                return;
+            }
+            if (r > 0) {
+                op->tries = 0;
+                enqueue(op);
+                return;
+            }
+            finish(op, 0, NULL, 0, "%s", "");
+            return;
+        }
+        default:
+            finish(op, 0, NULL, 0, "%s", "");
+            return;
+        }
+    } else {
+        bool parsed = res->len > 0 && s3xml_parse_error(res->body, res->len, &e, NULL) == 0;
+
+        if (!parsed)
+            snprintf(e.code, sizeof(e.code), "%s", "(no S3 error document)");
+        err = status_errno(res->status);
+        if (res->status == 404 && op->kind == S3_DELETE) {
+            finish(op, 0, NULL, 0, "%s", "");
+            return;
+        }
+        if (res->status == 404 && op->kind == S3_GET && strcmp(e.code, "NoSuchBucket") != 0) {
+            finish(op, -ENOENT, NULL, 0, "S3 GET s3://%s/%s%s: no such object", s->bucket,
+                   s->prefix, op->key);
+            return;
+        }
+        if (parsed) {
+            char m[200];
+
+            sanitize(m, sizeof(m), e.message, strlen(e.message));
+            snprintf(op->last, sizeof(op->last), "HTTP %ld %s%s%s", res->status, e.code,
+                     m[0] ? ": " : "", m);
+        } else {
+            snprintf(op->last, sizeof(op->last), "HTTP %ld %s", res->status, e.code);
+        }
+        if (res->status >= 500 || res->status == 429 || strcmp(e.code, "SlowDown") == 0 ||
+            strcmp(e.code, "RequestTimeout") == 0) {
+            retry = true;
+            slow = res->status == 503 || res->status == 429 || strcmp(e.code, "SlowDown") == 0;
+            err = -EIO;
+        } else if ((strcmp(e.code, "ExpiredToken") == 0 ||
+                    strcmp(e.code, "TokenRefreshRequired") == 0) &&
+                   s->csrc == SRC_IMDS && !op->refreshed) {
+            /* The role's credentials ran out early: fetch them again. */
+            op->refreshed = true;
+            s->cstate = CREDS_NONE;
+            op->tries--;
+            enqueue(op);
+            return;
+        }
+    }
+    if (retry && op->tries <= s->retries && !s->closing) {
+        retry_later(op, slow);
+        return;
+    }
+    finish(op, err, NULL, 0, "S3 %s s3://%s/%s%s: %s%s", kind, s->bucket, s->prefix, op->key,
+           op->last, retry ? " (gave up after retries)" : "");
+}
+
+/* ---- payload hashing ------------------------------------------------------ */
+
+static void hash_work(struct pool_job *job)
+{
+    struct s3_op *op = (struct s3_op *)((char *)job - offsetof(struct s3_op, job));
+    uint8_t h[CHUNK_HASH_LEN];
+
+    if (chunk_sha256(op->data, op->len, h) == 0) {
+        chunk_hex(h, op->sha);
+        op->hashed = true;
+    }
+}
+
+static void hash_done(struct pool_job *job)
+{
+    struct s3_op *op = (struct s3_op *)((char *)job - offsetof(struct s3_op, job));
+    struct s3_store *s = op->s;
+
+    s->hashing--;
+    op->in_pool = false;
+    if (s->closing) {
+        op_free(op);
+        maybe_free_store(s);
+        return;
+    }
+    if (job->cancelled || !op->hashed) {
+        finish(op, -EIO, NULL, 0, "S3 PUT s3://%s/%s%s: cannot hash the payload", s->bucket,
+               s->prefix, op->key);
+        return;
+    }
+    enqueue(op);
+}
+
+/* ---- backend entry points ------------------------------------------------- */
+
+static int s3_put(struct store *base, const char *key, const void *data, size_t len,
+                  const uint8_t *sha256, store_done_fn done, void *arg)
+{
+    struct s3_op *op = new_op(base, S3_PUT, key);
+    struct s3_store *s = (struct s3_store *)base;
+
+    if (!op)
+        return -ENOMEM;
+    op->data = data;
+    op->len = len;
+    op->done = done;
+    op->arg = arg;
+    if (sha256) {
+        chunk_hex(sha256, op->sha);
+        op->hashed = true;
+    } else if (len <= HASH_INLINE_MAX || !s->pool) {
+        hash_work(&op->job);
+    } else {
+        op->job.work = hash_work;
+        op->job.done = hash_done;
+        op->in_pool = true;
+        s->hashing++;
+        pool_submit(s->pool, &op->job);
+        return 0;
+    }
+    if (!op->hashed) {
+        op_free(op);
+        return -ENOMEM;
+    }
+    enqueue(op);
+    return 0;
+}
+
+static int s3_get(struct store *base, const char *key, size_t max, store_get_fn got, void *arg)
+{
+    struct s3_op *op = new_op(base, S3_GET, key);
+
+    if (!op)
+        return -ENOMEM;
+    op->max = max;
+    op->got = got;
+    op->arg = arg;
+    enqueue(op);
+    return 0;
+}
+
+static int s3_list(struct store *base, const char *prefix, store_list_fn listed, void *arg)
+{
+    struct s3_op *op = new_op(base, S3_LIST, prefix);
+
+    if (!op)
+        return -ENOMEM;
+    op->listed = listed;
+    op->arg = arg;
+    enqueue(op);
+    return 0;
+}
+
+static int s3_del(struct store *base, const char *key, store_done_fn done, void *arg)
+{
+    struct s3_op *op = new_op(base, S3_DELETE, key);
+
+    if (!op)
+        return -ENOMEM;
+    op->done = done;
+    op->arg = arg;
+    enqueue(op);
+    return 0;
+}
+
+/* ---- credentials ---------------------------------------------------------- */
+
+/* Fail every queued op with the credential error. */
+static void creds_failed(struct s3_store *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void creds_failed(struct s3_store *s, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(s->cerr, sizeof(s->cerr), fmt, ap);
+    va_end(ap);
+    /* Credentials that have not expired yet are kept. */
+    if (s->cstate == CREDS_LOADING && s->creds.access_key_id[0] &&
+        now_ms() < s->creds.expiration_ms) {
+        s->cstate = CREDS_OK;
+        pump(s);
+        return;
+    }
+    s->cstate = CREDS_FAILED;
+    s->cfailed_ms = now_ms();
+    pump(s);
+}
+
+static void imds_get(struct s3_store *s, const char *path, http_done_fn done);
+
+static void on_imds_creds(void *arg, const struct http_result *res)
+{
+    struct s3_store *s = arg;
+    struct aws_creds c;
+    const char *why = NULL;
+
+    s->imds_req = NULL;
+    if (res->error || res->status != 200) {
+        creds_failed(s, "no S3 credentials: the instance role '%s' answered %s%ld", s->role,
+                     res->error ? res->errmsg : "HTTP ", res->error ? 0L : res->status);
+        return;
+    }
+    if (awscreds_parse_imds(res->body, res->len, &c, &why) < 0) {
+        creds_failed(s, "no S3 credentials: the instance role document is invalid (%s)",
+                     why ? why : "malformed");
+        return;
+    }
+    awscreds_wipe(&s->creds);
+    s->creds = c;
+    awscreds_wipe(&c);
+    s->cstate = CREDS_OK;
+    pump(s);
+}
+
+static void on_imds_role(void *arg, const struct http_result *res)
+{
+    struct s3_store *s = arg;
+    size_t len = res->len;
+    char path[512];
+
+    s->imds_req = NULL;
+    if (res->error || res->status != 200) {
+        creds_failed(s, "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                        "write ~/.aws/credentials, or attach an instance role (the metadata "
+                        "service has none: %s%ld)",
+                     res->error ? res->errmsg : "HTTP ", res->error ? 0L : res->status);
+        return;
+    }
+    /* One role name per line; an instance has at most one. */
+    for (size_t i = 0; i < res->len; i++)
+        if (res->body[i] == '\n' || res->body[i] == '\r') {
+            len = i;
+            break;
+        }
+    if (len == 0 || len >= sizeof(s->role)) {
+        creds_failed(s, "no S3 credentials: the metadata service names no usable role");
+        return;
+    }
+    for (size_t i = 0; i < len; i++) {
+        char ch = res->body[i];
+        /* IAM role names: letters, digits and +=,.@_- */
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              strchr("+=,.@_-", ch))) {
+            creds_failed(s, "no S3 credentials: the metadata service sent an invalid role name");
+            return;
+        }
+    }
+    memcpy(s->role, res->body, len);
+    s->role[len] = '\0';
+    snprintf(path, sizeof(path), "/latest/meta-data/iam/security-credentials/%s", s->role);
+    imds_get(s, path, on_imds_creds);
+}
+
+static void imds_get(struct s3_store *s, const char *path, http_done_fn done)
+{
+    char url[sizeof(s->imds_url) + 512], tok[sizeof(s->imds_token) + 40];
+    const char *headers[] = { tok, NULL };
+    struct http_req_opts o = {
+        .url = url,
+        .headers = headers,
+        .timeout_ms = IMDS_TIMEOUT_MS,
+        .max_body = AWSCREDS_MAX_JSON,
+    };
+
+    snprintf(url, sizeof(url), "%s%s", s->imds_url, path);
+    snprintf(tok, sizeof(tok), "X-aws-ec2-metadata-token: %s", s->imds_token);
+    s->imds_req = http_start(s->http, &o, done, s);
+    if (!s->imds_req)
+        creds_failed(s, "no S3 credentials: cannot start a metadata request");
+}
+
+static void on_imds_token(void *arg, const struct http_result *res)
+{
+    struct s3_store *s = arg;
+    size_t len = res->len;
+
+    s->imds_req = NULL;
+    if (res->error || res->status != 200) {
+        creds_failed(s, "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                        "write ~/.aws/credentials, or run on EC2 with an instance role "
+                        "(metadata service %s: %s%ld)",
+                     s->imds_url, res->error ? res->errmsg : "HTTP ",
+                     res->error ? 0L : res->status);
+        return;
+    }
+    while (len > 0 && (res->body[len - 1] == '\n' || res->body[len - 1] == '\r'))
+        len--;
+    if (len == 0 || len >= sizeof(s->imds_token) || memchr(res->body, '\n', len) ||
+        memchr(res->body, '\r', len) || memchr(res->body, '\0', len)) {
+        creds_failed(s, "no S3 credentials: the metadata service sent an invalid token");
+        return;
+    }
+    memcpy(s->imds_token, res->body, len);
+    s->imds_token[len] = '\0';
+    imds_get(s, "/latest/meta-data/iam/security-credentials/", on_imds_role);
+}
+
+static void fetch_creds(struct s3_store *s)
+{
+    char url[sizeof(s->imds_url) + 32];
+    const char *headers[] = { "X-aws-ec2-metadata-token-ttl-seconds: 21600", NULL };
+    struct http_req_opts o = {
+        .method = "PUT",
+        .url = url,
+        .headers = headers,
+        .body = "",
+        .timeout_ms = IMDS_TIMEOUT_MS,
+        .max_body = 1024,
+    };
+
+    if (s->csrc != SRC_IMDS) {
+        /* Static credentials never need fetching; cstate is OK. */
+        return;
+    }
+    if (!s->imds_url[0]) {
+        creds_failed(s, "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                        "or write ~/.aws/credentials (AWS_PROFILE); the instance role is off "
+                        "(AWS_EC2_METADATA_DISABLED)");
+        return;
+    }
+    s->cstate = CREDS_LOADING;
+    snprintf(url, sizeof(url), "%s/latest/api/token", s->imds_url);
+    s->imds_req = http_start(s->http, &o, on_imds_token, s);
+    if (!s->imds_req)
+        creds_failed(s, "no S3 credentials: cannot start a metadata request");
+}
+
+/* Static credentials: the environment, then the shared file.  Returns 0
+ * when found, 1 when there are none (the instance role is next), -EINVAL
+ * with err set for a broken file. */
+static int static_creds(struct s3_store *s, char *err, size_t errlen)
+{
+    const char *id = getenv("AWS_ACCESS_KEY_ID"), *secret = getenv("AWS_SECRET_ACCESS_KEY");
+    const char *token = getenv("AWS_SESSION_TOKEN"), *file = getenv("AWS_SHARED_CREDENTIALS_FILE");
+    const char *profile = getenv("AWS_PROFILE"), *home = getenv("HOME"), *why = NULL;
+    char path[4096], *text;
+    struct stat st;
+    ssize_t n;
+    int fd, r;
+
+    if (id && *id && secret && *secret) {
+        if (strlen(id) > AWS_KEY_ID_MAX || strlen(secret) > AWS_SECRET_MAX ||
+            (token && strlen(token) > AWS_TOKEN_MAX)) {
+            snprintf(err, errlen, "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_SESSION_TOKEN "
+                                  "is too long");
+            return -EINVAL;
+        }
+        snprintf(s->creds.access_key_id, sizeof(s->creds.access_key_id), "%s", id);
+        snprintf(s->creds.secret_access_key, sizeof(s->creds.secret_access_key), "%s", secret);
+        snprintf(s->creds.session_token, sizeof(s->creds.session_token), "%s",
+                 token ? token : "");
+        s->csrc = SRC_ENV;
+        return 0;
+    }
+    if (file && *file)
+        snprintf(path, sizeof(path), "%s", file);
+    else if (home && *home)
+        snprintf(path, sizeof(path), "%s/.aws/credentials", home);
+    else
+        return 1;
+    if (!profile || !*profile)
+        profile = "default";
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT && !(file && *file))
+            return 1;
+        snprintf(err, errlen, "cannot read the credentials file '%s': %s", path, strerror(errno));
+        return -EINVAL;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > AWSCREDS_MAX_FILE) {
+        close(fd);
+        snprintf(err, errlen, "credentials file '%s' is not a regular file under 1 MiB", path);
+        return -EINVAL;
+    }
+    text = malloc((size_t)st.st_size + 1);
+    if (!text) {
+        close(fd);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    n = read(fd, text, (size_t)st.st_size);
+    close(fd);
+    if (n != st.st_size) {
+        free(text);
+        snprintf(err, errlen, "cannot read the credentials file '%s'", path);
+        return -EINVAL;
+    }
+    r = awscreds_parse(text, (size_t)n, profile, &s->creds, &why);
+    memset(text, 0, (size_t)n);
+    free(text);
+    if (r == -ENOENT)
+        return 1;
+    if (r < 0) {
+        snprintf(err, errlen, "credentials file '%s': %s", path, why ? why : "malformed");
+        return -EINVAL;
+    }
+    s->csrc = SRC_FILE;
+    return 0;
+}
+
+/* ---- open and close ------------------------------------------------------- */
+
+/* Bucket names: 3 to 63 of [a-z0-9.-] for AWS; S3-compatible services are
+ * laxer, so uppercase and '_' are accepted too (path-style then). */
+static bool bucket_valid(const char *b, size_t len)
+{
+    if (len < 1 || len > 63)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = b[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '-' || c == '_'))
+            return false;
+    }
+    return true;
+}
+
+static bool bucket_dns_ok(const char *b)
+{
+    size_t len = strlen(b);
+
+    if (len < 3 || b[0] == '.' || b[0] == '-' || b[len - 1] == '.' || b[len - 1] == '-')
+        return false;
+    for (const char *p = b; *p; p++)
+        if ((*p >= 'A' && *p <= 'Z') || *p == '_' || *p == '.')
+            return false; /* dots break TLS wildcard certificates */
+    return true;
+}
+
+/* An IP literal or localhost: no DNS name per bucket can exist there. */
+static bool host_needs_path_style(const char *host, size_t len)
+{
+    bool digits_dots = true;
+
+    if (len > 0 && host[0] == '[')
+        return true;
+    if (len == 9 && strncasecmp(host, "localhost", 9) == 0)
+        return true;
+    for (size_t i = 0; i < len; i++)
+        if (!((host[i] >= '0' && host[i] <= '9') || host[i] == '.'))
+            digits_dots = false;
+    return digits_dots;
+}
+
+static void s3_close(struct store *base);
+
+static void maybe_free_store(struct s3_store *s)
+{
+    if (!s->closing || s->hashing > 0)
+        return;
+    awscreds_wipe(&s->creds);
+    free(s->ca_file);
+    free(s);
+}
+
+static const char *env_first(const char *a, const char *b)
+{
+    const char *v = getenv(a);
+
+    if (v && *v)
+        return v;
+    v = b ? getenv(b) : NULL;
+    return v && *v ? v : NULL;
+}
+
+static int s3_open(const char *url, const struct store_ctx *ctx, struct store **ret, char *err,
+                   size_t errlen)
+{
+    const char *b = url + 5, *slash = strchr(b, '/'), *endpoint, *region, *scheme_end, *host;
+    const char *v;
+    size_t blen = slash ? (size_t)(slash - b) : strlen(b), hlen;
+    struct s3_store *s;
+    bool path_style;
+    char def_ep[128];
+    int r;
+
+    if (!bucket_valid(b, blen)) {
+        snprintf(err, errlen, "invalid store '%s': expected s3://bucket[/prefix], a bucket of "
+                              "1 to 63 letters, digits, '.', '-', '_'", url);
+        return -EINVAL;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    memcpy(s->bucket, b, blen);
+    if (slash && slash[1]) {
+        size_t plen = strlen(slash + 1);
+        char tmp[STORE_KEY_MAX + 1];
+
+        if (plen > STORE_KEY_MAX - 64) {
+            snprintf(err, errlen, "invalid store '%s': prefix too long", url);
+            free(s);
+            return -EINVAL;
+        }
+        memcpy(tmp, slash + 1, plen + 1);
+        if (tmp[plen - 1] == '/')
+            tmp[--plen] = '\0';
+        if (!store_key_valid(tmp)) {
+            snprintf(err, errlen, "invalid store '%s': the prefix must be a relative path of "
+                                  "letters, digits, '.', '_', '-'", url);
+            free(s);
+            return -EINVAL;
+        }
+        snprintf(s->prefix, sizeof(s->prefix), "%s/", tmp);
+    }
+
+    region = ctx->s3_region && *ctx->s3_region ? ctx->s3_region
+                                               : env_first("AWS_REGION", "AWS_DEFAULT_REGION");
+    if (!region)
+        region = "us-east-1";
+    if (strlen(region) > 40 || strspn(region, "abcdefghijklmnopqrstuvwxyz0123456789-") !=
+                                   strlen(region)) {
+        snprintf(err, errlen, "invalid S3 region '%.64s'", region);
+        free(s);
+        return -EINVAL;
+    }
+    snprintf(s->sigv4, sizeof(s->sigv4), "aws:amz:%s:s3", region);
+    endpoint = ctx->s3_endpoint && *ctx->s3_endpoint
+                   ? ctx->s3_endpoint
+                   : env_first("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL");
+    if (!endpoint) {
+        snprintf(def_ep, sizeof(def_ep), "https://s3.%s.amazonaws.com", region);
+        endpoint = def_ep;
+    }
+    scheme_end = strstr(endpoint, "://");
+    if (!scheme_end || (strncmp(endpoint, "http://", 7) != 0 &&
+                        strncmp(endpoint, "https://", 8) != 0)) {
+        snprintf(err, errlen, "invalid S3 endpoint '%.300s': expected http(s)://host[:port]",
+                 endpoint);
+        free(s);
+        return -EINVAL;
+    }
+    host = scheme_end + 3;
+    hlen = strcspn(host, "/:");
+    if (host[0] == '[')
+        hlen = strcspn(host, "]") + 1;
+    v = host + strcspn(host, "/");
+    if (hlen == 0 || hlen > 253 || strlen(endpoint) > 300 || (*v && strcmp(v, "/") != 0) ||
+        strpbrk(host, " \t\r\n?#@")) {
+        snprintf(err, errlen, "invalid S3 endpoint '%.300s': expected http(s)://host[:port] "
+                              "without a path", endpoint);
+        free(s);
+        return -EINVAL;
+    }
+    if (ctx->s3_path_style_set)
+        path_style = ctx->s3_path_style != 0;
+    else
+        path_style = host_needs_path_style(host, hlen) || !bucket_dns_ok(s->bucket);
+    if (path_style)
+        snprintf(s->root_url, sizeof(s->root_url), "%.*s/%s/",
+                 (int)(v - endpoint), endpoint, s->bucket);
+    else
+        snprintf(s->root_url, sizeof(s->root_url), "%.*s%s.%.*s/",
+                 (int)(host - endpoint), endpoint, s->bucket, (int)(v - host), host);
+
+    v = getenv("AWS_CA_BUNDLE");
+    if (v && *v && !(s->ca_file = strdup(v))) {
+        snprintf(err, errlen, "out of memory");
+        free(s);
+        return -ENOMEM;
+    }
+    s->max_inflight = ctx->max_inflight ? ctx->max_inflight : DEFAULT_INFLIGHT;
+    s->retries = ctx->retries ? ctx->retries : DEFAULT_RETRIES;
+    s->timeout_s = ctx->timeout_s ? ctx->timeout_s : DEFAULT_TIMEOUT_S;
+    s->evb = ctx->base;
+    s->pool = ctx->pool;
+    s->rng = (uint64_t)now_ms() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)s;
+    if (!s->rng)
+        s->rng = 1;
+
+    r = static_creds(s, err, errlen);
+    if (r < 0) {
+        free(s->ca_file);
+        free(s);
+        return r;
+    }
+    if (r == 0) {
+        s->cstate = CREDS_OK;
+    } else {
+        v = getenv("AWS_EC2_METADATA_DISABLED");
+        s->csrc = SRC_IMDS;
+        if (!(v && strcasecmp(v, "true") == 0)) {
+            v = getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+            snprintf(s->imds_url, sizeof(s->imds_url), "%s", v && *v ? v : IMDS_DEFAULT);
+            hlen = strlen(s->imds_url);
+            while (hlen > 0 && s->imds_url[hlen - 1] == '/')
+                s->imds_url[--hlen] = '\0';
+        }
+    }
+    s->http = http_new(ctx->base, err, errlen);
+    if (!s->http) {
+        awscreds_wipe(&s->creds);
+        free(s->ca_file);
+        free(s);
+        return -ENOENT;
+    }
+    http_set_max_host_connections(s->http, (long)s->max_inflight);
+    *ret = &s->base;
+    return 0;
+}
+
+/* Requests still in flight are cancelled without their callbacks; the
+ * caller has run the loop until its own operations ended. */
+static void s3_close(struct store *base)
+{
+    struct s3_store *s = (struct s3_store *)base;
+
+    s->closing = true;
+    if (s->imds_req)
+        http_cancel(s->imds_req);
+    for (struct s3_op *op = s->ops, *next; op; op = next) {
+        next = op->next;
+        if (op->req)
+            http_cancel(op->req);
+        op->req = NULL;
+        /* An op being hashed is freed when its pool job comes back. */
+        if (!op->in_pool)
+            op_free(op);
+    }
+    s->http = http_free(s->http);
+    maybe_free_store(s);
+}
+
+const struct store_backend store_s3_backend = {
+    .scheme = "s3://",
+    .open = s3_open,
+    .put = s3_put,
+    .get = s3_get,
+    .list = s3_list,
+    .del = s3_del,
+    .close = s3_close,
+};
