@@ -62,13 +62,13 @@ $(O)/config.mk: Makefile
 	    fi; \
 	fi
 	@{ echo "SPOTD_LIBS := $$($(PKG_CONFIG) --libs libevent libcjson) -ldl"; \
-	   echo "EVENT_LIBS := $$($(PKG_CONFIG) --libs libevent libcjson)"; \
+	   echo "SPOTCTL_LIBS := $$($(PKG_CONFIG) --libs libevent libevent_pthreads libcjson libzstd libcrypto) -ldl -lpthread"; \
 	   echo "DEP_CFLAGS := $$($(PKG_CONFIG) --cflags $(PKGS))"; \
 	   echo "DEP_LIBS := $$($(PKG_CONFIG) --libs $(PKGS))"; } > $@.tmp && mv $@.tmp $@
 
 # lib/spot: the internal library shared by spotd and spotctl.
 SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c lib/spot/http.c lib/spot/dmi.c \
-              lib/spot/pool.c lib/spot/chunk.c lib/spot/store.c lib/spot/store_file.c lib/spot/store_s3.c \
+              lib/spot/pool.c lib/spot/chunk.c lib/spot/store.c lib/spot/store_file.c lib/spot/store_s3.c lib/spot/manifest.c lib/spot/snap.c \
               lib/spot/notice.c lib/spot/timeparse.c lib/spot/cloudparse.c lib/spot/s3xml.c lib/spot/awscreds.c \
               lib/spot/strict.c
 SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)
@@ -126,7 +126,7 @@ $(O)/spotd: $(SPOTD_OBJ) $(O)/libspot.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTD_OBJ) $(O)/libspot.a $(SPOTD_LIBS)
 
 $(O)/spotctl: $(SPOTCTL_OBJ) $(O)/libspot.a
-	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTCTL_OBJ) $(O)/libspot.a $(EVENT_LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTCTL_OBJ) $(O)/libspot.a $(SPOTCTL_LIBS)
 
 $(O)/tests/unit/run: $(UNIT_OBJ) $(O)/libspot.a $(O)/libckpt.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(O)/libspot.a $(O)/libckpt.a $(DEP_LIBS)

@@ -155,11 +155,103 @@ int chunk_encode(const void *plain, size_t len, int level, double min_saving,
     return 0;
 }
 
+int chunk_encode_buf(uint8_t *buf, size_t len, const uint8_t hash[CHUNK_HASH_LEN], int level,
+                     double min_saving, struct chunk_enc *out)
+{
+    const uint8_t *plain = buf + CHUNK_HEADER_LEN;
+    struct chunk_enc c;
+    ZSTD_CCtx *z = cctx();
+
+    if (len > CHUNK_MAX_PLAIN || !buf)
+        return -EINVAL;
+    if (!z)
+        return -ENOMEM;
+    memset(&c, 0, sizeof(c));
+    memcpy(c.hash, hash, CHUNK_HASH_LEN);
+    chunk_hex(c.hash, c.hex);
+    if (worth_compressing(z, plain, len, level, min_saving)) {
+        size_t bound = ZSTD_compressBound(len), n;
+        uint8_t *zb = malloc(CHUNK_HEADER_LEN + bound);
+
+        if (!zb)
+            return -ENOMEM;
+        n = ZSTD_compressCCtx(z, zb + CHUNK_HEADER_LEN, bound, plain, len, level);
+        if (!ZSTD_isError(n) && (double)n <= (double)len * (1.0 - min_saving)) {
+            put_header(zb, CHUNK_ZSTD, len);
+            c.encoding = CHUNK_ZSTD;
+            c.data = zb;
+            c.len = CHUNK_HEADER_LEN + n;
+            free(buf);
+            *out = c;
+            return 0;
+        }
+        free(zb);
+    }
+    put_header(buf, CHUNK_RAW, len);
+    c.encoding = CHUNK_RAW;
+    c.data = buf;
+    c.len = CHUNK_HEADER_LEN + len;
+    *out = c;
+    return 0;
+}
+
+bool chunk_is_zero(const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    size_t i = 0;
+
+    /* Checkpoint data is rarely zero: the first word usually decides. */
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        if (w)
+            return false;
+    }
+    for (; i < len; i++)
+        if (p[i])
+            return false;
+    return true;
+}
+
 void chunk_enc_release(struct chunk_enc *c)
 {
     free(c->data);
     c->data = NULL;
     c->len = 0;
+}
+
+int chunk_decode_view(const void *enc, size_t len, const uint8_t expect[CHUNK_HASH_LEN],
+                      const void **ret_plain, size_t *ret_len, void **ret_owned)
+{
+    const uint8_t *h = enc;
+    uint8_t hash[CHUNK_HASH_LEN];
+    uint64_t plain_len = 0;
+    void *plain;
+    size_t n;
+    int r;
+
+    if (!enc || len < CHUNK_HEADER_LEN || memcmp(h, magic, 4) != 0 || h[5] || h[6] || h[7])
+        return -EBADMSG;
+    if (h[4] != CHUNK_RAW) {
+        r = chunk_decode(enc, len, expect, &plain, &n);
+        if (r < 0)
+            return r;
+        *ret_plain = plain;
+        *ret_len = n;
+        *ret_owned = plain;
+        return 0;
+    }
+    for (int i = 0; i < 8; i++)
+        plain_len |= (uint64_t)h[8 + i] << (8 * i);
+    if (plain_len > CHUNK_MAX_PLAIN || len - CHUNK_HEADER_LEN != plain_len)
+        return -EBADMSG;
+    if (expect && (chunk_sha256(h + CHUNK_HEADER_LEN, plain_len, hash) < 0 ||
+                   memcmp(hash, expect, CHUNK_HASH_LEN) != 0))
+        return -EBADMSG;
+    *ret_plain = h + CHUNK_HEADER_LEN;
+    *ret_len = plain_len;
+    *ret_owned = NULL;
+    return 0;
 }
 
 int chunk_decode(const void *enc, size_t len, const uint8_t expect[CHUNK_HASH_LEN],

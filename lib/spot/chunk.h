@@ -41,12 +41,29 @@ int chunk_encode(const void *plain, size_t len, int level, double min_saving,
                  struct chunk_enc *out);
 void chunk_enc_release(struct chunk_enc *c);
 
+/* The same without copying: buf holds CHUNK_HEADER_LEN free bytes and then
+ * the len bytes of plaintext, whose hash the caller already has (hash).
+ * On success buf is consumed: out->data is buf itself with the header
+ * written in front (raw), or a new buffer and buf is freed (zstd).  On
+ * failure buf stays the caller's. */
+int chunk_encode_buf(uint8_t *buf, size_t len, const uint8_t hash[CHUNK_HASH_LEN], int level,
+                     double min_saving, struct chunk_enc *out);
+
 /* Check and decode a stored chunk: header, payload, and, when expect is
  * not NULL, the plaintext's SHA-256.  Returns 0 with a malloc'ed plaintext
  * (the caller frees it), -EBADMSG for anything malformed or corrupt,
  * -ENOMEM. */
 int chunk_decode(const void *enc, size_t len, const uint8_t expect[CHUNK_HASH_LEN],
                  void **ret_plain, size_t *ret_len);
+
+/* The same without copying a raw payload: *ret_plain points into enc
+ * (raw) or to a malloc'ed plaintext that *ret_owned also holds (zstd;
+ * NULL for raw).  The caller frees *ret_owned. */
+int chunk_decode_view(const void *enc, size_t len, const uint8_t expect[CHUNK_HASH_LEN],
+                      const void **ret_plain, size_t *ret_len, void **ret_owned);
+
+/* All len bytes of data are zero. */
+bool chunk_is_zero(const void *data, size_t len);
 
 /* SHA-256 of data.  Returns 0 or -EIO. */
 int chunk_sha256(const void *data, size_t len, uint8_t out[CHUNK_HASH_LEN]);

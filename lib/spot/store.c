@@ -191,6 +191,11 @@ struct store *store_close(struct store *s)
     return NULL;
 }
 
+bool store_wants_sha256(const struct store *s)
+{
+    return s->backend->wants_sha256;
+}
+
 const char *store_url(const struct store *s)
 {
     return s->url;

@@ -83,6 +83,9 @@ void store_list(struct store *s, const char *prefix, store_list_fn done, void *a
 /* Deleting what is not there succeeds. */
 void store_delete(struct store *s, const char *key, store_done_fn done, void *arg);
 
+/* Whether store_put_hashed() saves this store work (it signs payloads). */
+bool store_wants_sha256(const struct store *s);
+
 /* Relative, at most STORE_KEY_MAX bytes of [A-Za-z0-9._-/], no empty,
  * "." or ".." component. */
 bool store_key_valid(const char *key);

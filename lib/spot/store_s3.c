@@ -1191,6 +1191,7 @@ static void s3_close(struct store *base)
 
 const struct store_backend store_s3_backend = {
     .scheme = "s3://",
+    .wants_sha256 = true,
     .open = s3_open,
     .put = s3_put,
     .get = s3_get,

@@ -1,0 +1,111 @@
+/* manifest: the two JSON documents of a generation (store format 1).
+ *
+ *   <job>/gens/<gen>/rank-<r>.json   node manifest: what one rank saved,
+ *                                    file by file, chunk by chunk
+ *   <job>/gens/<gen>/COMMIT.json     commit record, written last: the
+ *                                    ranks' manifests and their SHA-256
+ *
+ * Both are written by manifest_to_json()/commit_to_json() and read back by
+ * the strict parsers below; docs/store-format.md gives the schemas.  What
+ * is read comes from a store and is untrusted: every field is checked
+ * (types, ranges, path syntax, sizes that add up), a member given twice is
+ * garbage, unknown members are ignored (a later minor revision may add
+ * some), and a document of a newer format is refused with -ENOTSUP so an
+ * old spotd never misreads it.  Parsers return 0, -EINVAL or -ENOTSUP with
+ * a short static reason in *ret_why (never quoting the input), or -ENOMEM;
+ * *out is untouched on failure. */
+#ifndef SPOT_MANIFEST_H
+#define SPOT_MANIFEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spot/chunk.h"
+
+#define STORE_FORMAT 1
+/* Largest document accepted: a manifest of 1 TiB in 4 MiB chunks fits. */
+#define MANIFEST_MAX (64u * 1024 * 1024)
+#define MANIFEST_PATH_MAX 4096
+#define MANIFEST_NAME_MAX 128      /* job, method, reason */
+#define GEN_MAX 99999999ULL        /* gens/<8 digits> */
+#define WORLD_MAX 65536
+
+enum mf_type { MF_FILE, MF_DIR, MF_SYMLINK };
+
+/* A run of a file: a stored chunk, or zeros that are not stored (a hole
+ * or a zero-filled region, restored as a hole). */
+struct mf_chunk {
+    uint8_t hash[CHUNK_HASH_LEN];
+    uint32_t len;
+    bool zero;
+};
+
+struct mf_file {
+    char *path;                  /* relative, '/'-separated, checked */
+    enum mf_type type;
+    uint32_t mode;               /* permission bits, 07777 at most */
+    int64_t mtime_s;
+    uint32_t mtime_ns;
+    uint64_t size;               /* MF_FILE: the sum of the chunks' lengths */
+    char *target;                /* MF_SYMLINK */
+    struct mf_chunk *chunks;
+    size_t n_chunks;
+};
+
+struct manifest {
+    char job[MANIFEST_NAME_MAX + 1];
+    uint64_t gen;
+    uint32_t rank;
+    uint64_t step;
+    char method[MANIFEST_NAME_MAX + 1];
+    int64_t created_ms;
+    char version[32];            /* spotd's, who wrote it */
+    uint32_t chunk_size;
+    struct mf_file *files;       /* sorted by path, no duplicates */
+    size_t n_files;
+};
+
+struct commit_rank {
+    uint32_t rank;
+    uint8_t sha256[CHUNK_HASH_LEN];   /* of rank-<r>.json as stored */
+    uint64_t bytes;                   /* of the rank's files */
+};
+
+struct commit {
+    char job[MANIFEST_NAME_MAX + 1];
+    uint64_t gen;
+    uint64_t step;
+    uint32_t world_size;
+    char reason[MANIFEST_NAME_MAX + 1];
+    char method[MANIFEST_NAME_MAX + 1];
+    int64_t created_ms;
+    char version[32];
+    struct commit_rank *ranks;   /* world_size entries, rank i at index i */
+};
+
+/* The document as compact JSON, malloc'ed and terminated; NULL when out
+ * of memory. */
+char *manifest_to_json(const struct manifest *m, size_t *ret_len);
+char *commit_to_json(const struct commit *c, size_t *ret_len);
+
+int manifest_parse(const char *text, size_t len, struct manifest *out, const char **ret_why);
+int commit_parse(const char *text, size_t len, struct commit *out, const char **ret_why);
+
+/* Free what the structs own and zero them.  NULL is fine. */
+void manifest_release(struct manifest *m);
+void commit_release(struct commit *c);
+
+/* A path a manifest may name: relative, components separated by one '/',
+ * none empty, "." or "..", no control character, at most
+ * MANIFEST_PATH_MAX bytes. */
+bool manifest_path_valid(const char *path);
+
+/* A job name: 1 to 128 of [A-Za-z0-9._-], not "." or "..". */
+bool manifest_job_valid(const char *job);
+
+/* Keys of a generation's documents. */
+void manifest_key(char *buf, size_t size, const char *job, uint64_t gen, uint32_t rank);
+void commit_key(char *buf, size_t size, const char *job, uint64_t gen);
+
+#endif

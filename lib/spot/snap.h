@@ -1,0 +1,158 @@
+/* snap: the snapshot engine.  Turns a directory of checkpoint files into
+ * one rank of a generation in a store, commits generations, and brings
+ * them back (store format 1, docs/store-format.md).
+ *
+ * Every operation is asynchronous on the caller's libevent loop and ends in
+ * exactly one callback there, never inside the call that started it.
+ * Reading, hashing (SHA-256), zero detection, compression (zstd) and
+ * writing run in the worker pool; the loop moves buffers and drives the
+ * store.  Memory is bounded: at most max_inflight_bytes of chunk buffers
+ * exist at once, whatever the size of the checkpoint.
+ *
+ * Chunking is fixed-size per file (chunk_size, 8 MiB by default): a chunk
+ * is a run of one file, chunk i covering [i * chunk_size, (i + 1) *
+ * chunk_size).  See docs/store-format.md for the measurements behind it.
+ *
+ * Deduplication: a chunk that the newest committed generation references,
+ * or that this generation already stored (another rank in this process),
+ * is not uploaded again, and no request asks the store whether a chunk
+ * exists.  Runs of zeros are not stored at all and come back as holes.
+ *
+ * Errors: err is 0 or -errno, msg one line naming what failed on which
+ * file, key or generation ("" on success). */
+#ifndef SPOT_SNAP_H
+#define SPOT_SNAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spot/manifest.h"
+
+struct event_base;
+struct pool;
+struct store;
+struct snap;
+
+#define SNAP_CHUNK_DEFAULT (8u * 1024 * 1024)
+#define SNAP_INFLIGHT_DEFAULT (128u * 1024 * 1024)
+#define SNAP_KEEP_DEFAULT 3
+#define SNAP_GRACE_DEFAULT_MS (6LL * 3600 * 1000)
+
+struct snap_opts {
+    struct event_base *base;
+    struct pool *pool;
+    struct store *store;
+    const char *job;               /* copied; manifest_job_valid() */
+    uint32_t chunk_size;           /* 0: SNAP_CHUNK_DEFAULT; 64 KiB .. 64 MiB */
+    size_t max_inflight_bytes;     /* 0: SNAP_INFLIGHT_DEFAULT */
+    int zstd_level;                /* 0: 1 */
+    double min_saving;             /* store raw unless zstd saves this share; 0: 0.05 */
+};
+
+/* Progress, updated on the loop as work completes; read it any time. */
+struct snap_counters {
+    uint64_t files;
+    uint64_t bytes_total;          /* of the files being saved, restored, verified */
+    uint64_t bytes_read;           /* from disk (save) */
+    uint64_t bytes_hashed;
+    uint64_t bytes_zero;           /* runs of zeros, not stored */
+    uint64_t bytes_skipped;        /* already in the store (deduplicated) */
+    uint64_t bytes_compressed;     /* encoded size of the new chunks */
+    uint64_t bytes_sent;           /* put into the store */
+    uint64_t bytes_received;       /* got from the store */
+    uint64_t bytes_written;        /* to disk (restore) */
+    uint64_t chunks;
+    uint64_t chunks_sent;
+    uint64_t chunks_skipped;
+    uint64_t retries;              /* chunks fetched again after a bad copy */
+};
+
+/* A generation as the store holds it. */
+struct snap_gen {
+    uint64_t gen;
+    bool committed;                /* its commit record is there and valid */
+    bool corrupt;                  /* a commit record is there but unreadable */
+    struct commit commit;          /* when committed (owned) */
+    unsigned manifests;            /* rank-<r>.json objects present */
+    int64_t mtime_ms;              /* newest object of the generation */
+    uint64_t stored_bytes;         /* of its manifests and commit record */
+};
+
+struct snap_saved {
+    uint64_t gen;
+    uint32_t rank;
+    uint8_t sha256[CHUNK_HASH_LEN];    /* of the manifest as stored */
+    uint64_t bytes;                    /* of the rank's files */
+    uint64_t base_gen;                 /* deduplicated against; 0: none */
+};
+
+struct snap_gc_report {
+    uint64_t gens_deleted, chunks_deleted, bytes_deleted;
+    uint64_t gens_kept, chunks_kept;
+};
+
+struct snap_verify_report {
+    uint64_t files, chunks, bytes;
+    uint64_t bad_chunks;            /* missing or corrupt */
+};
+
+typedef void (*snap_done_fn)(void *arg, int err, const char *msg);
+typedef void (*snap_saved_fn)(void *arg, int err, const char *msg, const struct snap_saved *s);
+/* gens become the callee's: free with snap_gens_free(); sorted by gen. */
+typedef void (*snap_gens_fn)(void *arg, int err, const char *msg, struct snap_gen *gens,
+                             size_t n);
+typedef void (*snap_gc_fn)(void *arg, int err, const char *msg, const struct snap_gc_report *r);
+typedef void (*snap_verify_fn)(void *arg, int err, const char *msg,
+                               const struct snap_verify_report *r);
+
+/* Returns NULL with the reason in err. */
+struct snap *snap_new(const struct snap_opts *o, char *err, size_t errlen);
+/* Only when no operation is in flight.  Takes NULL, returns NULL. */
+struct snap *snap_free(struct snap *s);
+
+/* The generations under <job>/gens/, committed or not, with their commit
+ * records. */
+void snap_gens(struct snap *s, snap_gens_fn done, void *arg);
+void snap_gens_free(struct snap_gen *gens, size_t n);
+
+/* Save the directory dir as rank of generation gen: regular files,
+ * directories and symbolic links (anything else is refused), then the
+ * rank's manifest.  The files must not change meanwhile (a file whose
+ * size or mtime moves fails the save).  c may be NULL. */
+struct snap_save_req {
+    const char *dir;
+    uint64_t gen;
+    uint32_t rank;
+    uint64_t step;
+    const char *method;            /* "app", "criu", "manual" */
+};
+void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_counters *c,
+               snap_saved_fn done, void *arg);
+
+/* Write gen's commit record after checking that every rank's manifest is
+ * in the store with the digest given in ranks[r].  c->job and c->gen must
+ * be this snap's job and the generation. */
+void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void *arg);
+
+/* Restore rank of committed generation gen into dest, which must not
+ * exist (or be an empty directory): files with their sizes, modes and
+ * mtimes, zero runs as holes.  Everything is written beside dest and
+ * renamed into place at the end, so dest is whole or absent. */
+void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
+                  struct snap_counters *c, snap_done_fn done, void *arg);
+
+/* Fetch and check every chunk of every rank of committed generation gen.
+ * err is -EBADMSG when something is missing or corrupt (the report says
+ * how much). */
+void snap_verify(struct snap *s, uint64_t gen, struct snap_counters *c, snap_verify_fn done,
+                 void *arg);
+
+/* Keep the newest keep committed generations (and any uncommitted one
+ * newer than them, which may be in progress); delete the others, commit
+ * record first, then every chunk that no kept generation references and
+ * that is older than grace_ms.  dry_run: report only. */
+void snap_gc(struct snap *s, unsigned keep, int64_t grace_ms, bool dry_run, snap_gc_fn done,
+             void *arg);
+
+#endif
