@@ -1163,6 +1163,7 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
         return -ENOENT;
     }
     http_set_max_host_connections(s->http, (long)s->max_inflight);
+    s->base.backend = &store_s3_backend;
     *ret = &s->base;
     return 0;
 }

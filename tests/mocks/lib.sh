@@ -99,3 +99,112 @@ mock_flip_ms() { _mockctl flip-time --ms --index "${1:-0}"; }
 
 # mock_acks: Azure acknowledgements (POSTed StartRequests) as JSON.
 mock_acks() { _mockctl acks; }
+
+# ---- faultproxy.py: a fault-injecting proxy in front of an S3 server ------
+#
+#   fault_start "${S3_ENDPOINT#http://}"   # sets FAULT_URL, FAULT_PORT, FAULT_PID
+#   fault_rules '[{"every":5,"method":"PUT","action":"503","times":3}]'
+#   ... point spotd at $FAULT_URL instead of $S3_ENDPOINT ...
+#   [ "$(fault_count PUT '' 503)" = 3 ]
+#   fault_stop
+#
+# The same conventions as the mock_ helpers: FAULT_ and fault_ names only;
+# the proxy runs without SPOT_IT_TAG and goes into _bg_pids.
+
+FAULT_URL=${FAULT_URL:-}
+FAULT_PID=${FAULT_PID:-}
+FAULT_PORT=${FAULT_PORT:-}
+FAULT_LOG=${FAULT_LOG:-}
+
+# _faultctl call METHOD PATH [BODY] | count [METHOD [REGEX [ACTION]]] |
+# stat NAME: talk to the control API at $FAULT_URL with urllib.  Prints the
+# answer; status 1 when it is not a 200, 2 when the proxy cannot be reached.
+_faultctl() {
+    python3 - "$FAULT_URL" "$@" <<'PY'
+import json, sys, urllib.error, urllib.parse, urllib.request
+url, cmd, args = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3:]
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+def call(method, path, body=None):
+    req = urllib.request.Request(url + path, method=method,
+                                 data=None if body is None else body.encode())
+    try:
+        with opener.open(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except (OSError, ValueError) as e:
+        sys.exit("faultproxy at %r: %s" % (url, e))
+if cmd == "call":
+    status, text = call(*args)
+    print(text)
+    sys.exit(0 if status == 200 else 1)
+if cmd == "count":
+    method, rx, action = (args + ["", "", ""])[:3]
+    q = urllib.parse.urlencode({"method": method, "path": rx})
+    status, text = call("GET", "/_fault/log?" + q)
+    if status != 200:
+        sys.exit("faultproxy: log: %d %s" % (status, text))
+    print(sum(1 for e in json.loads(text) if not action or e["action"] == action))
+if cmd == "stat":
+    status, text = call("GET", "/_fault/stats")
+    print(json.loads(text)[args[0]])
+PY
+}
+
+# fault_start UPSTREAM [FAULTPROXY.PY ARGS...]: start a proxy to UPSTREAM
+# (HOST:PORT, e.g. "${S3_ENDPOINT#http://}") in the background on a free
+# port; sets FAULT_URL (exported), FAULT_PORT, FAULT_PID and FAULT_LOG (its
+# stderr).  Call it directly, never in $(...).  Returns 1 when the proxy
+# does not come up within 10 s.
+fault_start() {
+    local up=$1 dir pf
+    shift
+    dir=${T:-${TMPDIR:-/tmp}}
+    pf="$dir/faultproxy.$$.$RANDOM.port"
+    FAULT_LOG="${pf%.port}.log"
+    rm -f "$pf"
+    env -u SPOT_IT_TAG python3 "$MOCK_LIB_DIR/faultproxy.py" --upstream "$up" --port 0 \
+        --port-file "$pf" "$@" </dev/null >"$FAULT_LOG" 2>&1 &
+    FAULT_PID=$!
+    if declare -p _bg_pids >/dev/null 2>&1; then _bg_pids+=("$FAULT_PID"); fi
+    FAULT_PORT=$(python3 "$MOCK_LIB_DIR/mockctl.py" wait-port "$pf" \
+        --timeout 10 --pid "$FAULT_PID") || {
+        echo "fault_start: faultproxy did not start: $(cat "$FAULT_LOG" 2>/dev/null)" >&2
+        return 1
+    }
+    FAULT_URL="http://127.0.0.1:$FAULT_PORT"
+    export FAULT_URL
+}
+
+# fault_stop [PID]: end the proxy (default $FAULT_PID) and reap it.
+fault_stop() {
+    local pid=${1:-$FAULT_PID}
+    [ -n "$pid" ] || return 0
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    [ "$pid" = "$FAULT_PID" ] && FAULT_PID=
+    return 0
+}
+
+# fault_rules JSON: replace the rules (a JSON list; '[]' clears them); fails,
+# printing the error, on a rejected list.
+fault_rules() { _faultctl call POST /_fault/rules "$1"; }
+
+# fault_get_rules: the rules with their "matched" and "fired" counts.
+fault_get_rules() { _faultctl call GET /_fault/rules; }
+
+# fault_log: every proxied request as a JSON list.
+fault_log() { _faultctl call GET /_fault/log; }
+
+# fault_count [METHOD [PATH-REGEX [ACTION]]]: how many logged requests match
+# (empty arguments match all; ACTION "500", "reset", ... the fault applied).
+fault_count() { _faultctl count "$@"; }
+
+# fault_stats: {"requests", "bytes_in", "bytes_out"} as JSON.
+fault_stats() { _faultctl call GET /_fault/stats; }
+
+# fault_stat NAME: one of the stats, e.g. fault_stat bytes_in.
+fault_stat() { _faultctl stat "$1"; }
+
+# fault_reset: clear the rules, the log and the counters.
+fault_reset() { _faultctl call POST /_fault/reset "" >/dev/null; }

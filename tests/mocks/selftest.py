@@ -3,7 +3,9 @@
 tests rely on.  Prints "PASS: mocks/<name>" or "FAIL: mocks/<name>: why",
 one line per check, and exits non-zero when any check failed.
 
-    python3 tests/mocks/selftest.py [--only aws,gcp,...]
+    python3 tests/mocks/selftest.py [--only aws,gcp,...,libsh,faultproxy]
+
+The checks of faultproxy.py live in selftest_faultproxy.py, run from here.
 """
 
 import argparse
@@ -694,6 +696,10 @@ def main():
                        "rc %r stderr %r" % (rc, err[-500:]))
         if not only or "libsh" in only:
             test_libsh()
+        if not only or "faultproxy" in only:
+            import selftest_faultproxy          # the S3 fault proxy
+            FAILED.extend(selftest_faultproxy.run_all(tmp))
+            STATS.update(selftest_faultproxy.STATS)
     extra = "".join(", %s %s" % kv for kv in STATS.items())
     print("selftest: %d failed, %.1fs%s" % (len(FAILED), time.monotonic() - t0, extra))
     return 1 if FAILED else 0
