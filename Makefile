@@ -85,9 +85,10 @@ SPOTCTL_OBJ := $(O)/supervisord/spotctl.o
 UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c tests/unit/test_dmi.c \
               tests/unit/test_pool.c tests/unit/test_chunk.c tests/unit/test_store.c \
               tests/unit/test_log.c tests/unit/test_ckpt.c \
-              tests/unit/test_timeparse.c tests/unit/test_cloudparse.c tests/unit/test_s3xml.c tests/unit/test_awscreds.c
+              tests/unit/test_timeparse.c tests/unit/test_cloudparse.c tests/unit/test_s3xml.c tests/unit/test_awscreds.c \
+              tests/unit/test_manifest.c
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)
-FUZZ_NAMES := config duration aws azure gcp time termination chunk s3xml awscreds
+FUZZ_NAMES := config duration aws azure gcp time termination chunk s3xml awscreds manifest
 FUZZ_BINS  := $(FUZZ_NAMES:%=$(O)/tests/fuzz/fuzz_%)
 
 PROGS      := $(O)/spotd $(O)/spotctl

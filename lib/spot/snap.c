@@ -770,8 +770,9 @@ static int scan_add(struct scan_state *st, const char *rel, const struct stat *s
     m->n_files++;
     f->type = type;
     f->mode = stp->st_mode & 07777;
-    f->mtime_s = stp->st_mtim.tv_sec;
-    f->mtime_ns = (uint32_t)stp->st_mtim.tv_nsec;
+    /* Times before 1970 are not worth a signed field in the format. */
+    f->mtime_s = stp->st_mtim.tv_sec < 0 ? 0 : stp->st_mtim.tv_sec;
+    f->mtime_ns = stp->st_mtim.tv_sec < 0 ? 0 : (uint32_t)stp->st_mtim.tv_nsec;
     if (type == MF_SYMLINK && !(f->target = strdup(target)))
         goto oom;
     if (type == MF_FILE) {
@@ -925,7 +926,8 @@ static void task_work(struct pool_job *job)
             return;
         }
         if (fstat(fd, &stt) < 0 || (uint64_t)stt.st_size != f->size ||
-            stt.st_mtim.tv_sec != f->mtime_s || (uint32_t)stt.st_mtim.tv_nsec != f->mtime_ns) {
+            (stt.st_mtim.tv_sec >= 0 && (stt.st_mtim.tv_sec != f->mtime_s ||
+                                         (uint32_t)stt.st_mtim.tv_nsec != f->mtime_ns))) {
             close(fd);
             t->err = -ESTALE;
             snprintf(t->msg, sizeof(t->msg),

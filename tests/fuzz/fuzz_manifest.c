@@ -1,0 +1,146 @@
+/* The manifest and commit-record parsers on arbitrary bytes.  Besides the
+ * sanitizers, it aborts when a promise of manifest.h is broken: 0,
+ * -EINVAL, -ENOTSUP or -ENOMEM with a reason for the errors, *out
+ * untouched on failure, the same answer twice, and a parsed document that
+ * is written back and parses to the same fields: sorted unique valid
+ * paths, chunks that add up to each file's size, ranks each at its own
+ * index. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz.h"
+#include "spot/manifest.h"
+
+static bool poisoned(const void *p, size_t size)
+{
+    const unsigned char *b = p;
+
+    for (size_t i = 0; i < size; i++)
+        if (b[i] != 0xa5)
+            return false;
+    return true;
+}
+
+static void check_manifest(const struct manifest *m)
+{
+    if (!manifest_job_valid(m->job) || m->gen > GEN_MAX || m->rank >= WORLD_MAX ||
+        m->chunk_size == 0 || m->chunk_size > CHUNK_MAX_PLAIN)
+        abort();
+    for (size_t i = 0; i < m->n_files; i++) {
+        const struct mf_file *f = &m->files[i];
+        uint64_t total = 0;
+
+        if (!manifest_path_valid(f->path) || f->mode > 07777 ||
+            (i > 0 && strcmp(m->files[i - 1].path, f->path) >= 0))
+            abort();
+        if ((f->type == MF_SYMLINK) != (f->target != NULL))
+            abort();
+        for (size_t c = 0; c < f->n_chunks; c++) {
+            if (f->chunks[c].len == 0 || f->chunks[c].len > m->chunk_size)
+                abort();
+            total += f->chunks[c].len;
+        }
+        if (f->type == MF_FILE && total != f->size)
+            abort();
+    }
+}
+
+static void same_manifest(const struct manifest *a, const struct manifest *b)
+{
+    if (strcmp(a->job, b->job) || a->gen != b->gen || a->rank != b->rank || a->step != b->step ||
+        strcmp(a->method, b->method) || a->chunk_size != b->chunk_size ||
+        a->n_files != b->n_files || strcmp(a->version, b->version) ||
+        a->created_ms / 1000 != b->created_ms / 1000)
+        abort();
+    for (size_t i = 0; i < a->n_files; i++) {
+        const struct mf_file *x = &a->files[i], *y = &b->files[i];
+
+        if (strcmp(x->path, y->path) || x->type != y->type || x->mode != y->mode ||
+            x->mtime_s != y->mtime_s || x->mtime_ns != y->mtime_ns || x->size != y->size ||
+            x->n_chunks != y->n_chunks || (x->target && strcmp(x->target, y->target)))
+            abort();
+        for (size_t c = 0; c < x->n_chunks; c++)
+            if (x->chunks[c].len != y->chunks[c].len || x->chunks[c].zero != y->chunks[c].zero ||
+                (!x->chunks[c].zero && memcmp(x->chunks[c].hash, y->chunks[c].hash, 32)))
+                abort();
+    }
+}
+
+static void fuzz_manifest(const char *text, size_t size)
+{
+    struct manifest m, m2, again;
+    const char *why = NULL;
+    int r, r2;
+
+    memset(&m, 0xa5, sizeof(m));
+    r = manifest_parse(text, size, &m, &why);
+    if (r < 0) {
+        if ((r != -EINVAL && r != -ENOTSUP && r != -ENOMEM) || !poisoned(&m, sizeof(m)) ||
+            (r != -ENOMEM && (!why || !*why)))
+            abort();
+        return;
+    }
+    check_manifest(&m);
+    r2 = manifest_parse(text, size, &again, NULL);
+    if (r2 != 0)
+        abort();
+    same_manifest(&m, &again);
+    manifest_release(&again);
+    {
+        size_t len;
+        char *json = manifest_to_json(&m, &len);
+
+        if (json) {
+            if (manifest_parse(json, len, &m2, &why) != 0)
+                abort();
+            same_manifest(&m, &m2);
+            manifest_release(&m2);
+            free(json);
+        }
+    }
+    manifest_release(&m);
+}
+
+static void fuzz_commit(const char *text, size_t size)
+{
+    struct commit c, c2;
+    const char *why = NULL;
+    int r;
+
+    memset(&c, 0xa5, sizeof(c));
+    r = commit_parse(text, size, &c, &why);
+    if (r < 0) {
+        if ((r != -EINVAL && r != -ENOTSUP && r != -ENOMEM) || !poisoned(&c, sizeof(c)) ||
+            (r != -ENOMEM && (!why || !*why)))
+            abort();
+        return;
+    }
+    if (c.world_size == 0 || c.world_size > WORLD_MAX || !manifest_job_valid(c.job))
+        abort();
+    for (uint32_t i = 0; i < c.world_size; i++)
+        if (c.ranks[i].rank != i)
+            abort();
+    {
+        size_t len;
+        char *json = commit_to_json(&c, &len);
+
+        if (json) {
+            if (commit_parse(json, len, &c2, &why) != 0 || c2.world_size != c.world_size ||
+                c2.gen != c.gen || c2.step != c.step || strcmp(c2.reason, c.reason) ||
+                memcmp(c2.ranks, c.ranks, c.world_size * sizeof(*c.ranks)))
+                abort();
+            commit_release(&c2);
+            free(json);
+        }
+    }
+    commit_release(&c);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fuzz_manifest((const char *)data, size);
+    fuzz_commit((const char *)data, size);
+    return 0;
+}

@@ -1,0 +1,179 @@
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "spot/manifest.h"
+
+static char p_a[] = "a", p_model[] = "a/model.pt", p_latest[] = "latest";
+
+static struct manifest sample(struct mf_file *files, struct mf_chunk *chunks)
+{
+    struct manifest m;
+
+    memset(&m, 0, sizeof(m));
+    snprintf(m.job, sizeof(m.job), "llama-ft");
+    m.gen = 12;
+    m.rank = 3;
+    m.step = 123456;
+    snprintf(m.method, sizeof(m.method), "app");
+    m.created_ms = 1796045255123LL;
+    snprintf(m.version, sizeof(m.version), "0.1.0");
+    m.chunk_size = 8 << 20;
+    memset(chunks, 0, 3 * sizeof(*chunks));
+    memset(chunks[0].hash, 0xab, 32);
+    chunks[0].len = 8 << 20;
+    chunks[1].zero = true;
+    chunks[1].len = 8 << 20;
+    memset(chunks[2].hash, 0x01, 32);
+    chunks[2].len = 5;
+    memset(files, 0, 3 * sizeof(*files));
+    files[0] = (struct mf_file){ .path = p_a, .type = MF_DIR, .mode = 0755,
+                                 .mtime_s = 1700000000 };
+    files[1] = (struct mf_file){ .path = p_model, .type = MF_FILE, .mode = 0640,
+                                 .mtime_s = 1700000001, .mtime_ns = 999999999,
+                                 .size = (16 << 20) + 5, .chunks = chunks, .n_chunks = 3 };
+    files[2] = (struct mf_file){ .path = p_latest, .type = MF_SYMLINK, .mode = 0777,
+                                 .target = p_model };
+    m.files = files;
+    m.n_files = 3;
+    return m;
+}
+
+TEST(manifest_roundtrip)
+{
+    struct mf_file files[3];
+    struct mf_chunk chunks[3];
+    struct manifest m = sample(files, chunks), back;
+    const char *why = NULL;
+    size_t len;
+    char *json = manifest_to_json(&m, &len);
+
+    CHECK(json != NULL);
+    CHECK_INT(manifest_parse(json, len, &back, &why), 0);
+    CHECK_STR(back.job, "llama-ft");
+    CHECK_INT(back.gen, 12);
+    CHECK_INT(back.rank, 3);
+    CHECK_INT(back.step, 123456);
+    CHECK_INT(back.created_ms, 1796045255123LL);
+    CHECK_INT(back.n_files, 3);
+    CHECK_INT(back.files[1].size, (16 << 20) + 5);
+    CHECK_INT(back.files[1].mtime_ns, 999999999);
+    CHECK_INT(back.files[1].mode, 0640);
+    CHECK_INT(back.files[1].n_chunks, 3);
+    CHECK(back.files[1].chunks[1].zero);
+    CHECK(!back.files[1].chunks[0].zero);
+    CHECK(memcmp(back.files[1].chunks[2].hash, chunks[2].hash, 32) == 0);
+    CHECK_STR(back.files[2].target, "a/model.pt");
+    CHECK_HAS(json, "[8388608]");
+    manifest_release(&back);
+    free(json);
+}
+
+/* Parse text after replacing the first occurrence of from with to. */
+static int mutated(const char *json, const char *from, const char *to, const char **why)
+{
+    struct manifest m;
+    char buf[4096];
+    const char *p = strstr(json, from);
+    int r;
+
+    if (!p)
+        return 1000;
+    snprintf(buf, sizeof(buf), "%.*s%s%s", (int)(p - json), json, to, p + strlen(from));
+    r = manifest_parse(buf, strlen(buf), &m, why);
+    if (r == 0)
+        manifest_release(&m);
+    return r;
+}
+
+TEST(manifest_rejects)
+{
+    struct mf_file files[3];
+    struct mf_chunk chunks[3];
+    struct manifest m = sample(files, chunks);
+    const char *why = NULL;
+    size_t len;
+    char *json = manifest_to_json(&m, &len);
+
+    CHECK_INT(mutated(json, "\"format\":1", "\"format\":2", &why), -ENOTSUP);
+    CHECK_HAS(why, "newer");
+    CHECK_INT(mutated(json, "\"format\":1", "\"format\":0", &why), -EINVAL);
+    CHECK_INT(mutated(json, "\"path\":\"a/model.pt\"", "\"path\":\"../model.pt\"", &why), -EINVAL);
+    CHECK_HAS(why, "path");
+    CHECK_INT(mutated(json, "\"path\":\"a/model.pt\"", "\"path\":\"/etc/passwd\"", &why), -EINVAL);
+    CHECK_INT(mutated(json, "\"path\":\"a/model.pt\"", "\"path\":\"a//b\"", &why), -EINVAL);
+    CHECK_INT(mutated(json, "\"path\":\"a/model.pt\"", "\"path\":\"a\\u0000b\"", &why), -EINVAL);
+    CHECK_INT(mutated(json, "\"path\":\"a/model.pt\"", "\"path\":\"latest\"", &why), -EINVAL);
+    CHECK_HAS(why, "twice");
+    CHECK_INT(mutated(json, "\"size\":16777221", "\"size\":16777222", &why), -EINVAL);
+    CHECK_HAS(why, "add up");
+    CHECK_INT(mutated(json, "\"size\":16777221", "\"size\":-1", &why), -EINVAL);
+    CHECK_INT(mutated(json, "\"size\":16777221", "\"size\":1.5", &why), -EINVAL);
+    CHECK_INT(mutated(json, "\"mode\":416", "\"mode\":4096", &why), -EINVAL);
+    CHECK_INT(mutated(json, "\"job\":\"llama-ft\"", "\"job\":\"../x\"", &why), -EINVAL);
+    CHECK_INT(mutated(json, "\"kind\":\"manifest\"", "\"kind\":\"commit\"", &why), -EINVAL);
+    CHECK_INT(mutated(json, "abababab", "ABABABAB", &why), -EINVAL);
+    CHECK_INT(mutated(json, "\"type\":\"dir\"", "\"type\":\"fifo\"", &why), -EINVAL);
+    CHECK_INT(mutated(json, "\"rank\":3", "\"rank\":3,\"rank\":4", &why), -EINVAL);
+    CHECK_INT(mutated(json, "\"chunk_size\":8388608", "\"chunk_size\":4", &why), -EINVAL);
+    CHECK_INT(mutated(json, "\"gen\":12", "\"gen\":100000000", &why), -EINVAL);
+    CHECK_INT(mutated(json, "\"created\":\"", "\"created\":\"x", &why), -EINVAL);
+    /* Unknown members are ignored: a minor revision may add some. */
+    CHECK_INT(mutated(json, "\"rank\":3", "\"rank\":3,\"host\":\"node-7\"", &why), 0);
+    CHECK_INT(manifest_parse("[]", 2, &m, &why), -EINVAL);
+    CHECK_INT(manifest_parse("{", 1, &m, &why), -EINVAL);
+    free(json);
+}
+
+TEST(commit_roundtrip)
+{
+    struct commit_rank ranks[2] = { { .rank = 0, .bytes = 10 }, { .rank = 1, .bytes = 20 } };
+    struct commit c = { .job = "j", .gen = 7, .step = 99, .world_size = 2, .reason = "notice",
+                        .method = "app", .created_ms = 1796045255000LL, .version = "0.1.0",
+                        .ranks = ranks }, back;
+    const char *why = NULL;
+    size_t len;
+    char *json, buf[2048], *p;
+
+    memset(ranks[1].sha256, 0x5a, 32);
+    json = commit_to_json(&c, &len);
+    CHECK(json != NULL);
+    CHECK_INT(commit_parse(json, len, &back, &why), 0);
+    CHECK_INT(back.world_size, 2);
+    CHECK_INT(back.ranks[1].bytes, 20);
+    CHECK(memcmp(back.ranks[1].sha256, ranks[1].sha256, 32) == 0);
+    CHECK_STR(back.reason, "notice");
+    commit_release(&back);
+    /* A rank twice (so another missing) is refused. */
+    snprintf(buf, sizeof(buf), "%s", json);
+    p = strstr(buf, "\"rank\":1");
+    CHECK(p != NULL);
+    if (p)
+        p[7] = '0';
+    CHECK_INT(commit_parse(buf, strlen(buf), &back, &why), -EINVAL);
+    CHECK_HAS(why, "twice");
+    snprintf(buf, sizeof(buf), "%s", json);
+    p = strstr(buf, "\"world_size\":2");
+    if (p)
+        p[13] = '3';
+    CHECK_INT(commit_parse(buf, strlen(buf), &back, &why), -EINVAL);
+    free(json);
+}
+
+TEST(manifest_paths)
+{
+    CHECK(manifest_path_valid("a"));
+    CHECK(manifest_path_valid("a b/c.pt"));
+    CHECK(manifest_path_valid("..a/b.."));
+    CHECK(!manifest_path_valid(""));
+    CHECK(!manifest_path_valid("/a"));
+    CHECK(!manifest_path_valid("a/"));
+    CHECK(!manifest_path_valid("a/./b"));
+    CHECK(!manifest_path_valid("a/../b"));
+    CHECK(!manifest_path_valid("a\nb"));
+    CHECK(manifest_job_valid("llama-ft.v2_1"));
+    CHECK(!manifest_job_valid("a/b"));
+    CHECK(!manifest_job_valid(".."));
+    CHECK(!manifest_job_valid(""));
+}
