@@ -1,0 +1,204 @@
+# The snapshot engine's behaviour on one store, through spotctl: sourced by
+# t-store-file.sh (file://) and t-store-s3.sh (a real Swift with s3api), so
+# both backends pass the same checks.  Needs lib.sh, and
+#   store_cases NAME URL RAW
+# where RAW is a command prefix that reads/writes raw objects of the store:
+#   $RAW get KEY FILE | put KEY FILE | del KEY
+# (the test reaches into the store to damage it the way a crash or a bad
+# disk would).
+
+# ctl ARGS...: spotctl against the store under test; sets RC, output in
+# $T/out and $T/err.
+ctl() {
+    timeout -k 2 120 "$SPOTCTL" "$@" --store "$URL" --job "$JOB" >"$T/out" 2>"$T/err"
+    RC=$?
+}
+
+# A checkpoint-like directory: float32-ish data over several chunks, a
+# sparse file, a nested directory, a symlink, modes and old mtimes.
+make_ckpt() {
+    local d=$1
+    mkdir -p "$d/optim/state"
+    python3 - "$d" <<'EOF'
+import os, random, struct, sys
+d = sys.argv[1]
+rnd = random.Random(7)
+vals = [rnd.gauss(0, 0.02) for _ in range(4096)]
+block = struct.pack("<4096f", *vals)
+with open(os.path.join(d, "model.bin"), "wb") as f:
+    for i in range(80):                     # 1.25 MiB of float32
+        f.write(block[i % 7:] + block[:i % 7])
+    f.write(b"tail")
+with open(os.path.join(d, "optim/state/adam.bin"), "wb") as f:
+    f.write(os.urandom(700000))
+with open(os.path.join(d, "sparse.bin"), "wb") as f:
+    f.seek(3 * 1024 * 1024)
+    f.write(b"end")
+EOF
+    echo '{"step": 1200}' >"$d/meta.json"
+    : >"$d/empty"
+    ln -s model.bin "$d/latest"
+    chmod 0600 "$d/optim/state/adam.bin"
+    chmod 0750 "$d/optim"
+    touch -h -d '2024-01-02 03:04:05.123456789' "$d/model.bin" "$d/latest" "$d/optim"
+}
+
+# same_tree A B: contents, types, modes and mtimes (files and dirs) equal.
+same_tree() {
+    diff -r --no-dereference "$1" "$2" >/dev/null || return 1
+    [ "$(cd "$1" && find . -mindepth 1 -printf '%P %y %m %T@\n' | sort)" = \
+      "$(cd "$2" && find . -mindepth 1 -printf '%P %y %m %T@\n' | sort)" ]
+}
+
+store_cases() {
+    local name=$1 raw=$3 g k size blocks
+    URL=$2
+    JOB=job-$name
+    RAW=$raw
+    make_ckpt "$T/ck"
+
+    # ---- round trip ----
+    ctl push --json --step 1200 --chunk-size 256KiB "$T/ck"
+    expect_eq "$name: push exits 0" 0 "$RC"
+    g=$(jget "$(cat "$T/out")" gen)
+    expect_eq "$name: the first generation is 1" 1 "$g"
+    expect_ge "$name: push stored chunks" 5 "$(jget "$(cat "$T/out")" chunks_sent)"
+    expect_eq "$name: the sparse file's zeros are not stored" 3145728 \
+        "$(jget "$(cat "$T/out")" bytes_zero)"
+    ctl fetch "$T/back"
+    expect_eq "$name: fetch exits 0" 0 "$RC"
+    check "$name: restored tree equals the original (bytes, types, modes, mtimes)" \
+        same_tree "$T/ck" "$T/back"
+    blocks=$(stat -c %b "$T/back/sparse.bin")
+    expect_lt "$name: a sparse file stays sparse" 64 "$blocks"
+    expect_eq "$name: a symlink stays a symlink" model.bin "$(readlink "$T/back/latest")"
+    check "$name: no partial directory is left" \
+        bash -c "! ls -d '$T'/back.spotd-partial.* 2>/dev/null"
+    ctl verify --json
+    expect_eq "$name: verify exits 0" 0 "$RC"
+    check "$name: verify reports every chunk good" grep -q '"ok":true' "$T/out"
+    ctl ls
+    check "$name: ls shows the committed generation with its step" \
+        grep -qE '^1 +committed +1200 +1 ' "$T/out"
+
+    # ---- deduplication ----
+    ctl push --json --chunk-size 256KiB "$T/ck"
+    expect_eq "$name: an unchanged checkpoint uploads no chunk" 0 \
+        "$(jget "$(cat "$T/out")" chunks_sent)"
+    python3 - "$T/ck/model.bin" <<'EOF'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(300 * 1024)
+    f.write(b"\x01" * 1000)
+EOF
+    ctl push --json --chunk-size 256KiB "$T/ck"
+    expect_eq "$name: a change inside one chunk uploads that chunk" 1 \
+        "$(jget "$(cat "$T/out")" chunks_sent)"
+    cp -a "$T/ck" "$T/ck2"
+    cp -a "$T/ck" "$T/ck3"
+    ctl push --json --chunk-size 256KiB "$T/ck" "$T/ck2" "$T/ck3"
+    expect_eq "$name: three identical ranks upload nothing new" 0 \
+        "$(jget "$(cat "$T/out")" chunks_sent)"
+    echo "rank 2 differs" >>"$T/ck3/meta.json"
+    ctl push --json --chunk-size 256KiB "$T/ck" "$T/ck2" "$T/ck3"
+    expect_eq "$name: three ranks, one file changed in one: one chunk" 1 \
+        "$(jget "$(cat "$T/out")" chunks_sent)"
+    g=$(jget "$(cat "$T/out")" gen)
+    ctl fetch --gen "$g" --rank 2 "$T/r2"
+    check "$name: rank 2 restores its own files" same_tree "$T/ck3" "$T/r2"
+    ctl fetch --gen "$g" --rank 3 "$T/r3"
+    expect_eq "$name: a rank the generation lacks is refused" 1 "$RC"
+    check "$name: ... and says which ranks there are" grep -q "ranks 0 to 2" "$T/err"
+
+    # ---- refusals ----
+    ctl fetch "$T/ck"
+    expect_eq "$name: fetch into a non-empty directory fails" 1 "$RC"
+    check "$name: ... and says why" grep -q "not an empty directory" "$T/err"
+    mkfifo "$T/ck2/pipe"
+    ctl push "$T/ck2"
+    expect_eq "$name: a fifo in the checkpoint fails the push" 1 "$RC"
+    check "$name: ... naming it" grep -q "pipe': not a regular file" "$T/err"
+    rm -f "$T/ck2/pipe"
+    ctl push "$T/nonexistent"
+    expect_eq "$name: a missing directory fails the push" 1 "$RC"
+    ctl fetch --gen 99 "$T/x"
+    expect_eq "$name: an unknown generation fails" 1 "$RC"
+    check "$name: ... saying so" grep -q "no generation 99" "$T/err"
+
+    # ---- damage in the store ----
+    ctl ls --json
+    g=$(jget "$(cat "$T/out" | tr '}' '\n' | tail -n 2 | head -n 1)" gen)
+    # A chunk of the newest generation, from its manifest.
+    $RAW get "$(printf '%s/gens/%08d/rank-0.json' "$JOB" "$g")" "$T/m0"
+    k=$(grep -o '[0-9a-f]\{64\}' "$T/m0" | head -n 1)
+    k=$JOB/chunks/${k:0:2}/$k
+    $RAW get "$k" "$T/chunk.orig"
+    python3 -c "
+import sys
+b = bytearray(open('$T/chunk.orig','rb').read())
+b[len(b) // 2] ^= 0xff
+open('$T/chunk.bad','wb').write(b)"
+    $RAW put "$k" "$T/chunk.bad"
+    ctl verify --json
+    expect_eq "$name: verify fails on a corrupt chunk" 1 "$RC"
+    check "$name: ... naming the chunk as corrupt" grep -q "is corrupt in the store" "$T/err"
+    check "$name: ... and counting it" grep -q '"bad_chunks":1' "$T/out"
+    ctl fetch "$T/bad"
+    expect_eq "$name: fetch fails on a corrupt chunk" 1 "$RC"
+    check "$name: ... and leaves no destination" test ! -e "$T/bad"
+    check "$name: ... and no partial directory" bash -c "! ls -d '$T'/bad.spotd-partial.* 2>/dev/null"
+    $RAW put "$k" "$T/chunk.orig"
+    $RAW del "$k"
+    ctl verify
+    expect_eq "$name: verify fails on a missing chunk" 1 "$RC"
+    check "$name: ... saying it is missing" grep -q "is missing from the store" "$T/err"
+    $RAW put "$k" "$T/chunk.orig"
+    ctl verify
+    expect_eq "$name: verify passes again once the chunk is back" 0 "$RC"
+
+    k=$(printf '%s/gens/%08d/rank-0.json' "$JOB" "$g")
+    $RAW get "$k" "$T/m.orig"
+    sed 's/"step":[0-9]*/"step":1/' "$T/m.orig" >"$T/m.bad"
+    $RAW put "$k" "$T/m.bad"
+    ctl fetch "$T/bad"
+    expect_eq "$name: a replaced manifest fails the fetch" 1 "$RC"
+    check "$name: ... because its digest differs from the commit record's" \
+        grep -q "does not match the digest" "$T/err"
+    $RAW put "$k" "$T/m.orig"
+
+    k=$(printf '%s/gens/%08d/COMMIT.json' "$JOB" "$g")
+    $RAW get "$k" "$T/c.orig"
+    $RAW del "$k"
+    ctl fetch --gen "$g" "$T/bad"
+    expect_eq "$name: a generation without its commit record cannot be restored" 1 "$RC"
+    check "$name: ... it was never committed" grep -q "never committed" "$T/err"
+    ctl ls
+    check "$name: ls shows it incomplete" grep -qE "^$g +incomplete" "$T/out"
+    ctl fetch "$T/prev"
+    expect_eq "$name: the newest committed generation is restored instead" 0 "$RC"
+    $RAW put "$k" "$T/c.orig"
+
+    # ---- retention and garbage collection ----
+    ctl ls --json
+    local before
+    before=$(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')
+    ctl gc --keep 2 --grace 0s --dry-run --json
+    expect_eq "$name: gc --dry-run exits 0" 0 "$RC"
+    ctl ls --json
+    expect_eq "$name: gc --dry-run deletes nothing" "$before" \
+        "$(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')"
+    ctl gc --keep 2 --grace 1h --json
+    expect_eq "$name: gc with a grace period keeps every chunk" 0 \
+        "$(jget "$(cat "$T/out")" chunks_deleted)"
+    ctl gc --keep 2 --grace 0s --json
+    expect_eq "$name: gc exits 0" 0 "$RC"
+    expect_ge "$name: gc deletes the chunks only old generations used" 1 \
+        "$(jget "$(cat "$T/out")" chunks_deleted)"
+    ctl ls --json
+    expect_eq "$name: gc keeps the newest 2 committed generations" 2 \
+        "$(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')"
+    for g in $(tr '}' '\n' <"$T/out" | grep '"state":"committed"' | sed 's/.*"gen":\([0-9]*\).*/\1/'); do
+        ctl verify --gen "$g"
+        expect_eq "$name: generation $g is whole after gc" 0 "$RC"
+    done
+}
