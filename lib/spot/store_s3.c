@@ -92,6 +92,7 @@ struct s3_store {
     long timeout_s;
     struct s3_op *queue, *queue_tail; /* ready, waiting for a slot or credentials */
     struct s3_op *ops;                /* every live op, doubly linked */
+    struct event *kick;               /* runs pump() from the loop */
     unsigned hashing;                 /* ops in the pool */
     bool closing;
     bool pumping;                     /* pump() is on the stack */
@@ -237,7 +238,14 @@ static void enqueue(struct s3_op *op)
     else
         s->queue = op;
     s->queue_tail = op;
-    pump(s);
+    /* From the loop, never inside the call that queued: a request that
+     * fails at once still reports through a later loop turn. */
+    event_active(s->kick, EV_TIMEOUT, 0);
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    pump(arg);
 }
 
 static bool creds_fresh(const struct s3_store *s)
@@ -367,7 +375,9 @@ static void send_op(struct s3_op *op)
         break;
     case S3_GET:
         snprintf(url, sizeof(url), "%s%s%s", s->root_url, s->prefix, op->key);
-        o.max_body = op->max;
+        /* Room for an error document too; the object's own cap is
+         * checked on success. */
+        o.max_body = op->max > 64 * 1024 ? op->max : 64 * 1024;
         break;
     case S3_DELETE:
         snprintf(url, sizeof(url), "%s%s%s", s->root_url, s->prefix, op->key);
@@ -544,7 +554,14 @@ static void on_response(void *arg, const struct http_result *res)
         switch (op->kind) {
         case S3_GET: {
             size_t len = res->len;
-            char *body = http_take_body(res);
+            char *body;
+
+            if (len > op->max) {
+                finish(op, -EFBIG, NULL, 0, "S3 GET s3://%s/%s%s: object larger than %zu bytes",
+                       s->bucket, s->prefix, op->key, op->max);
+                return;
+            }
+            body = http_take_body(res);
 
             if (!body) {
                 finish(op, -ENOMEM, NULL, 0, "S3 GET s3://%s/%s%s: out of memory", s->bucket,
@@ -928,7 +945,8 @@ static int static_creds(struct s3_store *s, char *err, size_t errlen)
         profile = "default";
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        if (errno == ENOENT && !(file && *file))
+        /* A missing file is no credentials, as for the AWS CLI. */
+        if (errno == ENOENT)
             return 1;
         snprintf(err, errlen, "cannot read the credentials file '%s': %s", path, strerror(errno));
         return -EINVAL;
@@ -1163,6 +1181,15 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
         return -ENOENT;
     }
     http_set_max_host_connections(s->http, (long)s->max_inflight);
+    s->kick = event_new(ctx->base, -1, 0, on_kick, s);
+    if (!s->kick) {
+        snprintf(err, errlen, "out of memory");
+        http_free(s->http);
+        awscreds_wipe(&s->creds);
+        free(s->ca_file);
+        free(s);
+        return -ENOMEM;
+    }
     s->base.backend = &store_s3_backend;
     *ret = &s->base;
     return 0;
@@ -1187,6 +1214,7 @@ static void s3_close(struct store *base)
             op_free(op);
     }
     s->http = http_free(s->http);
+    event_free(s->kick);
     maybe_free_store(s);
 }
 

@@ -1,0 +1,76 @@
+# The snapshot engine on a real S3 server (OpenStack Swift with s3api,
+# tests/servers/swift.sh), which checks every SigV4 signature and payload
+# hash: the cases of store_cases.sh, then credentials, errors, and faults
+# injected by tests/mocks/faultproxy.py between spotctl and the server.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/store_cases.sh"
+
+SW="$TOP/tests/servers/swift.sh"
+D=$T/swift
+trap '"$SW" stop "$D" >/dev/null 2>&1; cleanup' EXIT
+"$SW" start "$D" >"$T/start.out" 2>"$T/start.err"
+rc=$?
+if [ $rc -eq 2 ]; then
+    echo "SKIP: s3: $(head -n 1 "$T/start.err" | sed 's/^swift.sh: //')"
+    exit 0
+fi
+if [ $rc -ne 0 ]; then
+    fail "s3: swift starts" "$(tail -n 3 "$T/start.err")"
+    exit 1
+fi
+. "$D/env"
+export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION
+export AWS_ENDPOINT_URL=$S3_ENDPOINT
+# Nothing from the machine's own AWS setup may leak in.
+unset AWS_PROFILE AWS_SESSION_TOKEN AWS_DEFAULT_REGION AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
+export AWS_SHARED_CREDENTIALS_FILE=$T/no-such-credentials AWS_EC2_METADATA_DISABLED=true
+
+EMPTY_SHA=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+# s3curl ARGS...: curl(1), SigV4-signed with the test credentials.
+s3curl() {
+    curl -s --netrc-file "$D/netrc" --aws-sigv4 "aws:amz:$AWS_REGION:s3" "$@"
+}
+raw_s3() {
+    case $1 in
+    get) s3curl -f -H "x-amz-content-sha256: $EMPTY_SHA" -o "$3" "$S3_ENDPOINT/bkt/$RAW_PREFIX$2" ;;
+    put) s3curl -f -H "x-amz-content-sha256: $(sha256sum <"$3" | cut -d' ' -f1)" -T "$3" \
+            "$S3_ENDPOINT/bkt/$RAW_PREFIX$2" -o /dev/null ;;
+    del) s3curl -f -H "x-amz-content-sha256: $EMPTY_SHA" -X DELETE "$S3_ENDPOINT/bkt/$RAW_PREFIX$2" ;;
+    esac
+}
+expect_eq "s3: the bucket is created" 200 \
+    "$(s3curl -o /dev/null -w '%{http_code}' -H "x-amz-content-sha256: $EMPTY_SHA" -X PUT "$S3_ENDPOINT/bkt")"
+
+RAW_PREFIX=team/a/
+store_cases s3 "s3://bkt/team/a" raw_s3
+check "s3: objects live below the store's prefix" \
+    bash -c "curl -s --netrc-file '$D/netrc' --aws-sigv4 aws:amz:us-east-1:s3 -H 'x-amz-content-sha256: $EMPTY_SHA' '$S3_ENDPOINT/bkt?list-type=2&prefix=team%2Fa%2Fjob-s3%2Fgens%2F' | grep -q '<Key>team/a/job-s3/gens/'"
+
+# ---- credentials and errors ----
+URL=s3://bkt/creds
+JOB=c
+make_ckpt "$T/small" 2>/dev/null || true
+AWS_SECRET_ACCESS_KEY=wrong ctl push "$T/small"
+expect_eq "s3: a wrong secret fails the push" 1 "$RC"
+check "s3: ... with the bucket, key, status and S3 error code" \
+    grep -qE "S3 (LIST|GET|PUT) s3://bkt/creds/c/.*HTTP 403 SignatureDoesNotMatch" "$T/err"
+printf '[default]\naws_access_key_id = nobody\naws_secret_access_key = x\n[swift]\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
+    "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" >"$T/credentials"
+env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY AWS_SHARED_CREDENTIALS_FILE="$T/credentials" \
+    AWS_PROFILE=swift "$SPOTCTL" push --store "$URL" --job "$JOB" "$T/small" >"$T/out" 2>"$T/err"
+expect_eq "s3: credentials from the shared file's profile" "0 $(cat "$T/err")" "$? $(cat "$T/err")"
+env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY AWS_SHARED_CREDENTIALS_FILE="$T/credentials" \
+    "$SPOTCTL" ls --store "$URL" --job "$JOB" >"$T/out" 2>"$T/err"
+expect_eq "s3: the default profile is used without AWS_PROFILE (and refused here)" 1 "$?"
+env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$SPOTCTL" ls --store "$URL" --job "$JOB" \
+    >"$T/out" 2>"$T/err"
+expect_eq "s3: no credentials at all fails" 1 "$?"
+check "s3: ... and says where credentials come from" grep -q "AWS_ACCESS_KEY_ID" "$T/err"
+ctl ls --store s3://no-such-bucket/x
+"$SPOTCTL" ls --store s3://nobucket --job "$JOB" >"$T/out" 2>"$T/err"
+expect_eq "s3: a missing bucket fails" 1 "$?"
+check "s3: ... naming it and the S3 error code" grep -q "s3://nobucket/.*NoSuchBucket" "$T/err"
+"$SPOTCTL" ls --store "$URL" --job "$JOB" --s3-endpoint http://127.0.0.1:1 --requests 1 \
+    >"$T/out" 2>"$T/err"
+expect_eq "s3: an endpoint that refuses connections fails after retries" 1 "$?"
+check "s3: ... saying it gave up" grep -q "gave up after retries" "$T/err"
