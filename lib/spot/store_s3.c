@@ -63,6 +63,8 @@
 /* After a failed credential fetch, fail requests at once for this long
  * rather than asking the metadata service again for each one. */
 #define CREDS_RETRY_MS 1000
+/* Credentials fetched are not fetched again sooner than this. */
+#define REFETCH_MIN_MS (60 * 1000)
 /* Hash payloads up to this size on the loop; larger ones in the pool. */
 #define HASH_INLINE_MAX (64 * 1024)
 #define LIST_MAX_BODY (8 * 1024 * 1024)
@@ -103,6 +105,7 @@ struct s3_store {
     enum creds_source csrc;
     char cerr[512];
     int64_t cfailed_ms;
+    int64_t cfetched_ms;
     char imds_url[256];
     char imds_token[256];
     char role[256];
@@ -248,10 +251,17 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
     pump(arg);
 }
 
+/* Good enough not to fetch again: static, or more than five minutes from
+ * expiring, or fetched less than a minute ago and not expired (a role
+ * whose credentials live shorter than the refresh window is not asked
+ * again for every request). */
 static bool creds_fresh(const struct s3_store *s)
 {
+    int64_t now = now_ms(), exp = s->creds.expiration_ms;
+
     return s->cstate == CREDS_OK &&
-           (s->creds.expiration_ms == 0 || now_ms() < s->creds.expiration_ms - REFRESH_BEFORE_MS);
+           (exp == 0 || now < exp - REFRESH_BEFORE_MS ||
+            (now - s->cfetched_ms < REFETCH_MIN_MS && now < exp));
 }
 
 /* Start what the slots and the credentials allow. */
@@ -792,6 +802,7 @@ static void on_imds_creds(void *arg, const struct http_result *res)
     s->creds = c;
     awscreds_wipe(&c);
     s->cstate = CREDS_OK;
+    s->cfetched_ms = now_ms();
     pump(s);
 }
 

@@ -414,7 +414,7 @@ class AWS(TokenMock):
     token_header = "X-aws-ec2-metadata-token"
     extra_keys = {"rebalance": None, "maintenance": [],
                   "lifecycle": "InService", "token_ttl_cap": None,
-                  "imdsv1": False}
+                  "imdsv1": False, "role": None}
     notice_paths = ("/latest/meta-data/spot/instance-action",
                     "/latest/meta-data/events/recommendations/rebalance",
                     "/latest/meta-data/events/maintenance/scheduled",
@@ -446,6 +446,20 @@ class AWS(TokenMock):
             raise BadState("lifecycle: a string or null")
         if "imdsv1" in c and not isinstance(c["imdsv1"], bool):
             raise BadState("imdsv1: true or false")
+        if c.get("role") is not None:
+            r = c["role"]
+            if not isinstance(r, dict) or not isinstance(r.get("name"), str) \
+                    or not r["name"]:
+                raise BadState('role: null or {"name":..,"AccessKeyId":..,...}')
+            r = dict(r)
+            r.setdefault("Code", "Success")
+            r.setdefault("Type", "AWS-HMAC")
+            r.setdefault("AccessKeyId", "ASIAMOCK")
+            r.setdefault("SecretAccessKey", "mocksecret")
+            r.setdefault("Token", "mocktoken")
+            r.setdefault("Expiration", utc(time.time() + 6 * 3600))
+            r.setdefault("LastUpdated", utc(time.time()))
+            c["role"] = r
         cap = c.get("token_ttl_cap")
         if cap is not None and (not isinstance(cap, (int, float)) or cap <= 0):
             raise BadState("token_ttl_cap: null or seconds > 0")
@@ -456,7 +470,7 @@ class AWS(TokenMock):
 
     def leaves(self):
         s = self.state
-        return {
+        leaves = {
             "instance-id": "i-0123456789abcdef0",
             "spot/instance-action":
                 json.dumps(s["notice"]) if s["notice"] is not None else None,
@@ -465,6 +479,11 @@ class AWS(TokenMock):
             "events/maintenance/scheduled": json.dumps(s["maintenance"], indent=2),
             "autoscaling/target-lifecycle-state": s["lifecycle"],
         }
+        role = s.get("role")
+        if role is not None:
+            doc = {k: v for k, v in role.items() if k != "name"}
+            leaves["iam/security-credentials/" + role["name"]] = json.dumps(doc, indent=2)
+        return leaves
 
     def huge_reply(self, req):
         if req.path == self.token_path:
