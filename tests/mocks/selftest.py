@@ -697,6 +697,7 @@ def main():
         if not only or "libsh" in only:
             test_libsh()
         if not only or "faultproxy" in only:
+            sys.dont_write_bytecode = True      # no __pycache__ in the tree
             import selftest_faultproxy          # the S3 fault proxy
             FAILED.extend(selftest_faultproxy.run_all(tmp))
             STATS.update(selftest_faultproxy.STATS)
