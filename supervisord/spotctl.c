@@ -55,6 +55,8 @@ static void usage(FILE *f)
             "  --s3-region NAME    else AWS_REGION, AWS_DEFAULT_REGION, us-east-1\n"
             "  --s3-path-style     path-style requests (automatic for IP and localhost)\n"
             "  --requests N        S3 requests in flight (16)\n"
+            "  --s3-timeout DUR    a request stalled this long is retried (30s)\n"
+            "  --s3-retries N      tries after the first (6)\n"
             "  --inflight SIZE     chunk memory in flight (128MiB)\n"
             "  --chunk-size SIZE   for push (8MiB)\n"
             "  --threads N         worker threads (the number of CPUs, 2 to 8)\n"
@@ -397,7 +399,7 @@ static int parse_size(const char *s, uint64_t *ret)
 
 enum {
     O_STORE = 256, O_JOB, O_ENDPOINT, O_REGION, O_PATH_STYLE, O_REQUESTS, O_INFLIGHT,
-    O_CHUNK, O_THREADS, O_JSON, O_GEN, O_RANK, O_STEP, O_REASON, O_KEEP, O_GRACE, O_DRY_RUN,
+    O_CHUNK, O_THREADS, O_JSON, O_TIMEOUT, O_RETRIES, O_GEN, O_RANK, O_STEP, O_REASON, O_KEEP, O_GRACE, O_DRY_RUN,
 };
 
 static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -422,6 +424,8 @@ int main(int argc, char **argv)
         { "s3-region", required_argument, NULL, O_REGION },
         { "s3-path-style", no_argument, NULL, O_PATH_STYLE },
         { "requests", required_argument, NULL, O_REQUESTS },
+        { "s3-timeout", required_argument, NULL, O_TIMEOUT },
+        { "s3-retries", required_argument, NULL, O_RETRIES },
         { "inflight", required_argument, NULL, O_INFLIGHT },
         { "chunk-size", required_argument, NULL, O_CHUNK },
         { "threads", required_argument, NULL, O_THREADS },
@@ -482,6 +486,16 @@ int main(int argc, char **argv)
             if (parse_u64(optarg, 1, 256, &v) < 0)
                 return bad("--requests: expected 1 to 256, not '%s'", optarg);
             sctx.max_inflight = (unsigned)v;
+            break;
+        case O_TIMEOUT:
+            if (parse_duration(optarg, &v) < 0 || v < 1000 || v > 3600 * 1000)
+                return bad("--s3-timeout: expected 1s to 1h, not '%s'", optarg);
+            sctx.timeout_s = (unsigned)(v / 1000);
+            break;
+        case O_RETRIES:
+            if (parse_u64(optarg, 1, 100, &v) < 0)
+                return bad("--s3-retries: expected 1 to 100, not '%s'", optarg);
+            sctx.retries = (unsigned)v;
             break;
         case O_INFLIGHT:
             if (parse_size(optarg, &v) < 0 || v < 1024 * 1024 || v > (1ULL << 34))

@@ -74,3 +74,88 @@ check "s3: ... naming it and the S3 error code" grep -q "s3://nobucket/.*NoSuchB
     >"$T/out" 2>"$T/err"
 expect_eq "s3: an endpoint that refuses connections fails after retries" 1 "$?"
 check "s3: ... saying it gave up" grep -q "gave up after retries" "$T/err"
+
+# ---- faults between spotctl and the server ----
+. "$TOP/tests/mocks/lib.sh"
+fault_start "${S3_ENDPOINT#http://}" || { fail "s3: the fault proxy starts"; exit 1; }
+URL=s3://bkt/faults
+JOB=f
+mkdir -p "$T/fck"
+head -c $((6 * 1024 * 1024)) /dev/urandom >"$T/fck/a.bin"
+cp "$T/ck/model.bin" "$T/fck/model.bin"
+fctl() {
+    timeout -k 2 120 "$SPOTCTL" "$@" --store "$URL" --job "$JOB" --s3-endpoint "$FAULT_URL" \
+        --chunk-size 256KiB --requests 4 >"$T/out" 2>"$T/err"
+    RC=$?
+}
+fault_rules '[{"nth":2,"action":500},
+              {"every":5,"method":"PUT","action":"503","times":3},
+              {"nth":9,"action":"reset"},
+              {"method":"PUT","path":"/chunks/","every":7,"action":"reset_body","times":2},
+              {"method":"PUT","path":"/chunks/","nth":11,"action":"stall","seconds":30}]' >/dev/null
+fctl push --json --s3-timeout 2s "$T/fck"
+expect_eq "s3 faults: push through 500, SlowDown, resets and a stall succeeds" 0 "$RC"
+expect_eq "s3 faults: every fault fired" 8 \
+    "$(fault_get_rules | python3 -c 'import json,sys; print(sum(r["fired"] for r in json.load(sys.stdin)))')"
+fault_reset
+fault_rules '[{"method":"GET","path":"/chunks/","nth":2,"action":"truncate"},
+              {"method":"GET","path":"/chunks/","nth":4,"action":"corrupt"},
+              {"method":"GET","path":"/chunks/","nth":6,"action":"reset"},
+              {"method":"GET","every":9,"action":"503","times":2}]' >/dev/null
+fctl fetch --json "$T/fback"
+expect_eq "s3 faults: fetch through truncated, corrupted and reset answers succeeds" 0 "$RC"
+check "s3 faults: ... and the files are right" same_tree "$T/fck" "$T/fback"
+expect_ge "s3 faults: the corrupted chunk was fetched again" 1 "$(jget "$(cat "$T/out")" retries)"
+fault_reset
+
+# A fault that does not go away: a clear error, and nothing committed.
+fault_rules '[{"method":"PUT","path":"/chunks/","action":500}]' >/dev/null
+echo changed >>"$T/fck/a.bin"
+fctl push --s3-retries 2 "$T/fck"
+expect_eq "s3 faults: a server that keeps failing fails the push" 1 "$RC"
+check "s3 faults: ... with the key, the status and the S3 error code" \
+    grep -qE "S3 PUT s3://bkt/faults/f/chunks/[0-9a-f]{2}/[0-9a-f]{64}: HTTP 500 InternalError.*gave up after retries" "$T/err"
+fault_reset
+fctl ls --json
+expect_eq "s3 faults: the failed generation is not committed" 1 \
+    "$(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')"
+
+# Expired temporary credentials are fetched again from the instance role.
+mock_start aws
+mock_state '{"role":{"name":"trainer","AccessKeyId":"'"$AWS_ACCESS_KEY_ID"'","SecretAccessKey":"'"$AWS_SECRET_ACCESS_KEY"'","Token":"t1"}}' >/dev/null
+fault_rules '[{"nth":3,"action":"expired"}]' >/dev/null
+env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_EC2_METADATA_DISABLED \
+    AWS_EC2_METADATA_SERVICE_ENDPOINT="$MOCK_URL" \
+    "$SPOTCTL" verify --store "$URL" --job "$JOB" --s3-endpoint "$FAULT_URL" >"$T/out" 2>"$T/err"
+expect_eq "s3: credentials from the instance role (IMDSv2), fetched again when expired" \
+    "0 " "$? $(cat "$T/err")"
+expect_eq "s3: ... the role's credentials were read twice" 2 \
+    "$(mock_count /latest/meta-data/iam/security-credentials/trainer GET)"
+expect_eq "s3: ... with a session token each time" 2 "$(mock_count /latest/api/token PUT)"
+fault_reset
+
+# kill -9 in the middle of an upload: the previous generation stays whole.
+head -c $((12 * 1024 * 1024)) /dev/urandom >"$T/fck/b.bin"
+fault_rules '[{"method":"PUT","path":"/chunks/","from":20,"action":"stall","seconds":20}]' >/dev/null
+"$SPOTCTL" push --store "$URL" --job "$JOB" --s3-endpoint "$FAULT_URL" --chunk-size 256KiB \
+    "$T/fck" >"$T/out" 2>"$T/err" &
+pid=$!
+_bg_pids+=("$pid")
+for _ in $(seq 200); do
+    [ "$(fault_count PUT /chunks/ stall)" -ge 1 ] && break
+    sleep 0.1
+done
+expect_ge "s3 kill -9: the upload was under way" 19 "$(fault_count PUT /chunks/)"
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null
+fault_reset
+ctl ls --json
+expect_eq "s3 kill -9: one committed generation, as before" 1 \
+    "$(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')"
+check "s3 kill -9: the broken generation has no commit record" \
+    bash -c "! tr '}' '\n' <'$T/out' | grep '\"gen\":2' | grep -q committed"
+ctl verify
+expect_eq "s3 kill -9: the previous generation verifies" 0 "$RC"
+ctl fetch "$T/after-kill"
+expect_eq "s3 kill -9: the previous generation restores" 0 "$RC"
+fault_stop
