@@ -6,6 +6,7 @@
 #include <event2/thread.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +59,7 @@ static void usage(FILE *f)
             "  --s3-timeout DUR    a request stalled this long is retried (30s)\n"
             "  --s3-retries N      tries after the first (6)\n"
             "  --inflight SIZE     chunk memory in flight (128MiB)\n"
-            "  --chunk-size SIZE   for push (8MiB)\n"
+            "  --chunk-size SIZE   for push (4MiB)\n"
             "  --threads N         worker threads (the number of CPUs, 2 to 8)\n"
             "  --json              one JSON object on stdout\n\n"
             "not yet:\n");
@@ -563,6 +564,11 @@ int main(int argc, char **argv)
         return bad("--reason: too long: '%s'", c.reason);
     c.job = job;
 
+    /* Chunks and answers are megabytes each: a fixed threshold keeps them
+     * mmap'ed, so memory freed is memory returned, whatever the size of
+     * the checkpoint (glibc's sliding threshold would move them into
+     * arenas that only grow). */
+    mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
     evthread_use_pthreads();
     c.base = event_base_new();
     c.pool = c.base ? pool_new(c.base, threads) : NULL;

@@ -171,7 +171,29 @@ struct snap {
     struct save *known_waiters;  /* saves waiting for known to load */
     struct hset stored;          /* chunks stored for generation stored_gen */
     uint64_t stored_gen;
+    unsigned alive;              /* save tasks of every save, against max_tasks */
+    struct save *active;         /* saves with chunks left to start */
+    uint8_t **free_bufs;         /* chunk buffers kept for reuse */
+    unsigned n_free;
 };
+
+/* Chunk buffers (header room and a whole chunk) are reused: a fresh
+ * multi-megabyte allocation costs a page fault per 4 KiB, and memory
+ * returned to the allocator does not always leave the process. */
+static uint8_t *buf_get(struct snap *s)
+{
+    if (s->n_free > 0)
+        return s->free_bufs[--s->n_free];
+    return malloc(CHUNK_HEADER_LEN + (size_t)s->chunk_size);
+}
+
+static void buf_put(struct snap *s, uint8_t *b)
+{
+    if (b && s->n_free < s->max_tasks)
+        s->free_bufs[s->n_free++] = b;
+    else
+        free(b);
+}
 
 static void fail_msg(int *err, char *msg, int e, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -235,6 +257,12 @@ struct snap *snap_new(const struct snap_opts *o, char *err, size_t errlen)
     s->max_tasks = (unsigned)(inflight / cs);
     if (s->max_tasks < 2)
         s->max_tasks = 2;
+    s->free_bufs = calloc(s->max_tasks, sizeof(*s->free_bufs));
+    if (!s->free_bufs) {
+        free(s);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
     s->level = o->zstd_level ? o->zstd_level : 1;
     s->min_saving = o->min_saving > 0 ? o->min_saving : 0.05;
     s->sign = store_wants_sha256(o->store);
@@ -247,6 +275,9 @@ struct snap *snap_free(struct snap *s)
         return NULL;
     hset_clear(&s->known);
     hset_clear(&s->stored);
+    while (s->n_free > 0)
+        free(s->free_bufs[--s->n_free]);
+    free(s->free_bufs);
     free(s);
     return NULL;
 }
@@ -701,6 +732,8 @@ struct save {
     size_t json_len;
     struct snap_saved result;
     struct save *next_waiter;    /* in s->known_waiters */
+    struct save *prev_active, *next_active;
+    bool is_active;
 };
 
 static void save_pump(struct save *sv);
@@ -973,15 +1006,54 @@ static void task_work(struct pool_job *job)
 
 static void task_free(struct task *t)
 {
-    free(t->buf);
-    chunk_enc_release(&t->enc);
+    struct snap *s = t->sv->s;
+
+    buf_put(s, t->buf);
+    /* A raw chunk is the task's buffer with its header written in. */
+    if (t->enc.encoding == CHUNK_RAW)
+        buf_put(s, t->enc.data);
+    else
+        free(t->enc.data);
     free(t);
+}
+
+static void set_active(struct save *sv, bool on)
+{
+    struct snap *s = sv->s;
+
+    if (sv->is_active == on)
+        return;
+    sv->is_active = on;
+    if (on) {
+        sv->prev_active = NULL;
+        sv->next_active = s->active;
+        if (s->active)
+            s->active->prev_active = sv;
+        s->active = sv;
+        return;
+    }
+    if (sv->prev_active)
+        sv->prev_active->next_active = sv->next_active;
+    else
+        s->active = sv->next_active;
+    if (sv->next_active)
+        sv->next_active->prev_active = sv->prev_active;
+}
+
+/* A task slot is free: the saves waiting for one start theirs. */
+static void pump_active(struct snap *s)
+{
+    for (struct save *sv = s->active, *next; sv; sv = next) {
+        next = sv->next_active;
+        save_pump(sv);
+    }
 }
 
 /* The task's chunk is settled (stored, known, zero) or failed. */
 static void task_end(struct task *t, int err, const char *msg)
 {
     struct save *sv = t->sv;
+    struct snap *s = sv->s;
     struct mf_chunk *mc = &sv->m.files[t->file].chunks[t->idx];
 
     if (err)
@@ -990,8 +1062,10 @@ static void task_end(struct task *t, int err, const char *msg)
     mc->len = t->len;
     mc->zero = t->zero;
     sv->alive--;
+    s->alive--;
     task_free(t);
-    save_pump(sv);
+    save_pump(sv);     /* may end and free sv */
+    pump_active(s);
 }
 
 /* t stored its chunk (err 0) or failed to: settle the tasks of other
@@ -1072,7 +1146,7 @@ static void task_done(struct pool_job *job)
     }
     if (slot) {
         /* Another rank is storing the same chunk: wait for its put. */
-        free(t->buf);
+        buf_put(s, t->buf);
         t->buf = NULL;
         t->next_waiter = slot->waiters;
         slot->waiters = t;
@@ -1135,7 +1209,8 @@ static void save_pump(struct save *sv)
 
     if (!sv->scanned || sv->manifest_sent)
         return;
-    while (!sv->err && sv->alive < s->max_tasks && sv->next_file < sv->m.n_files) {
+    set_active(sv, true);
+    while (!sv->err && s->alive < s->max_tasks && sv->next_file < sv->m.n_files) {
         struct mf_file *f = &sv->m.files[sv->next_file];
         struct task *t;
 
@@ -1149,7 +1224,7 @@ static void save_pump(struct save *sv)
             t->off = (uint64_t)sv->next_chunk * s->chunk_size;
             t->len = (uint32_t)(f->size - t->off < s->chunk_size ? f->size - t->off
                                                                 : s->chunk_size);
-            t->buf = malloc(CHUNK_HEADER_LEN + (size_t)t->len);
+            t->buf = buf_get(s);
         }
         if (!t || !t->buf) {
             free(t);
@@ -1163,8 +1238,15 @@ static void save_pump(struct save *sv)
         t->job.work = task_work;
         t->job.done = task_done;
         sv->alive++;
+        s->alive++;
         pool_submit(s->pool, &t->job);
     }
+    /* Done when every chunk was started (or an error stops the rest) and
+     * every task has ended; a save waiting for a slot that other saves
+     * hold stays active, with none of its own running. */
+    if (!sv->err && sv->next_file < sv->m.n_files)
+        return;
+    set_active(sv, false);
     if (sv->alive > 0)
         return;
     sv->manifest_sent = true;

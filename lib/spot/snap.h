@@ -9,7 +9,7 @@
  * store.  Memory is bounded: at most max_inflight_bytes of chunk buffers
  * exist at once, whatever the size of the checkpoint.
  *
- * Chunking is fixed-size per file (chunk_size, 8 MiB by default): a chunk
+ * Chunking is fixed-size per file (chunk_size, 4 MiB by default): a chunk
  * is a run of one file, chunk i covering [i * chunk_size, (i + 1) *
  * chunk_size).  See docs/store-format.md for the measurements behind it.
  *
@@ -34,7 +34,7 @@ struct pool;
 struct store;
 struct snap;
 
-#define SNAP_CHUNK_DEFAULT (8u * 1024 * 1024)
+#define SNAP_CHUNK_DEFAULT (4u * 1024 * 1024)
 #define SNAP_INFLIGHT_DEFAULT (128u * 1024 * 1024)
 #define SNAP_KEEP_DEFAULT 3
 #define SNAP_GRACE_DEFAULT_MS (6LL * 3600 * 1000)
@@ -45,7 +45,8 @@ struct snap_opts {
     struct store *store;
     const char *job;               /* copied; manifest_job_valid() */
     uint32_t chunk_size;           /* 0: SNAP_CHUNK_DEFAULT; 64 KiB .. 64 MiB */
-    size_t max_inflight_bytes;     /* 0: SNAP_INFLIGHT_DEFAULT */
+    size_t max_inflight_bytes;     /* 0: SNAP_INFLIGHT_DEFAULT; shared by every
+                                      operation of this snap */
     int zstd_level;                /* 0: 1 */
     double min_saving;             /* store raw unless zstd saves this share; 0: 0.05 */
 };

@@ -96,11 +96,13 @@ EOF
         "$(jget "$(cat "$T/out")" chunks_sent)"
     cp -a "$T/ck" "$T/ck2"
     cp -a "$T/ck" "$T/ck3"
-    ctl push --json --chunk-size 256KiB "$T/ck" "$T/ck2" "$T/ck3"
+    # --inflight 1MiB: four chunk buffers for three ranks, so the ranks
+    # wait for each other's slots.
+    ctl push --json --chunk-size 256KiB --inflight 1MiB "$T/ck" "$T/ck2" "$T/ck3"
     expect_eq "$name: three identical ranks upload nothing new" 0 \
         "$(jget "$(cat "$T/out")" chunks_sent)"
     echo "rank 2 differs" >>"$T/ck3/meta.json"
-    ctl push --json --chunk-size 256KiB "$T/ck" "$T/ck2" "$T/ck3"
+    ctl push --json --chunk-size 256KiB --inflight 1MiB "$T/ck" "$T/ck2" "$T/ck3"
     expect_eq "$name: three ranks, one file changed in one: one chunk" 1 \
         "$(jget "$(cat "$T/out")" chunks_sent)"
     g=$(jget "$(cat "$T/out")" gen)
