@@ -59,7 +59,7 @@ static void usage(FILE *f)
             "  --s3-timeout DUR    a request stalled this long is retried (30s)\n"
             "  --s3-retries N      tries after the first (6)\n"
             "  --inflight SIZE     chunk memory in flight (128MiB)\n"
-            "  --chunk-size SIZE   for push (4MiB)\n"
+            "  --chunk-size SIZE   for push (8MiB)\n"
             "  --threads N         worker threads (the number of CPUs, 2 to 8)\n"
             "  --json              one JSON object on stdout\n\n"
             "not yet:\n");

@@ -9,7 +9,7 @@
  * store.  Memory is bounded: at most max_inflight_bytes of chunk buffers
  * exist at once, whatever the size of the checkpoint.
  *
- * Chunking is fixed-size per file (chunk_size, 4 MiB by default): a chunk
+ * Chunking is fixed-size per file (chunk_size, 8 MiB by default): a chunk
  * is a run of one file, chunk i covering [i * chunk_size, (i + 1) *
  * chunk_size).  See docs/store-format.md for the measurements behind it.
  *
@@ -34,7 +34,7 @@ struct pool;
 struct store;
 struct snap;
 
-#define SNAP_CHUNK_DEFAULT (4u * 1024 * 1024)
+#define SNAP_CHUNK_DEFAULT (8u * 1024 * 1024)
 #define SNAP_INFLIGHT_DEFAULT (128u * 1024 * 1024)
 #define SNAP_KEEP_DEFAULT 3
 #define SNAP_GRACE_DEFAULT_MS (6LL * 3600 * 1000)
