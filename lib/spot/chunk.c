@@ -81,7 +81,8 @@ void chunk_hex(const uint8_t hash[CHUNK_HASH_LEN], char hex[2 * CHUNK_HASH_LEN +
     hex[2 * CHUNK_HASH_LEN] = '\0';
 }
 
-static void put_header(uint8_t *h, enum chunk_encoding enc, uint64_t plain_len)
+/* The trailer, at h (just after the payload). */
+static void put_trailer(uint8_t *h, enum chunk_encoding enc, uint64_t plain_len)
 {
     memcpy(h, magic, 4);
     h[4] = (uint8_t)enc;
@@ -112,53 +113,28 @@ static bool worth_compressing(ZSTD_CCtx *c, const void *plain, size_t len, int l
 int chunk_encode(const void *plain, size_t len, int level, double min_saving,
                  struct chunk_enc *out)
 {
-    struct chunk_enc c;
-    ZSTD_CCtx *z = cctx();
-    size_t bound, n;
-    uint8_t *buf;
+    uint8_t hash[CHUNK_HASH_LEN], *buf;
+    int r;
 
     if (len > CHUNK_MAX_PLAIN || (len && !plain))
         return -EINVAL;
-    if (!z)
-        return -ENOMEM;
-    memset(&c, 0, sizeof(c));
-    if (chunk_sha256(plain, len, c.hash) < 0)
+    if (chunk_sha256(plain, len, hash) < 0)
         return -EIO;
-    chunk_hex(c.hash, c.hex);
-
-    if (worth_compressing(z, plain, len, level, min_saving)) {
-        bound = ZSTD_compressBound(len);
-        buf = malloc(CHUNK_HEADER_LEN + bound);
-        if (!buf)
-            return -ENOMEM;
-        n = ZSTD_compressCCtx(z, buf + CHUNK_HEADER_LEN, bound, plain, len, level);
-        if (!ZSTD_isError(n) && (double)n <= (double)len * (1.0 - min_saving)) {
-            put_header(buf, CHUNK_ZSTD, len);
-            c.encoding = CHUNK_ZSTD;
-            c.data = buf;
-            c.len = CHUNK_HEADER_LEN + n;
-            *out = c;
-            return 0;
-        }
-        free(buf);
-    }
-    buf = malloc(CHUNK_HEADER_LEN + (len ? len : 1));
+    buf = malloc(len + CHUNK_TRAILER_LEN);
     if (!buf)
         return -ENOMEM;
-    put_header(buf, CHUNK_RAW, len);
     if (len)
-        memcpy(buf + CHUNK_HEADER_LEN, plain, len);
-    c.encoding = CHUNK_RAW;
-    c.data = buf;
-    c.len = CHUNK_HEADER_LEN + len;
-    *out = c;
-    return 0;
+        memcpy(buf, plain, len);
+    r = chunk_encode_buf(buf, len, hash, level, min_saving, out);
+    if (r < 0)
+        free(buf);
+    return r;
 }
 
 int chunk_encode_buf(uint8_t *buf, size_t len, const uint8_t hash[CHUNK_HASH_LEN], int level,
                      double min_saving, struct chunk_enc *out)
 {
-    const uint8_t *plain = buf + CHUNK_HEADER_LEN;
+    const uint8_t *plain = buf;
     struct chunk_enc c;
     ZSTD_CCtx *z = cctx();
 
@@ -171,28 +147,74 @@ int chunk_encode_buf(uint8_t *buf, size_t len, const uint8_t hash[CHUNK_HASH_LEN
     chunk_hex(c.hash, c.hex);
     if (worth_compressing(z, plain, len, level, min_saving)) {
         size_t bound = ZSTD_compressBound(len), n;
-        uint8_t *zb = malloc(CHUNK_HEADER_LEN + bound);
+        uint8_t *zb = malloc(bound + CHUNK_TRAILER_LEN);
 
         if (!zb)
             return -ENOMEM;
-        n = ZSTD_compressCCtx(z, zb + CHUNK_HEADER_LEN, bound, plain, len, level);
+        n = ZSTD_compressCCtx(z, zb, bound, plain, len, level);
         if (!ZSTD_isError(n) && (double)n <= (double)len * (1.0 - min_saving)) {
-            put_header(zb, CHUNK_ZSTD, len);
+            put_trailer(zb + n, CHUNK_ZSTD, len);
             c.encoding = CHUNK_ZSTD;
             c.data = zb;
-            c.len = CHUNK_HEADER_LEN + n;
+            c.len = n + CHUNK_TRAILER_LEN;
             free(buf);
             *out = c;
             return 0;
         }
         free(zb);
     }
-    put_header(buf, CHUNK_RAW, len);
+    put_trailer(buf + len, CHUNK_RAW, len);
     c.encoding = CHUNK_RAW;
     c.data = buf;
-    c.len = CHUNK_HEADER_LEN + len;
+    c.len = len + CHUNK_TRAILER_LEN;
     *out = c;
     return 0;
+}
+
+int chunk_hash_plain(const void *plain, size_t len, uint8_t hash[CHUNK_HASH_LEN],
+                     struct chunk_hasher *keep)
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new(), *copy = NULL;
+    unsigned int n = 0;
+
+    if (!ctx)
+        return -ENOMEM;
+    if (!EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) || !EVP_DigestUpdate(ctx, plain, len))
+        goto fail;
+    if (keep) {
+        if (!(copy = EVP_MD_CTX_new()) || !EVP_MD_CTX_copy_ex(copy, ctx))
+            goto fail;
+    }
+    if (!EVP_DigestFinal_ex(ctx, hash, &n) || n != CHUNK_HASH_LEN)
+        goto fail;
+    EVP_MD_CTX_free(ctx);
+    if (keep)
+        keep->ctx = copy;
+    return 0;
+fail:
+    EVP_MD_CTX_free(ctx);
+    EVP_MD_CTX_free(copy);
+    return -EIO;
+}
+
+int chunk_raw_payload_sha256(struct chunk_hasher *h, const struct chunk_enc *enc,
+                             uint8_t out[CHUNK_HASH_LEN])
+{
+    unsigned int n = 0;
+    int r = 0;
+
+    if (!h->ctx || enc->encoding != CHUNK_RAW || enc->len < CHUNK_TRAILER_LEN ||
+        !EVP_DigestUpdate(h->ctx, enc->data + enc->len - CHUNK_TRAILER_LEN, CHUNK_TRAILER_LEN) ||
+        !EVP_DigestFinal_ex(h->ctx, out, &n) || n != CHUNK_HASH_LEN)
+        r = -EIO;
+    chunk_hasher_release(h);
+    return r;
+}
+
+void chunk_hasher_release(struct chunk_hasher *h)
+{
+    EVP_MD_CTX_free(h->ctx);
+    h->ctx = NULL;
 }
 
 bool chunk_is_zero(const void *data, size_t len)
@@ -220,19 +242,41 @@ void chunk_enc_release(struct chunk_enc *c)
     c->len = 0;
 }
 
+/* Check the trailer of a stored chunk: its encoding, plaintext length
+ * and payload length.  Returns 0 or -EBADMSG. */
+static int read_trailer(const uint8_t *enc, size_t len, int *ret_enc, uint64_t *ret_plain,
+                        size_t *ret_payload)
+{
+    const uint8_t *t;
+    uint64_t plain_len = 0;
+
+    if (!enc || len < CHUNK_TRAILER_LEN)
+        return -EBADMSG;
+    t = enc + len - CHUNK_TRAILER_LEN;
+    if (memcmp(t, magic, 4) != 0 || t[5] || t[6] || t[7])
+        return -EBADMSG;
+    for (int i = 0; i < 8; i++)
+        plain_len |= (uint64_t)t[8 + i] << (8 * i);
+    if (plain_len > CHUNK_MAX_PLAIN)
+        return -EBADMSG;
+    *ret_enc = t[4];
+    *ret_plain = plain_len;
+    *ret_payload = len - CHUNK_TRAILER_LEN;
+    return 0;
+}
+
 int chunk_decode_view(const void *enc, size_t len, const uint8_t expect[CHUNK_HASH_LEN],
                       const void **ret_plain, size_t *ret_len, void **ret_owned)
 {
-    const uint8_t *h = enc;
     uint8_t hash[CHUNK_HASH_LEN];
-    uint64_t plain_len = 0;
+    uint64_t plain_len;
+    size_t payload, n;
     void *plain;
-    size_t n;
-    int r;
+    int e, r;
 
-    if (!enc || len < CHUNK_HEADER_LEN || memcmp(h, magic, 4) != 0 || h[5] || h[6] || h[7])
+    if (read_trailer(enc, len, &e, &plain_len, &payload) < 0)
         return -EBADMSG;
-    if (h[4] != CHUNK_RAW) {
+    if (e != CHUNK_RAW) {
         r = chunk_decode(enc, len, expect, &plain, &n);
         if (r < 0)
             return r;
@@ -241,14 +285,12 @@ int chunk_decode_view(const void *enc, size_t len, const uint8_t expect[CHUNK_HA
         *ret_owned = plain;
         return 0;
     }
-    for (int i = 0; i < 8; i++)
-        plain_len |= (uint64_t)h[8 + i] << (8 * i);
-    if (plain_len > CHUNK_MAX_PLAIN || len - CHUNK_HEADER_LEN != plain_len)
+    if (payload != plain_len)
         return -EBADMSG;
-    if (expect && (chunk_sha256(h + CHUNK_HEADER_LEN, plain_len, hash) < 0 ||
+    if (expect && (chunk_sha256(enc, plain_len, hash) < 0 ||
                    memcmp(hash, expect, CHUNK_HASH_LEN) != 0))
         return -EBADMSG;
-    *ret_plain = h + CHUNK_HEADER_LEN;
+    *ret_plain = enc;
     *ret_len = plain_len;
     *ret_owned = NULL;
     return 0;
@@ -259,25 +301,22 @@ int chunk_decode(const void *enc, size_t len, const uint8_t expect[CHUNK_HASH_LE
 {
     const uint8_t *h = enc;
     uint8_t hash[CHUNK_HASH_LEN];
-    uint64_t plain_len = 0;
-    size_t payload = len - CHUNK_HEADER_LEN;
+    uint64_t plain_len;
+    size_t payload;
     uint8_t *plain;
+    int e;
 
-    if (!enc || len < CHUNK_HEADER_LEN || memcmp(h, magic, 4) != 0 || h[5] || h[6] || h[7])
-        return -EBADMSG;
-    for (int i = 0; i < 8; i++)
-        plain_len |= (uint64_t)h[8 + i] << (8 * i);
-    if (plain_len > CHUNK_MAX_PLAIN)
+    if (read_trailer(enc, len, &e, &plain_len, &payload) < 0)
         return -EBADMSG;
     plain = malloc(plain_len ? plain_len : 1);
     if (!plain)
         return -ENOMEM;
 
-    if (h[4] == CHUNK_RAW) {
+    if (e == CHUNK_RAW) {
         if (payload != plain_len)
             goto out_bad;
-        memcpy(plain, h + CHUNK_HEADER_LEN, payload);
-    } else if (h[4] == CHUNK_ZSTD) {
+        memcpy(plain, h, payload);
+    } else if (e == CHUNK_ZSTD) {
         ZSTD_DCtx *d = dctx();
         unsigned long long frame;
         size_t n;
@@ -287,11 +326,10 @@ int chunk_decode(const void *enc, size_t len, const uint8_t expect[CHUNK_HASH_LE
             return -ENOMEM;
         }
         /* Exactly one frame, of exactly the declared size. */
-        frame = ZSTD_getFrameContentSize(h + CHUNK_HEADER_LEN, payload);
-        if (frame != plain_len ||
-            ZSTD_findFrameCompressedSize(h + CHUNK_HEADER_LEN, payload) != payload)
+        frame = ZSTD_getFrameContentSize(h, payload);
+        if (frame != plain_len || ZSTD_findFrameCompressedSize(h, payload) != payload)
             goto out_bad;
-        n = ZSTD_decompressDCtx(d, plain, plain_len, h + CHUNK_HEADER_LEN, payload);
+        n = ZSTD_decompressDCtx(d, plain, plain_len, h, payload);
         if (ZSTD_isError(n) || n != plain_len)
             goto out_bad;
     } else {

@@ -43,6 +43,7 @@
 
 #include "spot/pool.h"
 #include "spot/store.h"
+#include "spot/zipgrid.h"
 
 #define MSG_MAX (PATH_MAX + 512)
 #define COMMIT_MAX (1024 * 1024)
@@ -177,14 +178,14 @@ struct snap {
     unsigned n_free;
 };
 
-/* Chunk buffers (header room and a whole chunk) are reused: a fresh
+/* Chunk buffers (a whole chunk and room for its trailer) are reused: a fresh
  * multi-megabyte allocation costs a page fault per 4 KiB, and memory
  * returned to the allocator does not always leave the process. */
 static uint8_t *buf_get(struct snap *s)
 {
     if (s->n_free > 0)
         return s->free_bufs[--s->n_free];
-    return malloc(CHUNK_HEADER_LEN + (size_t)s->chunk_size);
+    return malloc((size_t)s->chunk_size + CHUNK_TRAILER_LEN);
 }
 
 static void buf_put(struct snap *s, uint8_t *b)
@@ -705,6 +706,7 @@ struct task {
     uint8_t *buf;
     uint8_t hash[CHUNK_HASH_LEN];
     uint8_t payload_sha[CHUNK_HASH_LEN];
+    struct chunk_hasher hasher;  /* the plaintext's hash state, for payload_sha */
     bool zero;
     int stage;
     int err;
@@ -724,6 +726,7 @@ struct save {
     struct manifest m;
     struct pool_job scan;
     size_t next_file, next_chunk;
+    uint64_t next_off;
     unsigned alive;
     bool scanned, manifest_sent;
     int err;
@@ -773,8 +776,50 @@ struct scan_state {
     char path[PATH_MAX];
 };
 
+static ssize_t fd_read(void *ctx, void *buf, size_t len, uint64_t off)
+{
+    return pread(*(int *)ctx, buf, len, (off_t)off);
+}
+
+/* The chunks of f, lengths only: a fixed grid from offset 0, restarted at
+ * the data of every large entry when the file is a zip (torch.save), so a
+ * tensor that moved keeps its chunks.  fd: the file, -1 if not open. */
+static int plan_chunks(const struct snap *s, struct mf_file *f, int fd)
+{
+    uint64_t *restarts = NULL, p = 0;
+    size_t n_restarts = 0, k = 0, n = 0, cap;
+    struct mf_chunk *c;
+
+    /* A zip smaller than two chunks gains nothing from it. */
+    if (fd >= 0 && f->size >= 2ULL * s->chunk_size &&
+        zipgrid_restarts(fd_read, &fd, f->size, s->chunk_size / 4, &restarts, &n_restarts) ==
+            -ENOMEM)
+        return -ENOMEM;
+    cap = (size_t)((f->size + s->chunk_size - 1) / s->chunk_size) + n_restarts;
+    if (cap && !(f->chunks = calloc(cap, sizeof(*f->chunks)))) {
+        free(restarts);
+        return -ENOMEM;
+    }
+    while (p < f->size) {
+        uint64_t end = p + s->chunk_size;
+
+        while (k < n_restarts && restarts[k] <= p)
+            k++;
+        if (k < n_restarts && restarts[k] < end)
+            end = restarts[k];
+        if (end > f->size)
+            end = f->size;
+        c = &f->chunks[n++];
+        c->len = (uint32_t)(end - p);
+        p = end;
+    }
+    f->n_chunks = n;
+    free(restarts);
+    return 0;
+}
+
 static int scan_add(struct scan_state *st, const char *rel, const struct stat *stp,
-                    enum mf_type type, const char *target)
+                    enum mf_type type, const char *target, int fd)
 {
     struct manifest *m = &st->sv->m;
     struct mf_file *f;
@@ -809,12 +854,9 @@ static int scan_add(struct scan_state *st, const char *rel, const struct stat *s
     if (type == MF_SYMLINK && !(f->target = strdup(target)))
         goto oom;
     if (type == MF_FILE) {
-        uint64_t n = ((uint64_t)stp->st_size + st->sv->s->chunk_size - 1) / st->sv->s->chunk_size;
-
         f->size = (uint64_t)stp->st_size;
-        if (n && !(f->chunks = calloc(n, sizeof(*f->chunks))))
+        if (plan_chunks(st->sv->s, f, fd) < 0)
             goto oom;
-        f->n_chunks = n;
     }
     return 0;
 oom:
@@ -860,7 +902,13 @@ static int scan_dir(struct scan_state *st, int dirfd, const char *rel, int depth
             break;
         }
         if (S_ISREG(stt.st_mode)) {
-            r = scan_add(st, sub, &stt, MF_FILE, NULL);
+            int fd = stt.st_size >= 2 * (off_t)st->sv->s->chunk_size
+                         ? openat(dirfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+                         : -1;
+
+            r = scan_add(st, sub, &stt, MF_FILE, NULL, fd);
+            if (fd >= 0)
+                close(fd);
         } else if (S_ISDIR(stt.st_mode)) {
             int fd = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
@@ -870,7 +918,7 @@ static int scan_dir(struct scan_state *st, int dirfd, const char *rel, int depth
                 r = -errno;
                 break;
             }
-            r = scan_add(st, sub, &stt, MF_DIR, NULL);
+            r = scan_add(st, sub, &stt, MF_DIR, NULL, -1);
             if (r == 0)
                 r = scan_dir(st, fd, sub, depth + 1);
             else
@@ -883,7 +931,7 @@ static int scan_dir(struct scan_state *st, int dirfd, const char *rel, int depth
                 break;
             }
             target[tl] = '\0';
-            r = scan_add(st, sub, &stt, MF_SYMLINK, target);
+            r = scan_add(st, sub, &stt, MF_SYMLINK, target, -1);
         } else {
             save_fail(st->sv, -EINVAL,
                       "cannot save '%s/%s': not a regular file, directory or symbolic link "
@@ -969,8 +1017,7 @@ static void task_work(struct pool_job *job)
             return;
         }
         while (got < t->len) {
-            ssize_t n = pread(fd, t->buf + CHUNK_HEADER_LEN + got, t->len - got,
-                              (off_t)(t->off + got));
+            ssize_t n = pread(fd, t->buf + got, t->len - got, (off_t)(t->off + got));
             if (n < 0 && errno == EINTR)
                 continue;
             if (n <= 0) {
@@ -983,8 +1030,8 @@ static void task_work(struct pool_job *job)
             got += (size_t)n;
         }
         close(fd);
-        t->zero = chunk_is_zero(t->buf + CHUNK_HEADER_LEN, t->len);
-        if (!t->zero && chunk_sha256(t->buf + CHUNK_HEADER_LEN, t->len, t->hash) < 0) {
+        t->zero = chunk_is_zero(t->buf, t->len);
+        if (!t->zero && chunk_hash_plain(t->buf, t->len, t->hash, s->sign ? &t->hasher : NULL) < 0) {
             t->err = -EIO;
             snprintf(t->msg, sizeof(t->msg), "cannot hash '%s'", path);
         }
@@ -998,7 +1045,11 @@ static void task_work(struct pool_job *job)
         return;
     }
     t->buf = NULL;
-    if (s->sign && chunk_sha256(t->enc.data, t->enc.len, t->payload_sha) < 0) {
+    /* A raw chunk's payload hash goes on from its plaintext's: no second
+     * pass over the data. */
+    if (s->sign && (t->enc.encoding == CHUNK_RAW
+                        ? chunk_raw_payload_sha256(&t->hasher, &t->enc, t->payload_sha)
+                        : chunk_sha256(t->enc.data, t->enc.len, t->payload_sha)) < 0) {
         t->err = -EIO;
         snprintf(t->msg, sizeof(t->msg), "cannot hash a chunk of '%s'", f->path);
     }
@@ -1009,7 +1060,8 @@ static void task_free(struct task *t)
     struct snap *s = t->sv->s;
 
     buf_put(s, t->buf);
-    /* A raw chunk is the task's buffer with its header written in. */
+    chunk_hasher_release(&t->hasher);
+    /* A raw chunk is the task's buffer with its trailer written in. */
     if (t->enc.encoding == CHUNK_RAW)
         buf_put(s, t->enc.data);
     else
@@ -1217,13 +1269,13 @@ static void save_pump(struct save *sv)
         if (f->type != MF_FILE || sv->next_chunk >= f->n_chunks) {
             sv->next_file++;
             sv->next_chunk = 0;
+            sv->next_off = 0;
             continue;
         }
         t = calloc(1, sizeof(*t));
         if (t) {
-            t->off = (uint64_t)sv->next_chunk * s->chunk_size;
-            t->len = (uint32_t)(f->size - t->off < s->chunk_size ? f->size - t->off
-                                                                : s->chunk_size);
+            t->off = sv->next_off;
+            t->len = f->chunks[sv->next_chunk].len;
             t->buf = buf_get(s);
         }
         if (!t || !t->buf) {
@@ -1234,6 +1286,7 @@ static void save_pump(struct save *sv)
         t->sv = sv;
         t->file = sv->next_file;
         t->idx = sv->next_chunk++;
+        sv->next_off += t->len;
         t->stage = 1;
         t->job.work = task_work;
         t->job.done = task_done;
@@ -1701,9 +1754,9 @@ static void ftask_get(struct ftask *t)
 {
     struct snap *s = t->fe->s;
 
-    /* A stored chunk is its header and at most its plaintext (raw), or
+    /* A stored chunk is at most its plaintext and its trailer (raw), or
      * less (zstd, kept only when smaller). */
-    store_get(s->store, t->key, CHUNK_HEADER_LEN + (size_t)t->ch->len, on_chunk_got, t);
+    store_get(s->store, t->key, (size_t)t->ch->len + CHUNK_TRAILER_LEN, on_chunk_got, t);
 }
 
 /* Pool: the finishing touches of a restore, then the rename into place. */

@@ -547,6 +547,7 @@ static void on_response(void *arg, const struct http_result *res)
     struct s3_error e;
     const char *kind = kind_name[op->kind];
     bool retry = false, slow = false;
+    const char *hint = "";
     int err;
 
     op->req = NULL;
@@ -560,6 +561,8 @@ static void on_response(void *arg, const struct http_result *res)
         err = res->error == -EMSGSIZE ? -EBADMSG : res->error;
         snprintf(op->last, sizeof(op->last), "%s", res->errmsg);
         retry = true;
+        if (err == -ECONNREFUSED || err == -EHOSTUNREACH)
+            hint = "; check the endpoint (--s3-endpoint, AWS_ENDPOINT_URL)";
     } else if (res->status >= 200 && res->status < 300) {
         switch (op->kind) {
         case S3_GET: {
@@ -641,13 +644,21 @@ static void on_response(void *arg, const struct http_result *res)
             enqueue(op);
             return;
         }
+        if (strcmp(e.code, "NoSuchBucket") == 0)
+            hint = "; create the bucket, or fix the store URL";
+        else if (strcmp(e.code, "SignatureDoesNotMatch") == 0 ||
+                 strcmp(e.code, "InvalidAccessKeyId") == 0 ||
+                 strcmp(e.code, "AuthorizationHeaderMalformed") == 0)
+            hint = "; check the credentials and the region (--s3-region, AWS_REGION)";
+        else if (strcmp(e.code, "AccessDenied") == 0)
+            hint = "; the credentials lack permission for this bucket or prefix";
     }
     if (retry && op->tries <= s->retries && !s->closing) {
         retry_later(op, slow);
         return;
     }
-    finish(op, err, NULL, 0, "S3 %s s3://%s/%s%s: %s%s", kind, s->bucket, s->prefix, op->key,
-           op->last, retry ? " (gave up after retries)" : "");
+    finish(op, err, NULL, 0, "S3 %s s3://%s/%s%s: %s%s%s", kind, s->bucket, s->prefix, op->key,
+           op->last, retry ? " (gave up after retries)" : "", hint);
 }
 
 /* ---- payload hashing ------------------------------------------------------ */

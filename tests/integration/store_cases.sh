@@ -112,6 +112,28 @@ EOF
     expect_eq "$name: a rank the generation lacks is refused" 1 "$RC"
     check "$name: ... and says which ranks there are" grep -q "ranks 0 to 2" "$T/err"
 
+    # ---- zip checkpoints (torch.save): tensors that move keep their chunks ----
+    mkzip() {
+        python3 - "$1" "$2" <<'EOF'
+import random, sys, zipfile
+path, pkl = sys.argv[1], int(sys.argv[2])
+rnd = random.Random(3)
+with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+    z.writestr("archive/data.pkl", b"p" * pkl)
+    for i in range(4):
+        z.writestr("archive/data/%d" % i, rnd.randbytes(600000))
+EOF
+    }
+    mkdir -p "$T/zipck"
+    mkzip "$T/zipck/ckpt.pt" 100
+    ctl push --json --chunk-size 256KiB "$T/zipck"
+    mkzip "$T/zipck/ckpt.pt" 400
+    ctl push --json --chunk-size 256KiB "$T/zipck"
+    expect_lt "$name: a zip whose first member grew re-uploads only what changed" 4 \
+        "$(jget "$(cat "$T/out")" chunks_sent)"
+    ctl fetch "$T/zipback"
+    check "$name: ... and restores byte for byte" cmp "$T/zipck/ckpt.pt" "$T/zipback/ckpt.pt"
+
     # ---- refusals ----
     ctl fetch "$T/ck"
     expect_eq "$name: fetch into a non-empty directory fails" 1 "$RC"

@@ -53,7 +53,7 @@ make_ckpt "$T/small" 2>/dev/null || true
 AWS_SECRET_ACCESS_KEY=wrong ctl push "$T/small"
 expect_eq "s3: a wrong secret fails the push" 1 "$RC"
 check "s3: ... with the bucket, key, status and S3 error code" \
-    grep -qE "S3 (LIST|GET|PUT) s3://bkt/creds/c/.*HTTP 403 SignatureDoesNotMatch" "$T/err"
+    grep -qE "S3 (LIST|GET|PUT) s3://bkt/creds/c/.*HTTP 403 SignatureDoesNotMatch.*check the credentials" "$T/err"
 printf '[default]\naws_access_key_id = nobody\naws_secret_access_key = x\n[swift]\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
     "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" >"$T/credentials"
 env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY AWS_SHARED_CREDENTIALS_FILE="$T/credentials" \
@@ -66,14 +66,15 @@ env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$SPOTCTL" ls --store "$URL" -
     >"$T/out" 2>"$T/err"
 expect_eq "s3: no credentials at all fails" 1 "$?"
 check "s3: ... and says where credentials come from" grep -q "AWS_ACCESS_KEY_ID" "$T/err"
-ctl ls --store s3://no-such-bucket/x
 "$SPOTCTL" ls --store s3://nobucket --job "$JOB" >"$T/out" 2>"$T/err"
 expect_eq "s3: a missing bucket fails" 1 "$?"
 check "s3: ... naming it and the S3 error code" grep -q "s3://nobucket/.*NoSuchBucket" "$T/err"
+check "s3: ... and what to do" grep -q "create the bucket" "$T/err"
 "$SPOTCTL" ls --store "$URL" --job "$JOB" --s3-endpoint http://127.0.0.1:1 --requests 1 \
     >"$T/out" 2>"$T/err"
 expect_eq "s3: an endpoint that refuses connections fails after retries" 1 "$?"
 check "s3: ... saying it gave up" grep -q "gave up after retries" "$T/err"
+check "s3: ... and what to check" grep -q "check the endpoint" "$T/err"
 
 # ---- faults between spotctl and the server ----
 . "$TOP/tests/mocks/lib.sh"
