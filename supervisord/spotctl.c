@@ -6,7 +6,6 @@
 #include <event2/thread.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -564,11 +563,6 @@ int main(int argc, char **argv)
         return bad("--reason: too long: '%s'", c.reason);
     c.job = job;
 
-    /* Chunks and answers are megabytes each: a fixed threshold keeps them
-     * mmap'ed, so memory freed is memory returned, whatever the size of
-     * the checkpoint (glibc's sliding threshold would move them into
-     * arenas that only grow). */
-    mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
     evthread_use_pthreads();
     c.base = event_base_new();
     c.pool = c.base ? pool_new(c.base, threads) : NULL;
