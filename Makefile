@@ -158,6 +158,12 @@ bench: all
 	@O=$(O) tests/bench/idle.sh
 	@O=$(O) tests/bench/detect.sh
 
+# The store against a real Swift (about 10 minutes at 2 GiB), and the
+# chunking measurements (a few minutes; installs Debian's torch as root).
+bench-store: all
+	@O=$(O) tests/bench/store.sh
+	@O=$(O) tests/bench/chunking.sh
+
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(PKGDIR)
 	install -m 0755 $(O)/spotd $(O)/spotctl $(DESTDIR)$(BINDIR)/
@@ -176,7 +182,7 @@ uninstall:
 clean:
 	rm -rf build build-san
 
-.PHONY: all check demo bench install uninstall clean
+.PHONY: all check demo bench bench-store install uninstall clean
 .DELETE_ON_ERROR:
 .SECONDARY:
 
