@@ -59,6 +59,7 @@ static void usage(FILE *f)
             "  --s3-retries N      tries after the first (6)\n"
             "  --inflight SIZE     chunk memory in flight (128MiB)\n"
             "  --chunk-size SIZE   for push (8MiB)\n"
+            "  --min-saving PCT    compress a chunk when zstd saves this much (10)\n"
             "  --threads N         worker threads (the number of CPUs, 2 to 8)\n"
             "  --json              one JSON object on stdout\n\n"
             "not yet:\n");
@@ -399,7 +400,7 @@ static int parse_size(const char *s, uint64_t *ret)
 
 enum {
     O_STORE = 256, O_JOB, O_ENDPOINT, O_REGION, O_PATH_STYLE, O_REQUESTS, O_INFLIGHT,
-    O_CHUNK, O_THREADS, O_JSON, O_TIMEOUT, O_RETRIES, O_GEN, O_RANK, O_STEP, O_REASON, O_KEEP, O_GRACE, O_DRY_RUN,
+    O_CHUNK, O_THREADS, O_JSON, O_TIMEOUT, O_RETRIES, O_MIN_SAVING, O_GEN, O_RANK, O_STEP, O_REASON, O_KEEP, O_GRACE, O_DRY_RUN,
 };
 
 static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -428,6 +429,7 @@ int main(int argc, char **argv)
         { "s3-retries", required_argument, NULL, O_RETRIES },
         { "inflight", required_argument, NULL, O_INFLIGHT },
         { "chunk-size", required_argument, NULL, O_CHUNK },
+        { "min-saving", required_argument, NULL, O_MIN_SAVING },
         { "threads", required_argument, NULL, O_THREADS },
         { "json", no_argument, NULL, O_JSON },
         { "gen", required_argument, NULL, O_GEN },
@@ -506,6 +508,11 @@ int main(int argc, char **argv)
             if (parse_size(optarg, &v) < 0 || v < 65536 || v > CHUNK_MAX_PLAIN)
                 return bad("--chunk-size: expected 64KiB to 64MiB, not '%s'", optarg);
             so.chunk_size = (uint32_t)v;
+            break;
+        case O_MIN_SAVING:
+            if (parse_u64(optarg, 1, 99, &v) < 0)
+                return bad("--min-saving: expected a percentage from 1 to 99, not '%s'", optarg);
+            so.min_saving = (double)v / 100.0;
             break;
         case O_THREADS:
             if (parse_u64(optarg, 1, 64, &v) < 0)

@@ -265,7 +265,7 @@ struct snap *snap_new(const struct snap_opts *o, char *err, size_t errlen)
         return NULL;
     }
     s->level = o->zstd_level ? o->zstd_level : 1;
-    s->min_saving = o->min_saving > 0 ? o->min_saving : 0.05;
+    s->min_saving = o->min_saving > 0 ? o->min_saving : SNAP_MIN_SAVING_DEFAULT;
     s->sign = store_wants_sha256(o->store);
     return s;
 }
@@ -1549,6 +1549,7 @@ struct fetch {
     struct mf_fetch *f;
     uint32_t cur_rank;            /* verify walks the ranks */
     size_t next_file, next_chunk;
+    uint64_t next_off;
     unsigned alive;
     bool all_started, finishing;
     struct hset seen;             /* verify: chunks checked already */
@@ -1814,6 +1815,7 @@ static void fetch_pump(struct fetch *fe)
             if (fe->verify && fe->cur_rank + 1 < fe->commit.world_size) {
                 fe->cur_rank++;
                 fe->next_file = fe->next_chunk = 0;
+                fe->next_off = 0;
                 continue;
             }
             fe->all_started = true;
@@ -1826,16 +1828,19 @@ static void fetch_pump(struct fetch *fe)
         if (f->type != MF_FILE || fe->next_chunk >= f->n_chunks) {
             fe->next_file++;
             fe->next_chunk = 0;
+            fe->next_off = 0;
             continue;
         }
         if (f->chunks[fe->next_chunk].zero) {
             fe->c->bytes_zero += f->chunks[fe->next_chunk].len;
+            fe->next_off += f->chunks[fe->next_chunk].len;
             fe->next_chunk++;
             continue;
         }
         if (fe->verify) {
             const uint8_t *h = f->chunks[fe->next_chunk].hash;
             if (hset_find(&fe->seen, h)) {
+                fe->next_off += f->chunks[fe->next_chunk].len;
                 fe->next_chunk++;
                 continue;
             }
@@ -1853,13 +1858,12 @@ static void fetch_pump(struct fetch *fe)
         t->file = fe->next_file;
         t->idx = fe->next_chunk;
         t->ch = &f->chunks[fe->next_chunk];
-        t->off = 0;
-        for (size_t i = 0; i < t->idx; i++)
-            t->off += f->chunks[i].len;
+        t->off = fe->next_off;
         t->job.work = ftask_work;
         t->job.done = ftask_done;
         chunk_key(s, t->ch->hash, t->key, sizeof(t->key));
         fe->next_chunk++;
+        fe->next_off += t->ch->len;
         fe->alive++;
         ftask_get(t);
     }

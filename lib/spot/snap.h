@@ -36,6 +36,11 @@ struct snap;
 
 #define SNAP_CHUNK_DEFAULT (8u * 1024 * 1024)
 #define SNAP_INFLIGHT_DEFAULT (128u * 1024 * 1024)
+/* float32 weights and Adam moments compress by only ~8 % with zstd -1, at
+ * about 2.7 ns of CPU a byte: stored raw, a 512 MiB push to Swift took
+ * 2.9 s and 0.9 s of CPU instead of 3.8 s and 2.7 s.  Text, bf16 and
+ * sparse state compress far better and still are. */
+#define SNAP_MIN_SAVING_DEFAULT 0.10
 #define SNAP_KEEP_DEFAULT 3
 #define SNAP_GRACE_DEFAULT_MS (6LL * 3600 * 1000)
 
@@ -48,7 +53,8 @@ struct snap_opts {
     size_t max_inflight_bytes;     /* 0: SNAP_INFLIGHT_DEFAULT; shared by every
                                       operation of this snap */
     int zstd_level;                /* 0: 1 */
-    double min_saving;             /* store raw unless zstd saves this share; 0: 0.05 */
+    double min_saving;             /* store raw unless zstd saves this share;
+                                      0: SNAP_MIN_SAVING_DEFAULT */
 };
 
 /* Progress, updated on the loop as work completes; read it any time. */
