@@ -54,6 +54,7 @@ static void usage(FILE *f)
             "  --s3-endpoint URL   else AWS_ENDPOINT_URL, else AWS\n"
             "  --s3-region NAME    else AWS_REGION, AWS_DEFAULT_REGION, us-east-1\n"
             "  --s3-path-style     path-style requests (automatic for IP and localhost)\n"
+            "  --s3-virtual-hosted bucket in the host name, whatever the endpoint\n"
             "  --requests N        S3 requests in flight (16)\n"
             "  --s3-timeout DUR    a request stalled this long is retried (30s)\n"
             "  --s3-retries N      tries after the first (6)\n"
@@ -399,7 +400,7 @@ static int parse_size(const char *s, uint64_t *ret)
 /* ---- main ------------------------------------------------------------------- */
 
 enum {
-    O_STORE = 256, O_JOB, O_ENDPOINT, O_REGION, O_PATH_STYLE, O_REQUESTS, O_INFLIGHT,
+    O_STORE = 256, O_JOB, O_ENDPOINT, O_REGION, O_PATH_STYLE, O_VIRTUAL_HOSTED, O_REQUESTS, O_INFLIGHT,
     O_CHUNK, O_THREADS, O_JSON, O_TIMEOUT, O_RETRIES, O_MIN_SAVING, O_GEN, O_RANK, O_STEP, O_REASON, O_KEEP, O_GRACE, O_DRY_RUN,
 };
 
@@ -424,6 +425,7 @@ int main(int argc, char **argv)
         { "s3-endpoint", required_argument, NULL, O_ENDPOINT },
         { "s3-region", required_argument, NULL, O_REGION },
         { "s3-path-style", no_argument, NULL, O_PATH_STYLE },
+        { "s3-virtual-hosted", no_argument, NULL, O_VIRTUAL_HOSTED },
         { "requests", required_argument, NULL, O_REQUESTS },
         { "s3-timeout", required_argument, NULL, O_TIMEOUT },
         { "s3-retries", required_argument, NULL, O_RETRIES },
@@ -481,7 +483,8 @@ int main(int argc, char **argv)
         case O_ENDPOINT: sctx.s3_endpoint = optarg; break;
         case O_REGION: sctx.s3_region = optarg; break;
         case O_PATH_STYLE:
-            sctx.s3_path_style = 1;
+        case O_VIRTUAL_HOSTED:
+            sctx.s3_path_style = o == O_PATH_STYLE;
             sctx.s3_path_style_set = true;
             break;
         case O_REQUESTS:

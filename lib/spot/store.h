@@ -47,8 +47,8 @@ struct store_ctx {
     struct pool *pool;           /* for file I/O and payload hashing */
     const char *s3_endpoint;     /* "https://host[:port]" */
     const char *s3_region;
-    int s3_path_style;           /* 1 path-style, 0 virtual-hosted, -1 (or 0 with
-                                    s3_path_style_set false) automatic */
+    int s3_path_style;           /* with s3_path_style_set: 1 path-style, 0
+                                    virtual-hosted; without: automatic */
     bool s3_path_style_set;
     unsigned max_inflight;       /* requests at once; 0: 16 */
     unsigned retries;            /* tries after the first; 0: 6 */

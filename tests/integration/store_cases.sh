@@ -118,10 +118,13 @@ EOF
 import random, sys, zipfile
 path, pkl = sys.argv[1], int(sys.argv[2])
 rnd = random.Random(3)
+# Fixed times in the headers, as torch writes them.
+def entry(name):
+    return zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
 with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-    z.writestr("archive/data.pkl", b"p" * pkl)
+    z.writestr(entry("archive/data.pkl"), b"p" * pkl)
     for i in range(4):
-        z.writestr("archive/data/%d" % i, rnd.randbytes(600000))
+        z.writestr(entry("archive/data/%d" % i), rnd.randbytes(600000))
 EOF
     }
     mkdir -p "$T/zipck"
@@ -129,7 +132,7 @@ EOF
     ctl push --json --chunk-size 256KiB "$T/zipck"
     mkzip "$T/zipck/ckpt.pt" 400
     ctl push --json --chunk-size 256KiB "$T/zipck"
-    expect_lt "$name: a zip whose first member grew re-uploads only what changed" 4 \
+    expect_eq "$name: a zip whose first member grew re-uploads only what changed" 2 \
         "$(jget "$(cat "$T/out")" chunks_sent)"
     ctl fetch "$T/zipback"
     check "$name: ... and restores byte for byte" cmp "$T/zipck/ckpt.pt" "$T/zipback/ckpt.pt"

@@ -76,6 +76,14 @@ expect_eq "s3: an endpoint that refuses connections fails after retries" 1 "$?"
 check "s3: ... saying it gave up" grep -q "gave up after retries" "$T/err"
 check "s3: ... and what to check" grep -q "check the endpoint" "$T/err"
 
+# Virtual-hosted addressing: the bucket in the host name (Swift is set up
+# with storage_domain = localhost, and curl resolves *.localhost itself).
+"$SPOTCTL" push --store s3://bkt/vh --job v --s3-endpoint "http://localhost:${S3_ENDPOINT##*:}" \
+    --s3-virtual-hosted "$T/small" >"$T/out" 2>"$T/err"
+expect_eq "s3: virtual-hosted requests (bkt.localhost) push" "0 " "$? $(cat "$T/err")"
+"$SPOTCTL" ls --json --store s3://bkt/vh --job v >"$T/out" 2>"$T/err"
+check "s3: ... and path-style requests read what they wrote" grep -q '"state":"committed"' "$T/out"
+
 # ---- faults between spotctl and the server ----
 . "$TOP/tests/mocks/lib.sh"
 fault_start "${S3_ENDPOINT#http://}" || { fail "s3: the fault proxy starts"; exit 1; }

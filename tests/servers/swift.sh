@@ -294,6 +294,9 @@ use = egg:swift#listing_formats
 [filter:s3api]
 use = egg:swift#s3api
 location = $REGION
+# Virtual-hosted requests: Host "BUCKET.localhost:PORT" (curl resolves
+# *.localhost to the loopback itself).
+storage_domain = localhost
 
 [filter:tempauth]
 use = egg:swift#tempauth
