@@ -336,6 +336,7 @@ struct gens_op {
     char msg[MSG_MAX];
     void (*next)(struct gens_op *g);   /* called once the commits are read */
     void *owner;
+    uint64_t below;                    /* the generation a save dedups for */
     snap_gens_fn done;
     void *arg;
 };
@@ -494,11 +495,19 @@ void snap_gens_free(struct snap_gen *gens, size_t n)
 }
 
 /* Report an error found before any work, from the loop. */
+union snap_cb {
+    snap_done_fn done;
+    snap_saved_fn saved;
+    snap_gens_fn gens;
+    snap_verify_fn verified;
+    snap_gc_fn gc;
+};
+
 struct early {
     int err;
     char msg[MSG_MAX];
     void (*report)(struct early *e);
-    void *done;
+    union snap_cb cb;
     void *arg;
 };
 
@@ -510,10 +519,10 @@ static void on_early(evutil_socket_t fd, short what, void *arg)
     free(e);
 }
 
-static void early(struct snap *s, void (*report)(struct early *), void *done, void *arg, int err,
-                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static void early(struct snap *s, void (*report)(struct early *), void *done, void *arg, int err,
-                  const char *fmt, ...)
+static void early(struct snap *s, void (*report)(struct early *), union snap_cb cb, void *arg,
+                  int err, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void early(struct snap *s, void (*report)(struct early *), union snap_cb cb, void *arg,
+                  int err, const char *fmt, ...)
 {
     struct early *e = calloc(1, sizeof(*e));
     struct timeval now = { 0, 0 };
@@ -523,7 +532,7 @@ static void early(struct snap *s, void (*report)(struct early *), void *done, vo
         return;
     e->err = err;
     e->report = report;
-    e->done = done;
+    e->cb = cb;
     e->arg = arg;
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
@@ -549,7 +558,7 @@ static void gens_report(struct gens_op *g)
 
 static void early_gens(struct early *e)
 {
-    ((snap_gens_fn)e->done)(e->arg, e->err, e->msg, NULL, 0);
+    e->cb.gens(e->arg, e->err, e->msg, NULL, 0);
 }
 
 void snap_gens(struct snap *s, snap_gens_fn done, void *arg)
@@ -557,7 +566,7 @@ void snap_gens(struct snap *s, snap_gens_fn done, void *arg)
     struct gens_op *g = gens_start(s, gens_report, NULL);
 
     if (!g) {
-        early(s, early_gens, (void *)done, arg, -ENOMEM, "out of memory");
+        early(s, early_gens, (union snap_cb){ .gens = done }, arg, -ENOMEM, "out of memory");
         return;
     }
     g->done = done;
@@ -1354,7 +1363,7 @@ static void on_known_manifests(struct mf_fetch *f)
 static void on_known_gens(struct gens_op *g)
 {
     struct snap *s = g->s;
-    uint64_t below = (uint64_t)(uintptr_t)g->owner;
+    uint64_t below = g->below;
     const struct commit *newest = NULL;
     struct mf_fetch *f;
 
@@ -1381,18 +1390,19 @@ static void on_known_gens(struct gens_op *g)
 
 static void early_saved(struct early *e)
 {
-    ((snap_saved_fn)e->done)(e->arg, e->err, e->msg, NULL);
+    e->cb.saved(e->arg, e->err, e->msg, NULL);
 }
 
 void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_counters *c,
                snap_saved_fn done, void *arg)
 {
     struct save *sv;
+    struct gens_op *g;
     const char *method = req->method ? req->method : "app";
 
     if (req->gen == 0 || req->gen > GEN_MAX || req->rank >= WORLD_MAX || !req->dir ||
         !*req->dir || strlen(method) > MANIFEST_NAME_MAX) {
-        early(s, early_saved, (void *)done, arg, -EINVAL,
+        early(s, early_saved, (union snap_cb){ .saved = done }, arg, -EINVAL,
               "invalid save request (generation 1..%llu, rank below %d, a directory)",
               GEN_MAX, WORLD_MAX);
         return;
@@ -1402,7 +1412,7 @@ void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_coun
         if (sv)
             free(sv->dir);
         free(sv);
-        early(s, early_saved, (void *)done, arg, -ENOMEM, "out of memory");
+        early(s, early_saved, (union snap_cb){ .saved = done }, arg, -ENOMEM, "out of memory");
         return;
     }
     sv->s = s;
@@ -1423,8 +1433,13 @@ void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_coun
     if (s->known_loading)
         return;
     s->known_loading = true;
-    if (!gens_start(s, on_known_gens, (void *)(uintptr_t)req->gen))
+    g = gens_start(s, on_known_gens, NULL);
+    if (!g) {
         known_loaded(s);
+        return;
+    }
+    /* The listing's callback comes later, from the loop. */
+    g->below = req->gen;
 }
 
 /* ---- commit --------------------------------------------------------------- */
@@ -1476,7 +1491,7 @@ static void on_commit_checked(struct mf_fetch *f)
 
 static void early_done(struct early *e)
 {
-    ((snap_done_fn)e->done)(e->arg, e->err, e->msg);
+    e->cb.done(e->arg, e->err, e->msg);
 }
 
 void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void *arg)
@@ -1485,12 +1500,12 @@ void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void
 
     if (strcmp(c->job, s->job) != 0 || c->gen == 0 || c->gen > GEN_MAX || c->world_size == 0 ||
         c->world_size > WORLD_MAX) {
-        early(s, early_done, (void *)done, arg, -EINVAL, "invalid commit record");
+        early(s, early_done, (union snap_cb){ .done = done }, arg, -EINVAL, "invalid commit record");
         return;
     }
     for (uint32_t i = 0; i < c->world_size; i++)
         if (c->ranks[i].rank != i) {
-            early(s, early_done, (void *)done, arg, -EINVAL,
+            early(s, early_done, (union snap_cb){ .done = done }, arg, -EINVAL,
                   "invalid commit record: rank %u at index %u", c->ranks[i].rank, i);
             return;
         }
@@ -1501,7 +1516,7 @@ void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void
     }
     if (!op || !op->c.ranks) {
         free(op);
-        early(s, early_done, (void *)done, arg, -ENOMEM, "out of memory");
+        early(s, early_done, (union snap_cb){ .done = done }, arg, -ENOMEM, "out of memory");
         return;
     }
     memcpy(op->c.ranks, c->ranks, c->world_size * sizeof(*c->ranks));
@@ -1511,7 +1526,7 @@ void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void
     if (!mf_fetch_start(s, &op->c, UINT32_MAX, false, on_commit_checked, op)) {
         commit_release(&op->c);
         free(op);
-        early(s, early_done, (void *)done, arg, -ENOMEM, "out of memory");
+        early(s, early_done, (union snap_cb){ .done = done }, arg, -ENOMEM, "out of memory");
     }
 }
 
@@ -2055,7 +2070,7 @@ void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
         if (fe)
             free(fe->dest);
         free(fe);
-        early(s, early_done, (void *)done, arg, len ? -ENOMEM : -EINVAL,
+        early(s, early_done, (union snap_cb){ .done = done }, arg, len ? -ENOMEM : -EINVAL,
               len ? "out of memory" : "no destination directory");
         return;
     }
@@ -2066,7 +2081,7 @@ void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
         free(fe->dest);
         free(fe->tmp);
         free(fe);
-        early(s, early_done, (void *)done, arg, -ENOMEM, "out of memory");
+        early(s, early_done, (union snap_cb){ .done = done }, arg, -ENOMEM, "out of memory");
     }
 }
 
@@ -2074,7 +2089,7 @@ static void early_verified(struct early *e)
 {
     struct snap_verify_report r = { 0 };
 
-    ((snap_verify_fn)e->done)(e->arg, e->err, e->msg, &r);
+    e->cb.verified(e->arg, e->err, e->msg, &r);
 }
 
 void snap_verify(struct snap *s, uint64_t gen, struct snap_counters *c, snap_verify_fn done,
@@ -2083,7 +2098,7 @@ void snap_verify(struct snap *s, uint64_t gen, struct snap_counters *c, snap_ver
     struct fetch *fe = fetch_new(s, gen, c);
 
     if (!fe) {
-        early(s, early_verified, (void *)done, arg, -ENOMEM, "out of memory");
+        early(s, early_verified, (union snap_cb){ .verified = done }, arg, -ENOMEM, "out of memory");
         return;
     }
     fe->verify = true;
@@ -2091,7 +2106,7 @@ void snap_verify(struct snap *s, uint64_t gen, struct snap_counters *c, snap_ver
     fe->arg = arg;
     if (!(fe->g = gens_start(s, on_fetch_gens, fe))) {
         free(fe);
-        early(s, early_verified, (void *)done, arg, -ENOMEM, "out of memory");
+        early(s, early_verified, (union snap_cb){ .verified = done }, arg, -ENOMEM, "out of memory");
     }
 }
 
@@ -2372,7 +2387,7 @@ static void early_gc(struct early *e)
 {
     struct snap_gc_report r = { 0 };
 
-    ((snap_gc_fn)e->done)(e->arg, e->err, e->msg, &r);
+    e->cb.gc(e->arg, e->err, e->msg, &r);
 }
 
 void snap_gc(struct snap *s, unsigned keep, int64_t grace_ms, bool dry_run, snap_gc_fn done,
@@ -2381,12 +2396,12 @@ void snap_gc(struct snap *s, unsigned keep, int64_t grace_ms, bool dry_run, snap
     struct gc_op *gc;
 
     if (keep == 0 || grace_ms < 0) {
-        early(s, early_gc, (void *)done, arg, -EINVAL,
+        early(s, early_gc, (union snap_cb){ .gc = done }, arg, -EINVAL,
               "garbage collection keeps at least one generation");
         return;
     }
     if (!(gc = calloc(1, sizeof(*gc)))) {
-        early(s, early_gc, (void *)done, arg, -ENOMEM, "out of memory");
+        early(s, early_gc, (union snap_cb){ .gc = done }, arg, -ENOMEM, "out of memory");
         return;
     }
     gc->s = s;
@@ -2398,6 +2413,6 @@ void snap_gc(struct snap *s, unsigned keep, int64_t grace_ms, bool dry_run, snap
     gc->arg = arg;
     if (!gens_start(s, on_gc_gens, gc)) {
         free(gc);
-        early(s, early_gc, (void *)done, arg, -ENOMEM, "out of memory");
+        early(s, early_gc, (union snap_cb){ .gc = done }, arg, -ENOMEM, "out of memory");
     }
 }
