@@ -137,6 +137,40 @@ EOF
     ctl fetch "$T/zipback"
     check "$name: ... and restores byte for byte" cmp "$T/zipck/ckpt.pt" "$T/zipback/ckpt.pt"
 
+    # The chunks of a zip64 file start at its large entries' data, as the
+    # zip's own headers place it.
+    python3 - "$T/zip64/ckpt.pt" <<'EOF'
+import os, random, sys, zipfile
+os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)
+rnd = random.Random(5)
+with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_STORED) as z:
+    for name, size in (("a/data.pkl", 333), ("a/data/0", 700000), ("a/data/1", 90000),
+                       ("a/data/2", 300000)):
+        with z.open(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), "w", force_zip64=True) as f:
+            f.write(rnd.randbytes(size))
+EOF
+    ctl push --json --chunk-size 256KiB "$T/zip64"
+    g=$(jget "$(cat "$T/out")" gen)
+    $RAW get "$(printf '%s/gens/%08d/rank-0.json' "$JOB" "$g")" "$T/m64"
+    check "$name: a zip64 file's chunks restart at each entry of 64 KiB or more" \
+        python3 - "$T/zip64/ckpt.pt" "$T/m64" <<'EOF'
+import json, struct, sys, zipfile
+starts = []
+with open(sys.argv[1], "rb") as f, zipfile.ZipFile(sys.argv[1]) as z:
+    for i in z.infolist():
+        if i.compress_size >= 65536:
+            f.seek(i.header_offset)
+            h = f.read(30)
+            starts.append(i.header_offset + 30 + struct.unpack("<HH", h[26:30])[0] +
+                          struct.unpack("<HH", h[26:30])[1])
+m = json.load(open(sys.argv[2]))
+off, cuts = 0, set()
+for c in m["files"][0]["chunks"]:
+    off += c[0]
+    cuts.add(off)
+sys.exit(0 if all(s in cuts or s == 0 for s in starts) and len(starts) == 3 else 1)
+EOF
+
     # ---- refusals ----
     ctl fetch "$T/ck"
     expect_eq "$name: fetch into a non-empty directory fails" 1 "$RC"
