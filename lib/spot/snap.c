@@ -210,16 +210,11 @@ static void fail_msg(int *err, char *msg, int e, const char *fmt, ...)
     va_end(ap);
 }
 
-static void hex_of(const uint8_t *h, char *hex)
-{
-    chunk_hex(h, hex);
-}
-
 static void chunk_key(const struct snap *s, const uint8_t *hash, char *key, size_t size)
 {
     char hex[2 * CHUNK_HASH_LEN + 1];
 
-    hex_of(hash, hex);
+    chunk_hex(hash, hex);
     snprintf(key, size, "%s/chunks/%.2s/%s", s->job, hex, hex);
 }
 
@@ -353,11 +348,6 @@ struct commit_get {
     size_t idx;
 };
 
-static void gens_finish(struct gens_op *g)
-{
-    g->next(g);
-}
-
 static void on_commit_got(void *arg, int err, const char *msg, void *data, size_t len)
 {
     struct commit_get *cg = arg;
@@ -390,7 +380,7 @@ static void on_commit_got(void *arg, int err, const char *msg, void *data, size_
     }
     free(data);
     if (--g->pending == 0)
-        gens_finish(g);
+        g->next(g);
 }
 
 static void on_gens_listed(void *arg, int err, const char *msg, struct store_entry *e, size_t n)
@@ -401,7 +391,7 @@ static void on_gens_listed(void *arg, int err, const char *msg, struct store_ent
 
     if (err) {
         fail_msg(&g->err, g->msg, err, "%s", msg);
-        gens_finish(g);
+        g->next(g);
         return;
     }
     g->entries = e;
@@ -422,7 +412,7 @@ static void on_gens_listed(void *arg, int err, const char *msg, struct store_ent
                 struct snap_gen *ng = realloc(g->gens, (cap ? 2 * cap : 16) * sizeof(*ng));
                 if (!ng) {
                     fail_msg(&g->err, g->msg, -ENOMEM, "out of memory");
-                    gens_finish(g);
+                    g->next(g);
                     return;
                 }
                 g->gens = ng;
@@ -461,7 +451,7 @@ static void on_gens_listed(void *arg, int err, const char *msg, struct store_ent
         store_get(s->store, key, COMMIT_MAX, on_commit_got, cg);
     }
     if (--g->pending == 0)
-        gens_finish(g);
+        g->next(g);
 }
 
 static void gens_free(struct gens_op *g)
@@ -1721,7 +1711,7 @@ static void ftask_done(struct pool_job *job)
         ftask_get(t);
         return;
     } else if (t->err == -EBADMSG) {
-        hex_of(t->ch->hash, hex);
+        chunk_hex(t->ch->hash, hex);
         fe->report.bad_chunks++;
         fetch_fail(fe, -EBADMSG,
                    "generation %llu, rank %u: chunk %s of '%s' (offset %llu) is corrupt in the "
@@ -1746,7 +1736,7 @@ static void on_chunk_got(void *arg, int err, const char *msg, void *data, size_t
     char hex[2 * CHUNK_HASH_LEN + 1];
 
     if (err) {
-        hex_of(t->ch->hash, hex);
+        chunk_hex(t->ch->hash, hex);
         if (err == -ENOENT || err == -EFBIG)
             fe->report.bad_chunks++;
         if (err == -ENOENT)
