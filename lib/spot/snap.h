@@ -115,7 +115,8 @@ typedef void (*snap_verify_fn)(void *arg, int err, const char *msg,
 
 /* Returns NULL with the reason in err. */
 struct snap *snap_new(const struct snap_opts *o, char *err, size_t errlen);
-/* Only when no operation is in flight.  Takes NULL, returns NULL. */
+/* Only when no operation is in flight, and not from inside one of its
+ * callbacks.  Takes NULL, returns NULL. */
 struct snap *snap_free(struct snap *s);
 
 /* The generations under <job>/gens/, committed or not, with their commit

@@ -62,8 +62,10 @@ struct store_ctx {
 int store_open(const char *url, const struct store_ctx *ctx, struct store **ret, char *err,
                size_t errlen);
 
-/* Close; operations in flight still end in their callbacks first (the
- * caller runs the loop until they have).  Takes NULL, returns NULL. */
+/* Close, once every operation has ended in its callback (the caller runs
+ * the loop until they have); never from inside one of the store's own
+ * callbacks (as curl_multi_cleanup(), from a later loop turn instead).
+ * Takes NULL, returns NULL. */
 struct store *store_close(struct store *s);
 
 /* The URL the store was opened with. */
