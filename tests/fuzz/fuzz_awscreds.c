@@ -14,16 +14,6 @@
 
 #define MS_END 253402300800000LL
 
-static bool poisoned(const struct aws_creds *c)
-{
-    const unsigned char *b = (const unsigned char *)c;
-
-    for (size_t i = 0; i < sizeof(*c); i++)
-        if (b[i] != 0xa5)
-            return false;
-    return true;
-}
-
 static void check_reason(const char *why)
 {
     if (!why || !*why || strlen(why) > 100)
@@ -89,7 +79,7 @@ static void fuzz_file(const char *s, size_t size, const char *profile)
         abort();
     if (r != 0) {
         check_reason(why);
-        if (!poisoned(&c))
+        if (!fuzz_poisoned(&c, sizeof(c)))
             abort();
         return;
     }
@@ -114,7 +104,7 @@ static void fuzz_imds(const char *s, size_t size)
         abort();
     if (r != 0) {
         check_reason(why);
-        if (!poisoned(&c))
+        if (!fuzz_poisoned(&c, sizeof(c)))
             abort();
         return;
     }

@@ -13,16 +13,6 @@
 #include "fuzz.h"
 #include "spot/manifest.h"
 
-static bool poisoned(const void *p, size_t size)
-{
-    const unsigned char *b = p;
-
-    for (size_t i = 0; i < size; i++)
-        if (b[i] != 0xa5)
-            return false;
-    return true;
-}
-
 static void check_manifest(const struct manifest *m)
 {
     if (!manifest_job_valid(m->job) || m->gen > GEN_MAX || m->rank >= WORLD_MAX ||
@@ -77,7 +67,7 @@ static void fuzz_manifest(const char *text, size_t size)
     memset(&m, 0xa5, sizeof(m));
     r = manifest_parse(text, size, &m, &why);
     if (r < 0) {
-        if ((r != -EINVAL && r != -ENOTSUP && r != -ENOMEM) || !poisoned(&m, sizeof(m)) ||
+        if ((r != -EINVAL && r != -ENOTSUP && r != -ENOMEM) || !fuzz_poisoned(&m, sizeof(m)) ||
             (r != -ENOMEM && (!why || !*why)))
             abort();
         return;
@@ -112,7 +102,7 @@ static void fuzz_commit(const char *text, size_t size)
     memset(&c, 0xa5, sizeof(c));
     r = commit_parse(text, size, &c, &why);
     if (r < 0) {
-        if ((r != -EINVAL && r != -ENOTSUP && r != -ENOMEM) || !poisoned(&c, sizeof(c)) ||
+        if ((r != -EINVAL && r != -ENOTSUP && r != -ENOMEM) || !fuzz_poisoned(&c, sizeof(c)) ||
             (r != -ENOMEM && (!why || !*why)))
             abort();
         return;

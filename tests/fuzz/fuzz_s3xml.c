@@ -19,16 +19,6 @@
 
 #define POISON(x) memset(&(x), 0xa5, sizeof(x))
 
-static bool poisoned(const void *p, size_t size)
-{
-    const unsigned char *b = p;
-
-    for (size_t i = 0; i < size; i++)
-        if (b[i] != 0xa5)
-            return false;
-    return true;
-}
-
 /* Terminated inside size; printable ASCII when asked; not empty when asked. */
 static void check_string(const char *s, size_t size, bool printable, bool nonempty)
 {
@@ -76,7 +66,7 @@ static void fuzz_error(const char *s, size_t size)
     if (r != 0 && r != -EINVAL && r != -ENOMEM)
         abort();
     if (r != 0) {
-        if (!poisoned(&e, sizeof(e)))
+        if (!fuzz_poisoned(&e, sizeof(e)))
             abort();
         return;
     }
@@ -98,7 +88,7 @@ static void fuzz_list(const char *s, size_t size)
     if (r != 0 && r != -EINVAL && r != -ENOMEM)
         abort();
     if (r != 0) {
-        if (!poisoned(&l, sizeof(l)))
+        if (!fuzz_poisoned(&l, sizeof(l)))
             abort();
         return;
     }
@@ -147,7 +137,7 @@ static void fuzz_multipart(const char *s, size_t size)
     check_reason(r, why);
     if (r == 0)
         check_string(id, sizeof(id), true, true);
-    else if (!poisoned(id, sizeof(id)))
+    else if (!fuzz_poisoned(id, sizeof(id)))
         abort();
 
     memset(etag, 0xa5, sizeof(etag));
@@ -156,13 +146,13 @@ static void fuzz_multipart(const char *s, size_t size)
     check_reason(r, why);
     if (r == 0) {
         check_etag(etag, sizeof(etag));
-        if (!etag[0] || !poisoned(&e, sizeof(e)))
+        if (!etag[0] || !fuzz_poisoned(&e, sizeof(e)))
             abort();
     } else if (r == -EREMOTEIO) {
         check_error(&e);
-        if (!poisoned(etag, sizeof(etag)))
+        if (!fuzz_poisoned(etag, sizeof(etag)))
             abort();
-    } else if (!poisoned(etag, sizeof(etag)) || !poisoned(&e, sizeof(e))) {
+    } else if (!fuzz_poisoned(etag, sizeof(etag)) || !fuzz_poisoned(&e, sizeof(e))) {
         abort();
     }
 }

@@ -37,6 +37,8 @@ import uuid
 from email.utils import formatdate
 from urllib.parse import parse_qsl, urlsplit
 
+from metadata import write_port_file  # the same atomic port file as the mocks
+
 BLOCK = 1 << 20              # largest recv/send of a body
 HEAD_MAX = 64 * 1024         # a request or response head larger is refused
 CONTROL_BODY_MAX = 1 << 20   # a /_fault/ request body larger is refused
@@ -874,16 +876,6 @@ class Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
-
-
-def write_port_file(path, port):
-    d = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(d, ".%s.%d.tmp" % (os.path.basename(path), os.getpid()))
-    with open(tmp, "w") as f:
-        f.write("%d\n" % port)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def hostport(s):
