@@ -252,16 +252,19 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Good enough not to fetch again: static, or more than five minutes from
- * expiring, or fetched less than a minute ago and not expired (a role
- * whose credentials live shorter than the refresh window is not asked
- * again for every request). */
+ * expiring.  Credentials that arrived with less than five minutes to live
+ * are kept for a minute (and until they expire), so that such a role is
+ * not asked again for every request. */
 static bool creds_fresh(const struct s3_store *s)
 {
     int64_t now = now_ms(), exp = s->creds.expiration_ms;
 
-    return s->cstate == CREDS_OK &&
-           (exp == 0 || now < exp - REFRESH_BEFORE_MS ||
-            (now - s->cfetched_ms < REFETCH_MIN_MS && now < exp));
+    if (s->cstate != CREDS_OK)
+        return false;
+    if (exp == 0 || now < exp - REFRESH_BEFORE_MS)
+        return true;
+    return exp - s->cfetched_ms < REFRESH_BEFORE_MS && now - s->cfetched_ms < REFETCH_MIN_MS &&
+           now < exp;
 }
 
 /* Start what the slots and the credentials allow. */
