@@ -73,7 +73,7 @@ SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c lib/spot/http.c 
               lib/spot/strict.c
 SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)
 # libckpt: the trainer's library (include/ckpt.h).
-CKPT_SRC   := lib/libckpt/ckpt.c
+CKPT_SRC   := lib/libckpt/ckpt.c lib/libckpt/jsonl.c
 CKPT_OBJ   := $(CKPT_SRC:%.c=$(O)/pic/%.o)
 SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supervisord/watch.c \
               supervisord/watch_local.c supervisord/watch_poll.c supervisord/watch_aws.c \
@@ -88,7 +88,7 @@ UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c
               tests/unit/test_timeparse.c tests/unit/test_cloudparse.c tests/unit/test_s3xml.c tests/unit/test_awscreds.c \
               tests/unit/test_manifest.c
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)
-FUZZ_NAMES := config duration aws azure gcp time termination chunk s3xml awscreds manifest zipgrid
+FUZZ_NAMES := config duration aws azure gcp time termination chunk s3xml awscreds manifest zipgrid jsonl
 FUZZ_BINS  := $(FUZZ_NAMES:%=$(O)/tests/fuzz/fuzz_%)
 
 PROGS      := $(O)/spotd $(O)/spotctl
@@ -144,9 +144,9 @@ else
 FUZZ_MAIN  := $(O)/tests/fuzz/replay.o
 FUZZ_LINK  :=
 endif
-$(O)/tests/fuzz/fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(FUZZ_MAIN) $(O)/libspot.a
+$(O)/tests/fuzz/fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(FUZZ_MAIN) $(O)/libspot.a $(O)/libckpt.a
 	$(CC) $(ALL_LDFLAGS) $(FUZZ_LINK) -o $@ $< \
-	    $(FUZZ_MAIN) $(O)/libspot.a $(DEP_LIBS)
+	    $(FUZZ_MAIN) $(O)/libspot.a $(O)/libckpt.a $(DEP_LIBS)
 
 check: all $(O)/tests/unit/run $(FUZZ_BINS)
 	@O=$(O) SANITIZE=$(SANITIZE) tests/run

@@ -1,11 +1,29 @@
 /* ckpt.h: libckpt, the trainer's side of spotd.
  *
- * This is the only header a trainer includes.  The library grows with the
- * orchestrator (issue 5): ckpt_open(), ckpt_step(), ckpt_save_dir(),
- * ckpt_saved() and the rest of the training-loop calls.  What is here now
- * is the part every later call relies on: the version and the error table.
+ * This is the only header a trainer includes.  A training loop uses it so:
  *
- * Every ckpt_* function that can fail returns 0 or a negative ckpt_error. */
+ *   struct ckpt *c;
+ *   ckpt_open(&c);                        // inert when not run under spotd
+ *   if (ckpt_resume_dir(c))
+ *       load(ckpt_resume_dir(c)), step = ckpt_resume_step(c) + 1;
+ *   for (;; step++) {
+ *       int a = ckpt_step(c, step);       // a few hundred ns when nothing is asked
+ *       if (a == CKPT_SAVE) {
+ *           if (save(ckpt_save_dir(c), step) == 0)
+ *               ckpt_saved(c, step);
+ *           else
+ *               ckpt_failed(c, "disk full");
+ *       } else if (a == CKPT_STOP) {
+ *           break;
+ *       }
+ *       train_one_step();
+ *   }
+ *   ckpt_close(c);
+ *
+ * The library talks to spotd over the Unix socket named by SPOT_SOCKET,
+ * with the control protocol of docs/protocols.md.  A handle is used by one
+ * thread at a time.  Every ckpt_* function that can fail returns a
+ * negative ckpt_error; none of them prints or exits. */
 #ifndef CKPT_H
 #define CKPT_H
 
@@ -29,6 +47,7 @@ extern "C" {
  *                         without a save request, for example)
  *   CKPT_E_CLOSED    -7   spotd closed the connection
  *   CKPT_E_IO        -8   a system call failed; errno tells which
+ *   CKPT_E_TIMEOUT   -9   spotd did not answer in time
  */
 enum ckpt_error {
     CKPT_OK = 0,
@@ -40,7 +59,66 @@ enum ckpt_error {
     CKPT_E_STATE = -6,
     CKPT_E_CLOSED = -7,
     CKPT_E_IO = -8,
+    CKPT_E_TIMEOUT = -9,
 };
+
+/* What ckpt_step() asks of the training loop. */
+enum ckpt_action {
+    CKPT_CONTINUE = 0,   /* train on */
+    CKPT_SAVE = 1,       /* write a checkpoint into ckpt_save_dir() now, then call
+                            ckpt_saved() or ckpt_failed() before the next step */
+    CKPT_STOP = 2,       /* spotd is stopping the job (its state is saved): exit */
+};
+
+struct ckpt;
+
+/* Connect to spotd through SPOT_SOCKET, introduce this process (its pid,
+ * LOCAL_RANK, LOCAL_WORLD_SIZE) and learn what to resume from.  Without
+ * SPOT_SOCKET the handle is inert: ckpt_step() always says CONTINUE and
+ * nothing is ever requested, so the same trainer runs with or without
+ * spotd.  Returns 0 with *ret set, or CKPT_E_CONNECT, CKPT_E_TIMEOUT (no
+ * welcome within 10 s), CKPT_E_PROTOCOL, CKPT_E_VERSION, CKPT_E_NOMEM. */
+int ckpt_open(struct ckpt **ret);
+
+/* The same with an explicit socket path; NULL gives an inert handle. */
+int ckpt_open_at(const char *socket_path, struct ckpt **ret);
+
+/* Close the connection and free the handle.  NULL is fine. */
+void ckpt_close(struct ckpt *c);
+
+/* 1 when the handle is inert (not under spotd), else 0. */
+int ckpt_inert(const struct ckpt *c);
+
+/* The checkpoint directory to load at start, or NULL for a fresh start;
+ * valid until ckpt_close().  ckpt_resume_step() is its step, -1 when none. */
+const char *ckpt_resume_dir(const struct ckpt *c);
+long long ckpt_resume_step(const struct ckpt *c);
+
+/* Call once per step, with the step about to run.  Never blocks: it reads
+ * what spotd sent, answers spotd's questions, and returns CKPT_CONTINUE,
+ * CKPT_SAVE or CKPT_STOP, or CKPT_E_STATE (a save is still open: report it
+ * first), CKPT_E_CLOSED (spotd went away; train on, or stop), or
+ * CKPT_E_PROTOCOL / CKPT_E_IO. */
+int ckpt_step(struct ckpt *c, long long step);
+
+/* Where to write after CKPT_SAVE: a directory spotd created for this
+ * process.  NULL when no save is open. */
+const char *ckpt_save_dir(const struct ckpt *c);
+
+/* Report the open save: written completely (ckpt_saved, with the step the
+ * files hold) or not (ckpt_failed, with a reason for spotd's log).
+ * Returns 0, CKPT_E_STATE (no save open), CKPT_E_CLOSED, CKPT_E_IO. */
+int ckpt_saved(struct ckpt *c, long long step);
+int ckpt_failed(struct ckpt *c, const char *reason);
+
+/* Ask spotd for a checkpoint now (the trainer's own schedule); it comes
+ * back through ckpt_step() as CKPT_SAVE.  Returns 0, CKPT_E_CLOSED,
+ * CKPT_E_IO; 0 and nothing happens on an inert handle. */
+int ckpt_request_save(struct ckpt *c);
+
+/* The socket, for trainers with their own event loop: when it is
+ * readable, call ckpt_step().  -1 on an inert handle. */
+int ckpt_fd(const struct ckpt *c);
 
 /* A static, human-readable description of err; "unknown error" for values
  * outside the table.  Never NULL. */

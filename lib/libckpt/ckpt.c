@@ -1,9 +1,33 @@
+/* libckpt: the trainer's side of the control protocol (docs/protocols.md).
+ *
+ * DESIGN.  No thread and no dependency: the library lives inside the
+ * trainer's process and does work only inside its calls.  ckpt_step() reads
+ * whatever spotd sent with one non-blocking recv(), parses complete lines,
+ * answers questions at once and remembers a checkpoint request until the
+ * trainer reaches its step.  Messages are flat JSON objects; jsonl.c reads
+ * and writes them. */
 #include "ckpt.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jsonl.h"
 
 #define CKPT_API __attribute__((visibility("default")))
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
+
+#define WELCOME_TIMEOUT_MS 10000
 
 static const char *const messages[] = {
     [0] = "success",
@@ -15,6 +39,7 @@ static const char *const messages[] = {
     [6] = "call not valid in the current state",
     [7] = "spotd closed the connection",
     [8] = "system call failed (see errno)",
+    [9] = "spotd did not answer in time",
 };
 
 CKPT_API const char *ckpt_strerror(int err)
@@ -29,4 +54,443 @@ CKPT_API const char *ckpt_strerror(int err)
 CKPT_API const char *ckpt_version(void)
 {
     return STR(CKPT_VERSION_MAJOR) "." STR(CKPT_VERSION_MINOR) "." STR(CKPT_VERSION_PATCH);
+}
+
+struct ckpt {
+    int fd;                       /* -1: inert */
+    int err;                      /* sticky: CKPT_E_CLOSED, CKPT_E_PROTOCOL, CKPT_E_IO */
+    char *resume_dir;
+    long long resume_step;
+    long long step;               /* the last step ckpt_step() saw */
+    bool stop;
+    bool query;                   /* spotd asked for the step: answer it */
+    long long query_id;
+    /* the checkpoint spotd asked for, and whether the trainer is on it */
+    bool pending, saving;
+    long long ck_id, ck_step;     /* ck_step -1: at once */
+    char *ck_dir;
+    /* what recv() brought that is not a whole line yet, and the line being
+     * parsed (the message's strings point into it) */
+    char in[JSONL_LINE_MAX];
+    size_t in_len;
+    char line[JSONL_LINE_MAX];
+};
+
+static int send_line(struct ckpt *c, const char *line, size_t len)
+{
+    size_t off = 0;
+
+    while (off < len) {
+        ssize_t n = send(c->fd, line + off, len - off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd p = { .fd = c->fd, .events = POLLOUT };
+            /* spotd reads its sockets continuously; a full buffer clears. */
+            if (poll(&p, 1, 1000) <= 0) {
+                c->err = CKPT_E_TIMEOUT;
+                return c->err;
+            }
+            continue;
+        }
+        if (n < 0) {
+            c->err = errno == EPIPE || errno == ECONNRESET ? CKPT_E_CLOSED : CKPT_E_IO;
+            return c->err;
+        }
+        off += (size_t)n;
+    }
+    return 0;
+}
+
+/* Send a message built from (key, value) pairs; see jsonl_build(). */
+static int send_msg(struct ckpt *c, const struct jsonl_kv *kv, size_t n)
+{
+    char line[JSONL_LINE_MAX + 2];
+    int len = jsonl_build(line, sizeof(line), kv, n);
+
+    if (len < 0)
+        return CKPT_E_INVAL;
+    return send_line(c, line, (size_t)len);
+}
+
+static char *dup_string(const struct jsonl_msg *m, const char *key, bool *bad)
+{
+    const struct jsonl_value *v = jsonl_get(m, key);
+    char *s;
+
+    if (!v || v->type == JSONL_NULL)
+        return NULL;
+    if (v->type != JSONL_STRING || !v->str[0]) {
+        *bad = true;
+        return NULL;
+    }
+    if (!(s = strdup(v->str)))
+        *bad = true;
+    return s;
+}
+
+/* An integer member; -1 when null or absent and allowed. */
+static bool get_int(const struct jsonl_msg *m, const char *key, bool nullable, long long *ret)
+{
+    const struct jsonl_value *v = jsonl_get(m, key);
+
+    if ((!v || v->type == JSONL_NULL) && nullable) {
+        *ret = -1;
+        return true;
+    }
+    if (!v || v->type != JSONL_INT)
+        return false;
+    *ret = v->num;
+    return true;
+}
+
+/* One message from spotd.  Returns 0 or a CKPT_E_*. */
+static int handle(struct ckpt *c, const struct jsonl_msg *m)
+{
+    const char *type = jsonl_type(m);
+    long long id, step;
+    bool bad = false;
+
+    if (!type)
+        return CKPT_E_PROTOCOL;
+    if (strcmp(type, "query") == 0) {
+        /* Answered at the next ckpt_step(), with the step it is given. */
+        if (!get_int(m, "id", false, &c->query_id))
+            return CKPT_E_PROTOCOL;
+        c->query = true;
+        return 0;
+    }
+    if (strcmp(type, "checkpoint") == 0) {
+        char *dir;
+
+        if (!get_int(m, "id", false, &id) || !get_int(m, "step", true, &step))
+            return CKPT_E_PROTOCOL;
+        dir = dup_string(m, "dir", &bad);
+        if (bad || !dir) {
+            free(dir);
+            return CKPT_E_PROTOCOL;
+        }
+        if (c->saving) {
+            /* One save at a time: the open one is reported first. */
+            free(dir);
+            return CKPT_E_PROTOCOL;
+        }
+        free(c->ck_dir);
+        c->ck_dir = dir;
+        c->ck_id = id;
+        c->ck_step = step;
+        c->pending = true;
+        return 0;
+    }
+    if (strcmp(type, "cancel") == 0) {
+        if (!get_int(m, "id", false, &id))
+            return CKPT_E_PROTOCOL;
+        if (c->pending && c->ck_id == id && !c->saving)
+            c->pending = false;
+        return 0;
+    }
+    if (strcmp(type, "stop") == 0) {
+        c->stop = true;
+        return 0;
+    }
+    return CKPT_E_PROTOCOL;
+}
+
+/* Read what has arrived: without waiting (wait_ms 0), or for up to
+ * wait_ms.  Returns 0 (also when nothing came) or a CKPT_E_*. */
+static int fill(struct ckpt *c, int wait_ms)
+{
+    ssize_t n;
+
+    if (c->in_len == JSONL_LINE_MAX)
+        return CKPT_E_PROTOCOL; /* a line over the cap */
+    if (wait_ms > 0) {
+        struct pollfd p = { .fd = c->fd, .events = POLLIN };
+        int r = poll(&p, 1, wait_ms);
+
+        if (r == 0)
+            return CKPT_E_TIMEOUT;
+        if (r < 0)
+            return errno == EINTR ? 0 : CKPT_E_IO;
+    }
+    do
+        n = recv(c->fd, c->in + c->in_len, JSONL_LINE_MAX - c->in_len, MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return 0;
+    if (n < 0)
+        return errno == ECONNRESET ? CKPT_E_CLOSED : CKPT_E_IO;
+    if (n == 0)
+        return CKPT_E_CLOSED;
+    c->in_len += (size_t)n;
+    return 0;
+}
+
+/* The next complete line, parsed into m (its strings live in c->line
+ * until the next call).  Returns 1 with m set, 0 when no line is complete,
+ * or CKPT_E_PROTOCOL / CKPT_E_VERSION. */
+static int next_msg(struct ckpt *c, struct jsonl_msg *m)
+{
+    char *nl = memchr(c->in, '\n', c->in_len);
+    size_t len;
+    long long v;
+
+    if (!nl)
+        return c->in_len == JSONL_LINE_MAX ? CKPT_E_PROTOCOL : 0;
+    len = (size_t)(nl - c->in);
+    memcpy(c->line, c->in, len);
+    c->in_len -= len + 1;
+    memmove(c->in, nl + 1, c->in_len);
+    if (jsonl_parse(c->line, len, m) < 0 || !get_int(m, "v", false, &v) || !jsonl_type(m))
+        return CKPT_E_PROTOCOL;
+    if (v != 1)
+        return CKPT_E_VERSION;
+    return 1;
+}
+
+/* Handle every complete line there is. */
+static int handle_all(struct ckpt *c)
+{
+    struct jsonl_msg m;
+    int r;
+
+    while ((r = next_msg(c, &m)) > 0)
+        if ((r = handle(c, &m)) < 0)
+            return r;
+    return r;
+}
+
+static int env_int(const char *name)
+{
+    const char *v = getenv(name);
+    char *end;
+    long n;
+
+    if (!v || !*v)
+        return -1;
+    errno = 0;
+    n = strtol(v, &end, 10);
+    if (errno || *end || n < 0 || n > 1 << 20)
+        return -1;
+    return (int)n;
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+CKPT_API int ckpt_open_at(const char *path, struct ckpt **ret)
+{
+    struct ckpt *c;
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    struct jsonl_msg w;
+    long long deadline;
+    bool bad = false;
+    int r;
+
+    if (!ret)
+        return CKPT_E_INVAL;
+    if (!(c = calloc(1, sizeof(*c))))
+        return CKPT_E_NOMEM;
+    c->fd = -1;
+    c->resume_step = -1;
+    if (!path || !*path) {
+        *ret = c;
+        return 0;
+    }
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        free(c);
+        return CKPT_E_CONNECT;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        r = CKPT_E_CONNECT;
+        goto fail;
+    }
+    {
+        char lib[32];
+        struct jsonl_kv kv[] = {
+            JSONL_STR("type", "hello"),
+            JSONL_INT("pid", (long long)getpid()),
+            JSONL_INT("local_rank", env_int("LOCAL_RANK")),
+            JSONL_INT("local_world_size", env_int("LOCAL_WORLD_SIZE")),
+            JSONL_STR("lib", lib),
+        };
+        snprintf(lib, sizeof(lib), "libckpt-c %s", ckpt_version());
+        if ((r = send_msg(c, kv, 5)) < 0)
+            goto fail;
+    }
+    deadline = now_ms() + WELCOME_TIMEOUT_MS;
+    while ((r = next_msg(c, &w)) == 0) {
+        long long left = deadline - now_ms();
+
+        if (left <= 0) {
+            r = CKPT_E_TIMEOUT;
+            goto fail;
+        }
+        if ((r = fill(c, (int)left)) < 0)
+            goto fail;
+    }
+    if (r < 0)
+        goto fail;
+    if (strcmp(jsonl_type(&w), "welcome") != 0) {
+        r = CKPT_E_PROTOCOL;
+        goto fail;
+    }
+    c->resume_dir = dup_string(&w, "resume_dir", &bad);
+    if (bad || !get_int(&w, "resume_step", true, &c->resume_step)) {
+        r = CKPT_E_PROTOCOL;
+        goto fail;
+    }
+    /* What came after the welcome in the same read is handled now. */
+    if ((r = handle_all(c)) < 0)
+        goto fail;
+    *ret = c;
+    return 0;
+fail:
+    ckpt_close(c);
+    return r;
+}
+
+CKPT_API int ckpt_open(struct ckpt **ret)
+{
+    return ckpt_open_at(getenv("SPOT_SOCKET"), ret);
+}
+
+CKPT_API void ckpt_close(struct ckpt *c)
+{
+    if (!c)
+        return;
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c->resume_dir);
+    free(c->ck_dir);
+    free(c);
+}
+
+CKPT_API int ckpt_inert(const struct ckpt *c)
+{
+    return !c || c->fd < 0;
+}
+
+CKPT_API const char *ckpt_resume_dir(const struct ckpt *c)
+{
+    return c ? c->resume_dir : NULL;
+}
+
+CKPT_API long long ckpt_resume_step(const struct ckpt *c)
+{
+    return c && c->resume_dir ? c->resume_step : -1;
+}
+
+CKPT_API int ckpt_step(struct ckpt *c, long long step)
+{
+    int r;
+
+    if (!c || step < 0)
+        return CKPT_E_INVAL;
+    if (c->fd < 0)
+        return CKPT_CONTINUE;
+    if (c->err)
+        return c->err;
+    if (c->saving)
+        return CKPT_E_STATE;
+    c->step = step;
+    r = fill(c, 0);
+    if (r == 0)
+        r = handle_all(c);
+    if (r == 0 && c->query) {
+        struct jsonl_kv kv[] = {
+            JSONL_STR("type", "step"),
+            JSONL_INT("id", c->query_id),
+            JSONL_INT("step", step),
+        };
+        c->query = false;
+        r = send_msg(c, kv, 3);
+    }
+    if (r < 0) {
+        c->err = r;
+        return r;
+    }
+    if (c->pending && (c->ck_step < 0 || step >= c->ck_step)) {
+        c->saving = true;
+        return CKPT_SAVE;
+    }
+    return c->stop ? CKPT_STOP : CKPT_CONTINUE;
+}
+
+CKPT_API const char *ckpt_save_dir(const struct ckpt *c)
+{
+    return c && c->saving ? c->ck_dir : NULL;
+}
+
+static int report(struct ckpt *c, const struct jsonl_kv *kv, size_t n)
+{
+    int r;
+
+    c->saving = false;
+    c->pending = false;
+    if (c->err)
+        return c->err;
+    r = send_msg(c, kv, n);
+    return r;
+}
+
+CKPT_API int ckpt_saved(struct ckpt *c, long long step)
+{
+    if (!c || step < 0)
+        return CKPT_E_INVAL;
+    if (!c->saving)
+        return CKPT_E_STATE;
+    {
+        struct jsonl_kv kv[] = {
+            JSONL_STR("type", "saved"),
+            JSONL_INT("id", c->ck_id),
+            JSONL_INT("step", step),
+        };
+        return report(c, kv, 3);
+    }
+}
+
+CKPT_API int ckpt_failed(struct ckpt *c, const char *reason)
+{
+    if (!c)
+        return CKPT_E_INVAL;
+    if (!c->saving)
+        return CKPT_E_STATE;
+    {
+        struct jsonl_kv kv[] = {
+            JSONL_STR("type", "failed"),
+            JSONL_INT("id", c->ck_id),
+            JSONL_STR("reason", reason ? reason : "unspecified"),
+        };
+        return report(c, kv, 3);
+    }
+}
+
+CKPT_API int ckpt_request_save(struct ckpt *c)
+{
+    if (!c)
+        return CKPT_E_INVAL;
+    if (c->fd < 0)
+        return 0;
+    if (c->err)
+        return c->err;
+    {
+        struct jsonl_kv kv[] = {
+            JSONL_STR("type", "request"),
+            JSONL_INT("step", c->step),
+        };
+        return send_msg(c, kv, 2);
+    }
+}
+
+CKPT_API int ckpt_fd(const struct ckpt *c)
+{
+    return c ? c->fd : -1;
 }

@@ -6,8 +6,230 @@ TEST(ckpt_strerror)
     CHECK_STR(ckpt_strerror(CKPT_OK), "success");
     CHECK_STR(ckpt_strerror(CKPT_E_CONNECT), "cannot connect to spotd's control socket");
     CHECK_STR(ckpt_strerror(CKPT_E_IO), "system call failed (see errno)");
-    CHECK_STR(ckpt_strerror(-9), "unknown error");
+    CHECK_STR(ckpt_strerror(CKPT_E_TIMEOUT), "spotd did not answer in time");
+    CHECK_STR(ckpt_strerror(-10), "unknown error");
     CHECK_STR(ckpt_strerror(1), "unknown error");
     CHECK_STR(ckpt_strerror(-2147483647 - 1), "unknown error");
     CHECK_STR(ckpt_version(), "0.1.0");
+}
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "libckpt/jsonl.h"
+
+TEST(ckpt_inert)
+{
+    struct ckpt *c = NULL;
+
+    unsetenv("SPOT_SOCKET");
+    CHECK_INT(ckpt_open(&c), 0);
+    CHECK(c != NULL);
+    CHECK_INT(ckpt_inert(c), 1);
+    CHECK(ckpt_resume_dir(c) == NULL);
+    CHECK_INT(ckpt_resume_step(c), -1);
+    for (long long s = 0; s < 1000; s++)
+        CHECK_INT(ckpt_step(c, s), CKPT_CONTINUE);
+    CHECK(ckpt_save_dir(c) == NULL);
+    CHECK_INT(ckpt_saved(c, 5), CKPT_E_STATE);
+    CHECK_INT(ckpt_request_save(c), 0);
+    CHECK_INT(ckpt_fd(c), -1);
+    CHECK_INT(ckpt_step(c, -1), CKPT_E_INVAL);
+    CHECK_INT(ckpt_open_at("/nonexistent/spotd.sock", &c), CKPT_E_CONNECT);
+    ckpt_close(c);
+    ckpt_close(NULL);
+}
+
+/* The spotd side of one scripted conversation, in a child process: exits
+ * 0 when every line from the trainer was the one expected. */
+static int script_line(FILE *in, const char *type, const char *key, long long want)
+{
+    char line[4096];
+    struct jsonl_msg m;
+    const struct jsonl_value *v;
+
+    if (!fgets(line, sizeof(line), in) || !strchr(line, '\n'))
+        return 1;
+    if (jsonl_parse(line, strlen(line) - 1, &m) < 0 || !jsonl_type(&m) ||
+        strcmp(jsonl_type(&m), type) != 0)
+        return 2;
+    if (key && (!(v = jsonl_get(&m, key)) || v->type != JSONL_INT || v->num != want))
+        return 3;
+    return 0;
+}
+
+static int fake_spotd(int lfd)
+{
+    int fd = accept(lfd, NULL, NULL);
+    FILE *in = fd >= 0 ? fdopen(dup(fd), "r") : NULL;
+    int r = 0;
+
+#define SAY(s) (r = r ? r : (write(fd, s "\n", sizeof(s)) == (ssize_t)sizeof(s) ? 0 : 9))
+#define HEAR(t, k, v) (r = r ? r : script_line(in, t, k, v))
+    if (!in)
+        return 10;
+    HEAR("hello", "local_rank", 3);
+    SAY("{\"v\":1,\"type\":\"welcome\",\"resume_dir\":\"/ck/g7\",\"resume_step\":700,\"gen\":7}"
+        "\n{\"v\":1,\"type\":\"query\",\"id\":1}");
+    HEAR("step", "step", 701);
+    SAY("{\"v\":1,\"type\":\"checkpoint\",\"id\":2,\"gen\":8,\"step\":705,\"dir\":\"/ck/g8/w3\","
+        "\"deadline\":null,\"future\":\"ignored\"}");
+    HEAR("saved", "step", 705);
+    HEAR("request", "step", 710);
+    SAY("{\"v\":1,\"type\":\"checkpoint\",\"id\":3,\"gen\":9,\"step\":null,\"dir\":\"/ck/g9/w3\","
+        "\"deadline\":\"2026-11-30T10:00:00Z\"}");
+    HEAR("failed", "id", 3);
+    SAY("{\"v\":1,\"type\":\"stop\",\"reason\":\"notice\"}");
+    /* Wait for the trainer to close, then end. */
+    if (!r && fgetc(in) != EOF)
+        r = 11;
+    fclose(in);
+    close(fd);
+    return r;
+#undef SAY
+#undef HEAR
+}
+
+TEST(ckpt_conversation)
+{
+    char dir[] = "/tmp/spotd-ckpt.XXXXXX", path[64];
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    struct ckpt *c = NULL;
+    int lfd, status = -1, a;
+    pid_t pid;
+
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/ctl.sock", dir);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 4) == 0);
+    pid = fork();
+    if (pid == 0)
+        _exit(fake_spotd(lfd));
+    setenv("LOCAL_RANK", "3", 1);
+    setenv("SPOT_SOCKET", path, 1);
+    CHECK_INT(ckpt_open(&c), 0);
+    unsetenv("SPOT_SOCKET");
+    unsetenv("LOCAL_RANK");
+    if (c) {
+        CHECK_INT(ckpt_inert(c), 0);
+        CHECK(ckpt_fd(c) >= 0);
+        CHECK_STR(ckpt_resume_dir(c), "/ck/g7");
+        CHECK_INT(ckpt_resume_step(c), 700);
+        /* The query that came with the welcome is answered at step 701. */
+        CHECK_INT(ckpt_step(c, 701), CKPT_CONTINUE);
+        /* The checkpoint at step 705 arrives; steps before it go on. */
+        for (long long s = 702, n = 0; s < 705; s++) {
+            while ((a = ckpt_step(c, s)) == CKPT_CONTINUE && n++ < 2000 && s == 704)
+                usleep(1000);
+            if (s < 704)
+                CHECK_INT(a, CKPT_CONTINUE);
+        }
+        CHECK_INT(ckpt_step(c, 705), CKPT_SAVE);
+        CHECK_STR(ckpt_save_dir(c), "/ck/g8/w3");
+        CHECK_INT(ckpt_step(c, 706), CKPT_E_STATE);
+        CHECK_INT(ckpt_saved(c, 705), 0);
+        CHECK(ckpt_save_dir(c) == NULL);
+        CHECK_INT(ckpt_saved(c, 705), CKPT_E_STATE);
+        CHECK_INT(ckpt_step(c, 710), CKPT_CONTINUE);
+        CHECK_INT(ckpt_request_save(c), 0);
+        /* A checkpoint with no step: the next step saves. */
+        for (int n = 0; (a = ckpt_step(c, 711)) == CKPT_CONTINUE && n < 2000; n++)
+            usleep(1000);
+        CHECK_INT(a, CKPT_SAVE);
+        CHECK_STR(ckpt_save_dir(c), "/ck/g9/w3");
+        CHECK_INT(ckpt_failed(c, "disk \"full\"\n"), 0);
+        for (int n = 0; (a = ckpt_step(c, 712)) == CKPT_CONTINUE && n < 2000; n++)
+            usleep(1000);
+        CHECK_INT(a, CKPT_STOP);
+        ckpt_close(c);
+    }
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK_INT(WEXITSTATUS(status), 0);
+    close(lfd);
+    unlink(path);
+    rmdir(dir);
+}
+
+TEST(ckpt_bad_peer)
+{
+    /* A peer that speaks another version, or garbage, is refused. */
+    static const char *const answers[] = {
+        "{\"v\":2,\"type\":\"welcome\"}\n",
+        "not json\n",
+        "{\"v\":1,\"type\":\"checkpoint\",\"id\":1,\"dir\":\"/x\"}\n",
+        "{\"v\":1,\"type\":\"welcome\",\"resume_dir\":5}\n",
+    };
+    static const int want[] = { CKPT_E_VERSION, CKPT_E_PROTOCOL, CKPT_E_PROTOCOL,
+                                CKPT_E_PROTOCOL };
+
+    for (size_t i = 0; i < sizeof(answers) / sizeof(answers[0]); i++) {
+        char dir[] = "/tmp/spotd-ckpt.XXXXXX", path[64];
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct ckpt *c = NULL;
+        int lfd, status;
+        pid_t pid;
+
+        CHECK(mkdtemp(dir) != NULL);
+        snprintf(path, sizeof(path), "%s/ctl.sock", dir);
+        memcpy(sa.sun_path, path, strlen(path) + 1);
+        lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+        CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 4) == 0);
+        pid = fork();
+        if (pid == 0) {
+            int fd = accept(lfd, NULL, NULL);
+            char buf[512];
+            ssize_t n = read(fd, buf, sizeof(buf));
+            _exit(n > 0 && write(fd, answers[i], strlen(answers[i])) > 0 ? 0 : 1);
+        }
+        CHECK_INT(ckpt_open_at(path, &c), want[i]);
+        CHECK(c == NULL);
+        waitpid(pid, &status, 0);
+        close(lfd);
+        unlink(path);
+        rmdir(dir);
+    }
+}
+
+TEST(jsonl_parse_build)
+{
+    char line[256], out[256];
+    struct jsonl_msg m;
+    struct jsonl_kv kv[] = { JSONL_STR("type", "failed"), JSONL_INT("id", -3),
+                             JSONL_STR("reason", "a \"b\"\\\n\x01 é") };
+    int len = jsonl_build(out, sizeof(out), kv, 3);
+
+    CHECK(len > 0);
+    CHECK_STR(out, "{\"v\":1,\"type\":\"failed\",\"id\":-3,\"reason\":\"a \\\"b\\\"\\\\\\u000a\\u0001 é\"}\n");
+    CHECK_INT(jsonl_parse(out, (size_t)len - 1, &m), 0);
+    CHECK_STR(jsonl_type(&m), "failed");
+    CHECK_INT(jsonl_get(&m, "id")->num, -3);
+    CHECK_STR(jsonl_get(&m, "reason")->str, "a \"b\"\\\n\x01 é");
+    CHECK_INT(jsonl_build(out, 10, kv, 3), -1);
+    snprintf(line, sizeof(line), "{ \"a\" : \"\\ud83d\\ude00\", \"b\":true,\"c\":null }");
+    CHECK_INT(jsonl_parse(line, strlen(line), &m), 0);
+    CHECK_STR(jsonl_get(&m, "a")->str, "\xf0\x9f\x98\x80");
+    CHECK_INT(jsonl_get(&m, "b")->type, JSONL_BOOL);
+    CHECK_INT(jsonl_get(&m, "c")->type, JSONL_NULL);
+    static const char *const bad[] = {
+        "", "{", "[]", "{\"a\":1,}", "{\"a\":1}x", "{\"a\":1,\"a\":2}", "{\"a\":1.5}",
+        "{\"a\":1e3}", "{\"a\":01}", "{\"a\":{}}", "{\"a\":[1]}", "{\"a\":\"\\u0000\"}",
+        "{\"a\":\"\\ud800\"}", "{\"a\":\"\xc3\"}", "{\"a\":\"\xc0\x80\"}", "{\"a\":\"x\ty\"}",
+        "{\"a\":9007199254740992}", "{\"a\":tru}", "{a:1}", "{\"a\":\"\\x\"}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(line, sizeof(line), "%s", bad[i]);
+        if (jsonl_parse(line, strlen(line), &m) != -1) {
+            printf("  accepted: %s\n", bad[i]);
+            harness_failed = 1;
+        }
+    }
 }
