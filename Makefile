@@ -157,6 +157,7 @@ demo: all
 bench: all
 	@O=$(O) tests/bench/idle.sh
 	@O=$(O) tests/bench/detect.sh
+	@O=$(O) tests/bench/step.sh
 
 # The store against a real Swift (about 10 minutes at 2 GiB), and the
 # chunking measurements (a few minutes; installs Debian's torch as root).
