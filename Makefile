@@ -94,7 +94,9 @@ FUZZ_BINS  := $(FUZZ_NAMES:%=$(O)/tests/fuzz/fuzz_%)
 PROGS      := $(O)/spotd $(O)/spotctl
 LIBS       := $(O)/libspot.a $(O)/libckpt.a $(O)/libckpt.so.0 $(O)/libckpt.so $(O)/libckpt.pc
 
-all: $(PROGS) $(LIBS)
+EXAMPLES   := $(O)/examples/c-trainer/trainer
+
+all: $(PROGS) $(LIBS) $(EXAMPLES)
 
 $(O)/%.o: %.c $(O)/config.mk
 	@mkdir -p $(@D)
@@ -128,6 +130,9 @@ $(O)/spotd: $(SPOTD_OBJ) $(O)/libspot.a
 
 $(O)/spotctl: $(SPOTCTL_OBJ) $(O)/libspot.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTCTL_OBJ) $(O)/libspot.a $(SPOTCTL_LIBS)
+
+$(O)/examples/c-trainer/trainer: $(O)/examples/c-trainer/trainer.o $(O)/libckpt.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/libckpt.a
 
 $(O)/tests/unit/run: $(UNIT_OBJ) $(O)/libspot.a $(O)/libckpt.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(O)/libspot.a $(O)/libckpt.a $(DEP_LIBS)
