@@ -68,7 +68,7 @@ $(O)/config.mk: Makefile
 
 # lib/spot: the internal library shared by spotd and spotctl.
 SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c lib/spot/http.c lib/spot/dmi.c \
-              lib/spot/pool.c lib/spot/chunk.c lib/spot/store.c lib/spot/store_file.c lib/spot/store_s3.c lib/spot/manifest.c lib/spot/snap.c lib/spot/zipgrid.c \
+              lib/spot/pool.c lib/spot/chunk.c lib/spot/store.c lib/spot/store_file.c lib/spot/store_s3.c lib/spot/manifest.c lib/spot/snap.c lib/spot/zipgrid.c lib/libckpt/jsonl.c \
               lib/spot/notice.c lib/spot/timeparse.c lib/spot/cloudparse.c lib/spot/s3xml.c lib/spot/awscreds.c \
               lib/spot/strict.c
 SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)
@@ -76,6 +76,7 @@ SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)
 CKPT_SRC   := lib/libckpt/ckpt.c lib/libckpt/jsonl.c
 CKPT_OBJ   := $(CKPT_SRC:%.c=$(O)/pic/%.o)
 SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supervisord/watch.c \
+              supervisord/control.c \
               supervisord/watch_local.c supervisord/watch_poll.c supervisord/watch_aws.c \
               supervisord/watch_alibaba.c supervisord/watch_tencent.c supervisord/watch_gcp.c \
               supervisord/watch_azure.c
@@ -86,7 +87,7 @@ UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c
               tests/unit/test_pool.c tests/unit/test_chunk.c tests/unit/test_store.c \
               tests/unit/test_log.c tests/unit/test_ckpt.c \
               tests/unit/test_timeparse.c tests/unit/test_cloudparse.c tests/unit/test_s3xml.c tests/unit/test_awscreds.c \
-              tests/unit/test_manifest.c
+              tests/unit/test_manifest.c tests/unit/test_control.c
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)
 FUZZ_NAMES := config duration aws azure gcp time termination chunk s3xml awscreds manifest zipgrid jsonl
 FUZZ_BINS  := $(FUZZ_NAMES:%=$(O)/tests/fuzz/fuzz_%)
@@ -134,8 +135,9 @@ $(O)/spotctl: $(SPOTCTL_OBJ) $(O)/libspot.a
 $(O)/examples/c-trainer/trainer: $(O)/examples/c-trainer/trainer.o $(O)/libckpt.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/libckpt.a
 
-$(O)/tests/unit/run: $(UNIT_OBJ) $(O)/libspot.a $(O)/libckpt.a
-	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(O)/libspot.a $(O)/libckpt.a $(DEP_LIBS)
+$(O)/tests/unit/run: $(UNIT_OBJ) $(O)/supervisord/control.o $(O)/libspot.a $(O)/libckpt.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(O)/supervisord/control.o $(O)/libspot.a \
+	    $(O)/libckpt.a $(DEP_LIBS)
 
 # Fuzz targets build as plain programs that replay their corpus (make check);
 # with FUZZ=1 (and CC=clang) they are libFuzzer programs:

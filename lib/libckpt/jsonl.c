@@ -312,8 +312,13 @@ int jsonl_build(char *buf, size_t size, const struct jsonl_kv *kv, size_t n)
         if (put_string(buf, size, &o, kv[i].key) < 0 || o + 1 >= size)
             return -1;
         buf[o++] = ':';
-        if (kv[i].type == JSONL_STRING) {
-            if (put_string(buf, size, &o, kv[i].str ? kv[i].str : "") < 0)
+        if (kv[i].type == JSONL_NULL || (kv[i].type == JSONL_STRING && !kv[i].str)) {
+            if (o + 4 >= size)
+                return -1;
+            memcpy(buf + o, "null", 4);
+            o += 4;
+        } else if (kv[i].type == JSONL_STRING) {
+            if (put_string(buf, size, &o, kv[i].str) < 0)
                 return -1;
         } else {
             w = snprintf(buf + o, size - o, "%lld", kv[i].num);

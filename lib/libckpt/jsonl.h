@@ -48,8 +48,10 @@ struct jsonl_kv {
 };
 #define JSONL_STR(k, s) { (k), JSONL_STRING, 0, (s) }
 #define JSONL_INT(k, n) { (k), JSONL_INT, (n), NULL }
+#define JSONL_NUL(k) { (k), JSONL_NULL, 0, NULL }
 
-/* Write {"v":1, members...}\n into buf.  Returns the length written
+/* Write {"v":1, members...}\n into buf (JSONL_NULL members, and strings
+ * that are NULL, as null).  Returns the length written
  * (without a terminating NUL, which is written too), or -1 when it does not
  * fit in size bytes or a string is not valid UTF-8. */
 int jsonl_build(char *buf, size_t size, const struct jsonl_kv *kv, size_t n);

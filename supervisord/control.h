@@ -1,0 +1,52 @@
+/* control: spotd's side of the control protocol (docs/protocols.md), on
+ * the loop.
+ *
+ * A Unix socket (mode 0600, peers of another user refused) where the
+ * trainer processes of this node connect through libckpt.  Each is a
+ * worker, known by its local rank.  control_checkpoint() asks every worker
+ * for its step, picks the next step all of them can still reach, asks all
+ * of them to save at it, each into its own directory (DIR/w<local rank>),
+ * and reports once every worker has said saved, or as soon as one fails,
+ * goes away, or the deadline passes (then the others are told to cancel).
+ * A checkpoint is never reported saved with a worker missing. */
+#ifndef SPOTD_CONTROL_H
+#define SPOTD_CONTROL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct control;
+
+struct control_opts {
+    struct event_base *base;
+    const char *path;              /* the socket; created, and removed by control_free() */
+    const char *resume_dir;        /* restored checkpoint, NULL for a fresh start: a
+                                      worker resumes from resume_dir/w<rank> */
+    int64_t resume_step;
+    uint64_t resume_gen;
+    void (*on_request)(void *arg); /* a trainer asked for a checkpoint */
+    void *arg;
+};
+
+/* err 0 or -errno; step: what the workers' files hold. */
+typedef void (*control_saved_fn)(void *arg, int err, const char *msg, int64_t step);
+
+/* Returns NULL with the reason in err. */
+struct control *control_new(const struct control_opts *o, char *err, size_t errlen);
+/* Not from inside its own callbacks.  Takes NULL, returns NULL. */
+struct control *control_free(struct control *c);
+
+/* Workers connected (hello answered). */
+unsigned control_workers(const struct control *c);
+
+/* Checkpoint generation gen into dir (which exists) before deadline_ms
+ * (CLOCK_REALTIME ms; 0: none).  One at a time: -EBUSY when one is under
+ * way.  Returns 0 when started; done comes later, on the loop. */
+int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t deadline_ms,
+                       control_saved_fn done, void *arg);
+
+/* Tell every worker to stop (ckpt_step() returns STOP). */
+void control_stop(struct control *c, const char *reason);
+
+#endif
