@@ -97,19 +97,28 @@ static int fake_spotd(int lfd)
 #undef HEAR
 }
 
-TEST(ckpt_conversation)
+/* A listening socket at dir/ctl.sock, dir made from its template; path
+ * (64 bytes) gets the socket's path. */
+static int listen_in(char *dir, char *path)
 {
-    char dir[] = "/tmp/spotd-ckpt.XXXXXX", path[64];
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    struct ckpt *c = NULL;
-    int lfd, status = -1, a;
-    pid_t pid;
+    int lfd;
 
     CHECK(mkdtemp(dir) != NULL);
-    snprintf(path, sizeof(path), "%s/ctl.sock", dir);
+    snprintf(path, 64, "%s/ctl.sock", dir);
     memcpy(sa.sun_path, path, strlen(path) + 1);
     lfd = socket(AF_UNIX, SOCK_STREAM, 0);
     CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 4) == 0);
+    return lfd;
+}
+
+TEST(ckpt_conversation)
+{
+    char dir[] = "/tmp/spotd-ckpt.XXXXXX", path[64];
+    struct ckpt *c = NULL;
+    int lfd = listen_in(dir, path), status = -1, a;
+    pid_t pid;
+
     pid = fork();
     if (pid == 0)
         _exit(fake_spotd(lfd));
@@ -173,16 +182,10 @@ TEST(ckpt_bad_peer)
 
     for (size_t i = 0; i < sizeof(answers) / sizeof(answers[0]); i++) {
         char dir[] = "/tmp/spotd-ckpt.XXXXXX", path[64];
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
         struct ckpt *c = NULL;
-        int lfd, status;
+        int lfd = listen_in(dir, path), status;
         pid_t pid;
 
-        CHECK(mkdtemp(dir) != NULL);
-        snprintf(path, sizeof(path), "%s/ctl.sock", dir);
-        memcpy(sa.sun_path, path, strlen(path) + 1);
-        lfd = socket(AF_UNIX, SOCK_STREAM, 0);
-        CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 4) == 0);
         pid = fork();
         if (pid == 0) {
             int fd = accept(lfd, NULL, NULL);
