@@ -76,7 +76,7 @@ SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)
 CKPT_SRC   := lib/libckpt/ckpt.c lib/libckpt/jsonl.c
 CKPT_OBJ   := $(CKPT_SRC:%.c=$(O)/pic/%.o)
 SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supervisord/watch.c \
-              supervisord/control.c \
+              supervisord/control.c supervisord/orch.c \
               supervisord/watch_local.c supervisord/watch_poll.c supervisord/watch_aws.c \
               supervisord/watch_alibaba.c supervisord/watch_tencent.c supervisord/watch_gcp.c \
               supervisord/watch_azure.c
@@ -127,7 +127,7 @@ $(O)/libckpt.pc: lib/libckpt/libckpt.pc.in Makefile
 	$(make_pc) > $@
 
 $(O)/spotd: $(SPOTD_OBJ) $(O)/libspot.a
-	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTD_OBJ) $(O)/libspot.a $(SPOTD_LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTD_OBJ) $(O)/libspot.a $(SPOTCTL_LIBS)
 
 $(O)/spotctl: $(SPOTCTL_OBJ) $(O)/libspot.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTCTL_OBJ) $(O)/libspot.a $(SPOTCTL_LIBS)

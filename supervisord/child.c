@@ -327,6 +327,11 @@ static void on_signal(evutil_socket_t fd, short what, void *arg)
         c->opts.on_notice_signal(c->opts.arg, sig);
 }
 
+void child_hold(struct child *c)
+{
+    c->stopping = true;
+}
+
 void child_stop(struct child *c, const char *reason, uint64_t grace_ms)
 {
     if (c->stopping) {

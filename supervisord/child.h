@@ -51,6 +51,11 @@ int child_start(struct child *c);
  * when a stop is already under way. */
 void child_stop(struct child *c, const char *reason, uint64_t grace_ms);
 
+/* No restart after the command ends: it was asked to finish by other
+ * means (the orchestrator's stop over the control socket).  No signal is
+ * sent. */
+void child_hold(struct child *c);
+
 /* The command's exit code (128 + n when killed by signal n, 126/127 when it
  * could not be executed), valid once the loop has ended. */
 int child_exit_code(const struct child *c);

@@ -11,6 +11,9 @@
 #include "child.h"
 #include "spot/log.h"
 
+/* The grace of the fallback stop when an orchestrator checkpoints first. */
+#define NOTICE_FALLBACK_GRACE_MS 2000
+
 /* Notices remembered for deduplication; the oldest is forgotten first. */
 #define SEEN_MAX 64
 
@@ -66,6 +69,12 @@ void notices_emit(void *arg, struct notice *n)
     if (seen_before(ns, n))
         return;
 
+    /* With an orchestrator, this stop is only the fallback for a
+     * checkpoint that takes too long (the orchestrator stops the command
+     * itself once the checkpoint is committed): a short grace leaves the
+     * checkpoint the most time. */
+    if (ns->o.on_notice && grace > NOTICE_FALLBACK_GRACE_MS)
+        grace = NOTICE_FALLBACK_GRACE_MS;
     /* SIGKILL must land margin before the deadline: the stop signal goes
      * grace before that, or now with what is left when that has passed. */
     stop_at = n->deadline_ms - (int64_t)ns->o.margin_ms - (int64_t)grace;
@@ -88,6 +97,8 @@ void notices_emit(void *arg, struct notice *n)
     cJSON_AddStringToObject(e, "action", action);
     log_event(n->terminating ? LOGL_WARN : LOGL_INFO, e, "%s%s notice from %s: %s",
               n->drill ? "drill: " : "", notice_kind_name(n->kind), n->source, action);
+    if (ns->o.on_notice)
+        ns->o.on_notice(ns->o.arg, n);
 
     if (!n->terminating)
         return;

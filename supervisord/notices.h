@@ -16,6 +16,9 @@ struct notices;
 struct notices_opts {
     uint64_t margin_ms;
     uint64_t grace_ms;
+    /* Every new notice, after it is logged (the orchestrator); may be NULL. */
+    void (*on_notice)(void *arg, const struct notice *n);
+    void *arg;
 };
 
 struct notices *notices_new(struct event_base *base, struct child *child,

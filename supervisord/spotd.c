@@ -17,6 +17,7 @@
 
 #include "child.h"
 #include "notices.h"
+#include "orch.h"
 #include "spot/config.h"
 #include "spot/dmi.h"
 #include "spot/http.h"
@@ -319,6 +320,7 @@ static int cmd_run(int argc, char **argv)
     struct event_base *base;
     struct config cfg;
     struct child *child;
+    struct orch *orch = NULL;
     sigset_t orig_mask, notice_sigs;
     char err[1024], url[1024];
     int cmd, code = EXIT_USAGE, r, drill_kind = -1;
@@ -336,6 +338,11 @@ static int cmd_run(int argc, char **argv)
     }
     if (config_check_implemented(&cfg, err, sizeof(err)) < 0) {
         say("%s", err);
+        goto out_config;
+    }
+    if (!config_str(&cfg, OPT_JOB) != !config_str(&cfg, OPT_STORE)) {
+        say("checkpoints need both --job and --store (%s is missing)",
+            config_str(&cfg, OPT_JOB) ? "--store" : "--job");
         goto out_config;
     }
     if (parse_notice_signals(&cfg, &notice_sigs) < 0)
@@ -401,9 +408,35 @@ static int cmd_run(int argc, char **argv)
     cJSON_AddItemToObject(e, "settings", config_to_json(&cfg));
     log_event(LOGL_INFO, e, "spotd %s starting", SPOT_VERSION);
 
+    if (config_str(&cfg, OPT_JOB) || config_str(&cfg, OPT_STORE)) {
+        char state_dir[4096];
+        const char *sd = config_str(&cfg, OPT_STATE_DIR);
+
+        snprintf(state_dir, sizeof(state_dir), "%s", sd ? sd : "/var/lib/spotd");
+        if (!sd) {
+            size_t len = strlen(state_dir);
+            snprintf(state_dir + len, sizeof(state_dir) - len, "/%s", config_str(&cfg, OPT_JOB));
+        }
+        orch = orch_new(&(struct orch_opts){
+                            .base = base,
+                            .child = child,
+                            .job = config_str(&cfg, OPT_JOB),
+                            .store = config_str(&cfg, OPT_STORE),
+                            .state_dir = state_dir,
+                            .grace_ms = config_num(&cfg, OPT_GRACE),
+                            .margin_ms = config_num(&cfg, OPT_NOTICE_MARGIN),
+                        },
+                        err, sizeof(err));
+        if (!orch) {
+            say("%s", err);
+            goto out_child;
+        }
+    }
     notices = notices_new(base, child, &(struct notices_opts){
                                           .margin_ms = config_num(&cfg, OPT_NOTICE_MARGIN),
                                           .grace_ms = config_num(&cfg, OPT_GRACE),
+                                          .on_notice = orch ? orch_notice : NULL,
+                                          .arg = orch,
                                       });
     if (!notices) {
         say("out of memory");
@@ -450,12 +483,16 @@ static int cmd_run(int argc, char **argv)
         }
     }
 
-    if (child_start(child) < 0) {
+    if (orch) {
+        orch_start(orch); /* resumes, then starts the command */
+    } else if (child_start(child) < 0) {
         say("cannot schedule the command's start: out of memory");
         goto out_child;
     }
     event_base_dispatch(base);
     code = child_exit_code(child);
+    if (orch_preempted_saved(orch))
+        code = ORCH_EXIT_PREEMPTED_SAVED;
     if (config_num(&cfg, OPT_AZURE_ACK) && cloud && cloud->ack)
         acknowledge(base, cloud, watcher, notices_stop_cause(notices));
 out_child:
@@ -464,6 +501,7 @@ out_child:
     http_free(http);
     watch_local_free(run.local);
     notices_free(notices);
+    orch_free(orch);
 
     child_free(child);
 out_base:

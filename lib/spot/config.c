@@ -22,7 +22,6 @@ static const char *const cloud_choices[] = { "auto", "none", "aws", "gcp", "azur
                                              "alibaba", "tencent", NULL };
 static const char *const method_choices[] = { "app", "signal", "dir", "criu", NULL };
 
-#define LATER_STORE "the snapshot store (issue 4)"
 #define LATER_ORCH "libckpt and the orchestrator (issue 5)"
 #define LATER_WORLD "the multi-node world (issue 6)"
 
@@ -63,15 +62,15 @@ const struct config_option config_options[OPT__COUNT] = {
                          "fall back to IMDSv1 when no IMDSv2 token can be had" },
     [OPT_AZURE_ACK] = { "azure_ack", CONFIG_BOOL, "false", NULL, 0, 0, false, NULL,
                         "acknowledge an Azure event for this VM alone once the command stopped" },
-    [OPT_JOB] = { "job", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_ORCH,
+    [OPT_JOB] = { "job", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                   "name of the training run; the key of its checkpoints" },
-    [OPT_STORE] = { "store", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_STORE,
+    [OPT_STORE] = { "store", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                     "where checkpoints live: file:///path or s3://bucket/prefix" },
     [OPT_METHOD] = { "method", CONFIG_ENUM, NULL, method_choices, 0, 0, false, LATER_ORCH,
                      "how state is captured: app, signal, dir, criu" },
     [OPT_CKPT_DIR] = { "ckpt_dir", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_ORCH,
                        "directory the trainer saves into and resumes from" },
-    [OPT_STATE_DIR] = { "state_dir", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_ORCH,
+    [OPT_STATE_DIR] = { "state_dir", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                         "spotd's own state: sockets, local store, figures" },
     [OPT_INTERVAL] = { "interval", CONFIG_DURATION, NULL, NULL, 0, 0, false, LATER_ORCH,
                        "time between periodic checkpoints" },

@@ -205,18 +205,22 @@ check "spotd run records the effective grace in its start record" \
     has '"grace":"20s"' "$T/set.events"
 
 # --- options of later issues: run refuses them, config shows them ---
-run_spotd run --store s3://x -- touch "$T/ran"
-usage_error "--store: spotd run says not implemented yet" "store" "not implemented yet"
-no_run "--store: the command does not run"
-run_spotd config --store s3://x
-expect_eq "--store: spotd config still succeeds" 0 "$RC"
-check "--store: spotd config shows it" grep -q '"store":[[:space:]]*"s3://x"' "$T/stdout"
+run_spotd run --interval 10m -- touch "$T/ran"
+usage_error "--interval: spotd run says not implemented yet" "interval" "not implemented yet"
+no_run "--interval: the command does not run"
+run_spotd config --interval 10m
+expect_eq "--interval: spotd config still succeeds" 0 "$RC"
+check "--interval: spotd config shows it" grep -q '"interval":[[:space:]]*"10m"' "$T/stdout"
 
-SPOTD_JOB=j run_spotd run -- true
-usage_error "SPOTD_JOB: spotd run says not implemented yet" "job" "SPOTD_JOB" "not implemented yet"
-SPOTD_JOB=j run_spotd config
-expect_eq "SPOTD_JOB: spotd config still succeeds" 0 "$RC"
-check "SPOTD_JOB: spotd config shows it" grep -q '"job":[[:space:]]*"j"' "$T/stdout"
+SPOTD_PEERS=a:1 run_spotd run -- true
+usage_error "SPOTD_PEERS: spotd run says not implemented yet" "peers" "SPOTD_PEERS" "not implemented yet"
+SPOTD_PEERS=a:1 run_spotd config
+expect_eq "SPOTD_PEERS: spotd config still succeeds" 0 "$RC"
+check "SPOTD_PEERS: spotd config shows it" grep -q '"peers":[[:space:]]*"a:1"' "$T/stdout"
+
+SPOTD_JOB=j run_spotd run -- touch "$T/ran"
+usage_error "SPOTD_JOB without a store: spotd run says both are needed" "--job and --store"
+no_run "SPOTD_JOB without a store: the command does not run"
 
 printf '{"method": "criu"}\n' >"$T/m.json"
 run_spotd run --config "$T/m.json" -- true
@@ -270,7 +274,7 @@ check "spotd help: max_restarts --max-restarts SPOTD_MAX_RESTARTS" \
     grep -qE '^max_restarts +--max-restarts +SPOTD_MAX_RESTARTS ' "$T/stdout"
 check "spotd help: --config and SPOTD_CONFIG" grep -qE -- '--config +SPOTD_CONFIG' "$T/stdout"
 check "spotd help: later options say not implemented yet" \
-    grep -qE '^store .*not implemented yet' "$T/stdout"
+    grep -qE '^interval .*not implemented yet' "$T/stdout"
 
 # Every option spelled as a flag and as a variable is accepted by config.
 bad=""
