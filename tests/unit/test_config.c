@@ -198,9 +198,13 @@ TEST(config_later)
 
     config_init(&c);
     CHECK_INT(config_check_implemented(&c, err, sizeof(err)), 0);
-    CHECK_INT(config_set(&c, OPT_STORE, "s3://b/p", CONFIG_FLAG, "--store", err, sizeof(err)), 0);
+    CHECK_INT(config_set(&c, OPT_INTERVAL, "10m", CONFIG_FLAG, "--interval", err, sizeof(err)), 0);
     CHECK_INT(config_check_implemented(&c, err, sizeof(err)), -ENOTSUP);
-    CHECK_HAS(err, "option store (from --store) is not implemented yet");
+    CHECK_HAS(err, "option interval (from --interval) is not implemented yet");
+    CHECK_INT(config_set(&c, OPT_INTERVAL, NULL, CONFIG_DEFAULT, "default", err, sizeof(err)), 0);
+    /* Implemented since the orchestrator: no longer refused. */
+    CHECK_INT(config_set(&c, OPT_STORE, "s3://b/p", CONFIG_FLAG, "--store", err, sizeof(err)), 0);
+    CHECK_INT(config_check_implemented(&c, err, sizeof(err)), 0);
     CHECK_INT(config_set(&c, OPT_STORE, NULL, CONFIG_DEFAULT, "default", err, sizeof(err)), 0);
     CHECK_INT(config_check_implemented(&c, err, sizeof(err)), 0);
     /* Later options are still checked: a bad rank is a bad rank. */
