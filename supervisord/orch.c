@@ -46,6 +46,8 @@ struct orch {
     struct snap_saved saved;
     bool preempted_saved;
     struct event *drain;           /* stops the command if it does not finish */
+    struct event *tick;            /* periodic checkpoints */
+    const char *why;               /* "notice", "periodic" */
 };
 
 /* Time a trainer has to exit on its own after it was told to stop. */
@@ -87,6 +89,7 @@ static int make_dirs(const char *path)
 /* ---- the checkpoint ------------------------------------------------------- */
 
 static void on_drain(evutil_socket_t fd, short what, void *arg);
+static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g);
 
 static void finish_checkpoint(struct orch *r, int err, const char *msg)
 {
@@ -128,6 +131,15 @@ static void on_drain(evutil_socket_t fd, short what, void *arg)
     child_stop(r->o.child, r->reason, r->o.grace_ms);
 }
 
+static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g)
+{
+    if (err)
+        log_msg(LOGL_WARN, "garbage collection: %s", msg);
+    else if (g->gens_deleted || g->chunks_deleted)
+        log_msg(LOGL_INFO, "garbage collection: %llu generations and %llu chunks deleted",
+                (unsigned long long)g->gens_deleted, (unsigned long long)g->chunks_deleted);
+}
+
 static void on_committed(void *arg, int err, const char *msg)
 {
     struct orch *r = arg;
@@ -152,6 +164,9 @@ static void on_committed(void *arg, int err, const char *msg)
     log_event(LOGL_INFO, e, "generation %llu committed: step %lld, %llu bytes, %lld ms",
               (unsigned long long)r->gen, (long long)r->step,
               (unsigned long long)r->saved.bytes, (long long)(now - r->t_begin));
+    /* Retention: what the newest generations do not need goes, in the
+     * background (snap_gc never deletes what they reference). */
+    snap_gc(r->snap, SNAP_KEEP_DEFAULT, SNAP_GRACE_DEFAULT_MS, false, on_collected, r);
     finish_checkpoint(r, 0, "");
 }
 
@@ -183,7 +198,7 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     c.gen = r->gen;
     c.step = (uint64_t)r->step;
     c.world_size = 1;
-    snprintf(c.reason, sizeof(c.reason), "%s", r->terminating ? "notice" : "manual");
+    snprintf(c.reason, sizeof(c.reason), "%s", r->why);
     snprintf(c.method, sizeof(c.method), "app");
     c.created_ms = now_ms();
     snprintf(c.version, sizeof(c.version), "%s", SPOT_VERSION);
@@ -225,8 +240,12 @@ static void begin_checkpoint(struct orch *r, const struct notice *n)
 
     r->gen = r->newest_gen + 1;
     r->terminating = n && n->terminating;
-    snprintf(r->reason, sizeof(r->reason), "notice: %s %s", n ? n->source : "manual",
-             n ? notice_kind_name(n->kind) : "");
+    r->why = n ? "notice" : "periodic";
+    if (n)
+        snprintf(r->reason, sizeof(r->reason), "notice: %s %s", n->source,
+                 notice_kind_name(n->kind));
+    else
+        snprintf(r->reason, sizeof(r->reason), "periodic");
     snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
              (unsigned long long)r->gen);
     r->t_begin = now_ms();
@@ -251,9 +270,25 @@ void orch_notice(void *arg, const struct notice *n)
 {
     struct orch *r = arg;
 
-    if (!n->terminating || r->state != IDLE)
+    if (r->state == IDLE) {
+        begin_checkpoint(r, n);
         return;
-    begin_checkpoint(r, n);
+    }
+    /* A terminating notice during a periodic or advisory checkpoint: that
+     * checkpoint becomes the last one, and the stop follows it. */
+    if (n->terminating && r->state != DRAINING && r->state != RESUMING && !r->terminating) {
+        r->terminating = true;
+        snprintf(r->reason, sizeof(r->reason), "notice: %s %s", n->source,
+                 notice_kind_name(n->kind));
+    }
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct orch *r = arg;
+
+    if (r->state == IDLE && control_workers(r->control) > 0)
+        begin_checkpoint(r, NULL);
 }
 
 /* ---- resume --------------------------------------------------------------- */
@@ -285,6 +320,11 @@ static void run_command(struct orch *r)
         setenv("SPOT_GEN", num, 1);
     }
     set_state(r, IDLE);
+    if (r->o.interval_ms > 0) {
+        struct timeval tv = { (time_t)(r->o.interval_ms / 1000),
+                              (suseconds_t)(r->o.interval_ms % 1000) * 1000 };
+        event_add(r->tick, &tv);
+    }
     if (child_start(r->o.child) < 0)
         log_msg(LOGL_ERROR, "cannot schedule the command's start: out of memory");
 }
@@ -389,7 +429,8 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
         return orch_free(r);
     }
     r->drain = evtimer_new(o->base, on_drain, r);
-    if (!r->drain) {
+    r->tick = event_new(o->base, -1, EV_PERSIST, on_tick, r);
+    if (!r->drain || !r->tick) {
         snprintf(err, errlen, "out of memory");
         return orch_free(r);
     }
@@ -415,6 +456,8 @@ struct orch *orch_free(struct orch *r)
         return NULL;
     if (r->drain)
         event_free(r->drain);
+    if (r->tick)
+        event_free(r->tick);
     r->control = control_free(r->control);
     r->snap = snap_free(r->snap);
     r->store = store_close(r->store);

@@ -9,7 +9,10 @@
  * SPOT_RESUME_STEP, SPOT_GEN, SPOT_JOB, SPOT_SOCKET).  A terminating notice
  * makes every trainer save at one step (control.c), the snapshot engine
  * store it as the next generation, and the commit record make it exist;
- * then the command is stopped.  Every transition is an event-log record. */
+ * then the command is stopped.  Advisory notices and the periodic timer
+ * (--interval) checkpoint the same way and training goes on.  After each
+ * commit, generations beyond the newest three are collected.  Every
+ * transition is an event-log record. */
 #ifndef SPOTD_ORCH_H
 #define SPOTD_ORCH_H
 
@@ -33,6 +36,7 @@ struct orch_opts {
     const char *store;             /* URL */
     const char *state_dir;         /* created when missing */
     uint64_t grace_ms, margin_ms;
+    uint64_t interval_ms;          /* periodic checkpoints; 0: none */
 };
 
 /* Returns NULL with the reason in err. */

@@ -340,6 +340,10 @@ static int cmd_run(int argc, char **argv)
         say("%s", err);
         goto out_config;
     }
+    if (config_str(&cfg, OPT_INTERVAL) && !config_str(&cfg, OPT_STORE)) {
+        say("--interval checkpoints need --job and --store");
+        goto out_config;
+    }
     if (!config_str(&cfg, OPT_JOB) != !config_str(&cfg, OPT_STORE)) {
         say("checkpoints need both --job and --store (%s is missing)",
             config_str(&cfg, OPT_JOB) ? "--store" : "--job");
@@ -425,6 +429,9 @@ static int cmd_run(int argc, char **argv)
                             .state_dir = state_dir,
                             .grace_ms = config_num(&cfg, OPT_GRACE),
                             .margin_ms = config_num(&cfg, OPT_NOTICE_MARGIN),
+                            .interval_ms = config_str(&cfg, OPT_INTERVAL)
+                                               ? config_num(&cfg, OPT_INTERVAL)
+                                               : 0,
                         },
                         err, sizeof(err));
         if (!orch) {

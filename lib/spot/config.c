@@ -72,7 +72,7 @@ const struct config_option config_options[OPT__COUNT] = {
                        "directory the trainer saves into and resumes from" },
     [OPT_STATE_DIR] = { "state_dir", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                         "spotd's own state: sockets, local store, figures" },
-    [OPT_INTERVAL] = { "interval", CONFIG_DURATION, NULL, NULL, 0, 0, false, LATER_ORCH,
+    [OPT_INTERVAL] = { "interval", CONFIG_DURATION, NULL, NULL, 0, 0, false, NULL,
                        "time between periodic checkpoints" },
     [OPT_RANK] = { "rank", CONFIG_UINT, NULL, NULL, 0, 65535, false, LATER_WORLD,
                    "this node's rank in the world" },

@@ -205,12 +205,16 @@ check "spotd run records the effective grace in its start record" \
     has '"grace":"20s"' "$T/set.events"
 
 # --- options of later issues: run refuses them, config shows them ---
+run_spotd run --rank 1 -- touch "$T/ran"
+usage_error "--rank: spotd run says not implemented yet" "rank" "not implemented yet"
+no_run "--rank: the command does not run"
+run_spotd config --rank 1
+expect_eq "--rank: spotd config still succeeds" 0 "$RC"
+check "--rank: spotd config shows it" grep -q '"rank":[[:space:]]*1' "$T/stdout"
+
 run_spotd run --interval 10m -- touch "$T/ran"
-usage_error "--interval: spotd run says not implemented yet" "interval" "not implemented yet"
-no_run "--interval: the command does not run"
-run_spotd config --interval 10m
-expect_eq "--interval: spotd config still succeeds" 0 "$RC"
-check "--interval: spotd config shows it" grep -q '"interval":[[:space:]]*"10m"' "$T/stdout"
+usage_error "--interval without a store: spotd run says what it needs" "--job and --store"
+no_run "--interval without a store: the command does not run"
 
 SPOTD_PEERS=a:1 run_spotd run -- true
 usage_error "SPOTD_PEERS: spotd run says not implemented yet" "peers" "SPOTD_PEERS" "not implemented yet"
@@ -274,7 +278,7 @@ check "spotd help: max_restarts --max-restarts SPOTD_MAX_RESTARTS" \
     grep -qE '^max_restarts +--max-restarts +SPOTD_MAX_RESTARTS ' "$T/stdout"
 check "spotd help: --config and SPOTD_CONFIG" grep -qE -- '--config +SPOTD_CONFIG' "$T/stdout"
 check "spotd help: later options say not implemented yet" \
-    grep -qE '^interval .*not implemented yet' "$T/stdout"
+    grep -qE '^rank .*not implemented yet' "$T/stdout"
 
 # Every option spelled as a flag and as a variable is accepted by config.
 bad=""

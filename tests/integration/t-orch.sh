@@ -44,3 +44,24 @@ expect_eq "orch: ... and is stopped (SIGTERM)" 143 "$RC"
 "$SPOTCTL" ls --json --store "file://$T/store" --job j >"$T/ls" 2>&1
 expect_eq "orch: ... and no generation is added" 1 \
     "$(tr '}' '\n' <"$T/ls" | grep -c '"state":"committed"')"
+
+# Periodic checkpoints (--interval) while training goes on, deduplicated
+# against each other, and the run still ends with the same hash.
+run_spotd run --cloud none --job p --store "file://$T/store" --state-dir "$T/node4" \
+    --interval 1s --events "$T/ev4" -- "$TRAINER" 4000 2
+expect_eq "orch periodic: the run finishes" 0 "$RC"
+n=$(ev "$T/ev4" commit | wc -l)
+expect_ge "orch periodic: generations were committed while it trained" 2 "$n"
+expect_eq "orch periodic: ... with the uninterrupted run's hash" \
+    "$("$TRAINER" 4000 2 | tail -n 1)" "$(tail -n 1 "$T/stdout")"
+"$SPOTCTL" ls --json --store "file://$T/store" --job p >"$T/ls" 2>&1
+check "orch periodic: their reason is periodic" grep -q '"reason":"periodic"' "$T/ls"
+check "orch periodic: retention keeps at most 3 committed generations" \
+    test "$(tr '}' '\n' <"$T/ls" | grep -c '"state":"committed"')" -le 3
+
+# An advisory notice (rebalance): a checkpoint, and training goes on.
+run_spotd run --cloud none --job a --store "file://$T/store" --state-dir "$T/node5" \
+    --drill-after 1s:rebalance --events "$T/ev5" -- "$TRAINER" 3000 2
+expect_eq "orch advisory: the command is not stopped" 0 "$RC"
+expect_eq "orch advisory: one checkpoint committed" 1 "$(ev "$T/ev5" commit | wc -l)"
+check "orch advisory: no stop" bash -c "! grep -q '\"event\":\"stop\"' '$T/ev5'"

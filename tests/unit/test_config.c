@@ -198,10 +198,10 @@ TEST(config_later)
 
     config_init(&c);
     CHECK_INT(config_check_implemented(&c, err, sizeof(err)), 0);
-    CHECK_INT(config_set(&c, OPT_INTERVAL, "10m", CONFIG_FLAG, "--interval", err, sizeof(err)), 0);
+    CHECK_INT(config_set(&c, OPT_PEERS, "a:1", CONFIG_FLAG, "--peers", err, sizeof(err)), 0);
     CHECK_INT(config_check_implemented(&c, err, sizeof(err)), -ENOTSUP);
-    CHECK_HAS(err, "option interval (from --interval) is not implemented yet");
-    CHECK_INT(config_set(&c, OPT_INTERVAL, NULL, CONFIG_DEFAULT, "default", err, sizeof(err)), 0);
+    CHECK_HAS(err, "option peers (from --peers) is not implemented yet");
+    CHECK_INT(config_set(&c, OPT_PEERS, NULL, CONFIG_DEFAULT, "default", err, sizeof(err)), 0);
     /* Implemented since the orchestrator: no longer refused. */
     CHECK_INT(config_set(&c, OPT_STORE, "s3://b/p", CONFIG_FLAG, "--store", err, sizeof(err)), 0);
     CHECK_INT(config_check_implemented(&c, err, sizeof(err)), 0);
