@@ -240,12 +240,13 @@ static void begin_checkpoint(struct orch *r, const struct notice *n)
 
     r->gen = r->newest_gen + 1;
     r->terminating = n && n->terminating;
-    r->why = n ? "notice" : "periodic";
     if (n)
         snprintf(r->reason, sizeof(r->reason), "notice: %s %s", n->source,
                  notice_kind_name(n->kind));
     else
-        snprintf(r->reason, sizeof(r->reason), "periodic");
+        snprintf(r->reason, sizeof(r->reason), "%s", r->why);
+    if (n)
+        r->why = "notice";
     snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
              (unsigned long long)r->gen);
     r->t_begin = now_ms();
@@ -287,8 +288,21 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct orch *r = arg;
 
-    if (r->state == IDLE && control_workers(r->control) > 0)
+    if (r->state == IDLE && control_workers(r->control) > 0) {
+        r->why = "periodic";
         begin_checkpoint(r, NULL);
+    }
+}
+
+/* A trainer called ckpt_request_save(). */
+static void on_request(void *arg)
+{
+    struct orch *r = arg;
+
+    if (r->state == IDLE) {
+        r->why = "request";
+        begin_checkpoint(r, NULL);
+    }
 }
 
 /* ---- resume --------------------------------------------------------------- */
@@ -300,6 +314,8 @@ static void run_command(struct orch *r)
         .resume_dir = r->resume_dir[0] ? r->resume_dir : NULL,
         .resume_step = r->resume_step,
         .resume_gen = r->resume_gen,
+        .on_request = on_request,
+        .arg = r,
     };
     char path[4200], err[512], num[32];
 

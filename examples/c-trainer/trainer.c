@@ -9,7 +9,9 @@
  *
  * Under spotd (SPOT_SOCKET set): it resumes from ckpt_resume_dir(), saves
  * when ckpt_step() says SAVE (state.bin and step, written then fsync'ed),
- * and exits 75 (EX_TEMPFAIL: preempted, state saved) on STOP. */
+ * and exits 75 (EX_TEMPFAIL: preempted, state saved) on STOP.  With
+ * TRAINER_REQUEST_AT=N it asks for a checkpoint itself at step N
+ * (ckpt_request_save()), as a trainer on its own schedule would. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -108,7 +110,7 @@ static int load(const char *dir)
 
 int main(int argc, char **argv)
 {
-    long long steps = argc > 1 ? atoll(argv[1]) : 0, step = 0;
+    long long steps = argc > 1 ? atoll(argv[1]) : 0, step = 0, request_at = -1;
     long mib = argc > 2 ? atol(argv[2]) : 4;
     struct ckpt *c;
     int r;
@@ -124,6 +126,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "trainer: libckpt: %s\n", ckpt_strerror(r));
         return 1;
     }
+    if (getenv("TRAINER_REQUEST_AT"))
+        request_at = atoll(getenv("TRAINER_REQUEST_AT"));
     init();
     if (ckpt_resume_dir(c)) {
         if (load(ckpt_resume_dir(c)) < 0) {
@@ -153,6 +157,8 @@ int main(int argc, char **argv)
         }
         if (a < 0 && a != CKPT_E_CLOSED)
             fprintf(stderr, "trainer: libckpt: %s\n", ckpt_strerror(a));
+        if (step == request_at && (r = ckpt_request_save(c)) < 0)
+            fprintf(stderr, "trainer: libckpt: %s\n", ckpt_strerror(r));
         train(step);
     }
     printf("done %lld hash %016" PRIx64 "\n", steps, hash());

@@ -65,3 +65,11 @@ run_spotd run --cloud none --job a --store "file://$T/store" --state-dir "$T/nod
 expect_eq "orch advisory: the command is not stopped" 0 "$RC"
 expect_eq "orch advisory: one checkpoint committed" 1 "$(ev "$T/ev5" commit | wc -l)"
 check "orch advisory: no stop" bash -c "! grep -q '\"event\":\"stop\"' '$T/ev5'"
+
+# A trainer asks for a checkpoint on its own schedule (ckpt_request_save).
+TRAINER_REQUEST_AT=500 run_spotd run --cloud none --job r --store "file://$T/store" \
+    --state-dir "$T/node6" --events "$T/ev6" -- "$TRAINER" 3000 2
+expect_eq "orch request: the run finishes" 0 "$RC"
+expect_eq "orch request: the trainer's request made one checkpoint" 1 "$(ev "$T/ev6" commit | wc -l)"
+"$SPOTCTL" ls --json --store "file://$T/store" --job r >"$T/ls" 2>&1
+check "orch request: its reason is request" grep -q '"reason":"request"' "$T/ls"
