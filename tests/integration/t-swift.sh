@@ -105,9 +105,11 @@ pids=$(cat "$D"/run/*.pid)
 "$SW" stop "$D" >"$T/stop.out" 2>&1
 expect_eq "swift: stop exits 0" 0 "$?"
 # Gone, or a zombie until init reaps it: the servers were the children of
-# the start command, which has exited.
+# the start command, which has exited.  A process that stop saw leave may
+# still be in the kernel's exit path for a moment on a loaded machine
+# (its command line already gone): give that a few seconds.
 # shellcheck disable=SC2086
-check "swift: every server is gone" gone $pids
+check "swift: every server is gone" wait_for 5 gone $pids
 check "swift: no process of this test remains" none_left
 code=$(curl -s --max-time 2 -o /dev/null -w '%{http_code}' "$S3_ENDPOINT/healthcheck")
 expect_eq "swift: nothing answers on the port any more" 000 "$code"
