@@ -25,6 +25,7 @@
 
 #include "libckpt/jsonl.h"
 #include "spot/log.h"
+#include "spot/notice.h"
 
 #define WORKERS_MAX 256
 
@@ -60,14 +61,6 @@ struct control {
     control_saved_fn done;
     void *arg;
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void end_checkpoint(struct control *c, int err, int64_t step, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -395,7 +388,7 @@ int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t
             asked++;
     }
     if (deadline_ms > 0) {
-        int64_t left = deadline_ms - now_ms();
+        int64_t left = deadline_ms - notice_now_ms();
         struct timeval tv = { .tv_sec = left > 0 ? left / 1000 : 0,
                               .tv_usec = left > 0 ? (left % 1000) * 1000 : 0 };
         evtimer_add(c->timer, &tv);

@@ -53,14 +53,6 @@ struct orch {
 /* Time a trainer has to exit on its own after it was told to stop. */
 #define DRAIN_MS 10000
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void set_state(struct orch *r, enum state s)
 {
     r->state = s;
@@ -143,7 +135,7 @@ static void on_collected(void *arg, int err, const char *msg, const struct snap_
 static void on_committed(void *arg, int err, const char *msg)
 {
     struct orch *r = arg;
-    int64_t now = now_ms();
+    int64_t now = notice_now_ms();
     cJSON *e;
 
     if (err) {
@@ -182,7 +174,7 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
         return;
     }
     r->saved = *s;
-    r->t_uploaded = now_ms();
+    r->t_uploaded = notice_now_ms();
     e = log_event_new("upload_done");
     cJSON_AddNumberToObject(e, "gen", (double)r->gen);
     cJSON_AddNumberToObject(e, "bytes", (double)s->bytes);
@@ -200,7 +192,7 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     c.world_size = 1;
     snprintf(c.reason, sizeof(c.reason), "%s", r->why);
     snprintf(c.method, sizeof(c.method), "app");
-    c.created_ms = now_ms();
+    c.created_ms = notice_now_ms();
     snprintf(c.version, sizeof(c.version), "%s", SPOT_VERSION);
     memcpy(rank.sha256, s->sha256, sizeof(rank.sha256));
     rank.bytes = s->bytes;
@@ -219,7 +211,7 @@ static void on_trainers_saved(void *arg, int err, const char *msg, int64_t step)
         return;
     }
     r->step = step;
-    r->t_saved = now_ms();
+    r->t_saved = notice_now_ms();
     e = log_event_new("checkpoint_saved");
     cJSON_AddNumberToObject(e, "gen", (double)r->gen);
     cJSON_AddNumberToObject(e, "step", (double)step);
@@ -249,7 +241,7 @@ static void begin_checkpoint(struct orch *r, const struct notice *n)
         r->why = "notice";
     snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
              (unsigned long long)r->gen);
-    r->t_begin = now_ms();
+    r->t_begin = notice_now_ms();
     e = log_event_new("checkpoint_begin");
     cJSON_AddNumberToObject(e, "gen", (double)r->gen);
     cJSON_AddStringToObject(e, "reason", r->reason);
