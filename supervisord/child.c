@@ -60,12 +60,14 @@ struct child {
     enum child_state state;
     enum kill_phase phase;
     bool stopping;                /* a stop was asked: never restart */
+    bool held;                    /* no restart: it was asked to finish (child_hold) */
     uint64_t grace_ms;            /* of the stop under way */
     uint64_t kill_at_ms;          /* monotonic time of SIGKILL in PHASE_GRACE */
     pid_t pid;                    /* the command, 0 when not running */
     pid_t pgid;                   /* its group, kept after it exits */
     int status;                   /* last wait status of the command */
     int exit_code;
+    int exit_override;            /* spotd's exit code instead of the command's, or -1 */
     unsigned restarts;
     uint64_t backoff_ms;          /* next restart delay */
     uint64_t started_ms;          /* monotonic */
@@ -76,6 +78,12 @@ struct child {
     struct event *sigchld_ev;
     struct event *kill_timer;     /* grace, then give-up */
     struct event *backoff_timer;
+    /* Other children of spotd whose end someone waits for (hooks). */
+    struct {
+        pid_t pid;
+        child_reaped_fn fn;
+        void *arg;
+    } watched[CHILD_WATCH_MAX];
 };
 
 static uint64_t now_ms(void)
@@ -136,6 +144,10 @@ static void done(struct child *c, const char *reason)
     cJSON *e = log_event_new("exit");
 
     c->state = CHILD_DONE;
+    if (c->exit_override >= 0) {
+        cJSON_AddNumberToObject(e, "command_code", c->exit_code);
+        c->exit_code = c->exit_override;
+    }
     cJSON_AddNumberToObject(e, "code", c->exit_code);
     cJSON_AddStringToObject(e, "reason", reason);
     cJSON_AddNumberToObject(e, "restarts", c->restarts);
@@ -155,7 +167,7 @@ static void finish(struct child *c)
     c->phase = PHASE_NONE;
     c->exit_code = status_to_code(c->status);
 
-    if (c->stopping)
+    if (c->stopping || c->held)
         return done(c, "stopped");
     if (c->opts.restart == RESTART_NEVER)
         return done(c, "exited");
@@ -222,6 +234,39 @@ static void main_exited(struct child *c, int status)
     arm(c->kill_timer, c->grace_ms);
 }
 
+/* pid was a watched child: tell its watcher.  Returns whether it was. */
+static bool reaped_watched(struct child *c, pid_t pid, int status)
+{
+    for (size_t i = 0; i < CHILD_WATCH_MAX; i++) {
+        if (c->watched[i].pid != pid)
+            continue;
+        c->watched[i].pid = 0;
+        c->watched[i].fn(c->watched[i].arg, status);
+        return true;
+    }
+    return false;
+}
+
+int child_watch(struct child *c, pid_t pid, child_reaped_fn fn, void *arg)
+{
+    for (size_t i = 0; i < CHILD_WATCH_MAX; i++) {
+        if (c->watched[i].pid)
+            continue;
+        c->watched[i].pid = pid;
+        c->watched[i].fn = fn;
+        c->watched[i].arg = arg;
+        return 0;
+    }
+    return -ENOSPC;
+}
+
+void child_unwatch(struct child *c, pid_t pid)
+{
+    for (size_t i = 0; i < CHILD_WATCH_MAX; i++)
+        if (c->watched[i].pid == pid)
+            c->watched[i].pid = 0;
+}
+
 static void on_sigchld(evutil_socket_t sig, short what, void *arg)
 {
     struct child *c = arg;
@@ -233,10 +278,13 @@ static void on_sigchld(evutil_socket_t sig, short what, void *arg)
             continue;
         if (pid <= 0)
             break;
-        if (pid == c->pid)
+        if (pid == c->pid) {
             main_exited(c, status);
-        else
-            log_msg(LOGL_DEBUG, "reaped pid %d (code %d)", (int)pid, status_to_code(status));
+            continue;
+        }
+        if (reaped_watched(c, pid, status))
+            continue;
+        log_msg(LOGL_DEBUG, "reaped pid %d (code %d)", (int)pid, status_to_code(status));
     }
     if (c->state == CHILD_DRAINING && !group_alive(c))
         finish(c);
@@ -327,9 +375,14 @@ static void on_signal(evutil_socket_t fd, short what, void *arg)
         c->opts.on_notice_signal(c->opts.arg, sig);
 }
 
+void child_set_exit_code(struct child *c, int code)
+{
+    c->exit_override = code;
+}
+
 void child_hold(struct child *c)
 {
-    c->stopping = true;
+    c->held = true;
 }
 
 void child_stop(struct child *c, const char *reason, uint64_t grace_ms)
@@ -531,6 +584,7 @@ struct child *child_new(struct event_base *base, const struct child_opts *opts,
     while (opts->argv[c->argc])
         c->argc++;
     c->backoff_ms = CHILD_BACKOFF_MIN_MS;
+    c->exit_override = -1;
     for (size_t i = 0; i < N_FORWARDED; i++) {
         c->sig_ev[i] = evsignal_new(base, forwarded[i], on_signal, c);
         if (!c->sig_ev[i] || evsignal_add(c->sig_ev[i], NULL) < 0)
@@ -577,4 +631,87 @@ struct child *child_free(struct child *c)
         event_free(c->backoff_timer);
     free(c);
     return NULL;
+}
+
+/* Is pid a training launcher whose children are the workers (torchrun,
+ * python -m torch.distributed.run, deepspeed, accelerate launch)?  Such a
+ * launcher dies of signals it does not expect (../docs/methods.md). */
+static bool is_launcher(pid_t pid)
+{
+    static const char *const names[] = { "torchrun", "torch.distributed.run",
+                                         "torch.distributed.launch", "deepspeed",
+                                         "accelerate" };
+    char path[64], buf[4096];
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    /* The first three arguments: the interpreter, "-m" and a module, or
+     * the script. */
+    buf[n] = '\0';
+    for (char *arg = buf; arg < buf + n; arg += strlen(arg) + 1) {
+        const char *base = strrchr(arg, '/') ? strrchr(arg, '/') + 1 : arg;
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+            if (strcmp(base, names[i]) == 0)
+                return true;
+        if (arg - buf > 256)
+            break;
+    }
+    return false;
+}
+
+/* The children of pid, from /proc/PID/task/PID/children.  Returns how many
+ * were written into pids. */
+static size_t children_of(pid_t pid, pid_t *pids, size_t max)
+{
+    char path[64], buf[4096], *p, *end;
+    size_t n = 0;
+    ssize_t len;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    len = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (len <= 0)
+        return 0;
+    buf[len] = '\0';
+    for (p = buf; n < max; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (v > 0)
+            pids[n++] = (pid_t)v;
+    }
+    return n;
+}
+
+int child_signal_workers(struct child *c, int sig)
+{
+    pid_t pids[256];
+    size_t n;
+
+    if (c->state != CHILD_RUNNING || c->pid <= 0)
+        return -ESRCH;
+    if (!is_launcher(c->pid)) {
+        signal_group(c, sig);
+        return 1;
+    }
+    n = children_of(c->pid, pids, sizeof(pids) / sizeof(pids[0]));
+    for (size_t i = 0; i < n; i++)
+        if (kill(pids[i], sig) < 0 && errno != ESRCH)
+            log_msg(LOGL_WARN, "cannot send SIG%s to worker pid %d: %s", signame(sig),
+                    (int)pids[i], strerror(errno));
+    log_msg(LOGL_INFO, "SIG%s sent to the %zu workers of launcher pid %d", signame(sig), n,
+            (int)c->pid);
+    return n ? (int)n : -ESRCH;
 }

@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "spot/config.h"
 
@@ -55,6 +56,24 @@ void child_stop(struct child *c, const char *reason, uint64_t grace_ms);
  * means (the orchestrator's stop over the control socket).  No signal is
  * sent. */
 void child_hold(struct child *c);
+
+/* spotd ends with code, whatever the command's (which the exit event
+ * keeps as command_code); -1 undoes it. */
+void child_set_exit_code(struct child *c, int code);
+
+/* Send sig to the command's workers: the children of a launcher
+ * (torchrun and the like, which die of signals they do not handle), else
+ * the command's whole group.  Returns how many were signalled, or -ESRCH
+ * when the command is not running. */
+int child_signal_workers(struct child *c, int sig);
+
+/* Other processes spotd starts (hooks) are reaped here too: fn gets the
+ * wait status of pid when it ends.  At most CHILD_WATCH_MAX at a time;
+ * -ENOSPC beyond. */
+#define CHILD_WATCH_MAX 8
+typedef void (*child_reaped_fn)(void *arg, int status);
+int child_watch(struct child *c, pid_t pid, child_reaped_fn fn, void *arg);
+void child_unwatch(struct child *c, pid_t pid);
 
 /* The command's exit code (128 + n when killed by signal n, 126/127 when it
  * could not be executed), valid once the loop has ended. */

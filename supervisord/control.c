@@ -53,6 +53,10 @@ struct control {
     struct event *lev, *timer;
     struct worker *w[WORKERS_MAX];
     unsigned n;
+    unsigned peak;                 /* most workers connected at once */
+    int64_t last_step;             /* highest step reported */
+    int64_t resume_step;
+    uint64_t resume_gen;
     /* the checkpoint under way */
     enum phase phase;
     long long id;
@@ -147,10 +151,26 @@ static void start_save(struct control *c)
     }
 }
 
+/* Workers a checkpoint needs: --local-workers (or LOCAL_WORLD_SIZE), else
+ * as many as were ever connected at once. */
+static unsigned expected(const struct control *c)
+{
+    return c->o.expect ? c->o.expect : c->peak;
+}
+
+static unsigned in_checkpoint(const struct control *c)
+{
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < c->n; i++)
+        n += c->w[i]->in_ck;
+    return n;
+}
+
 static void check_progress(struct control *c)
 {
     long long step = -1;
-    bool all = true;
+    bool all = in_checkpoint(c) >= expected(c) && in_checkpoint(c) > 0;
 
     for (unsigned i = 0; i < c->n; i++) {
         struct worker *w = c->w[i];
@@ -183,6 +203,17 @@ static int handle(struct worker *w, const struct jsonl_msg *m)
 
     if (!type || !v || v->type != JSONL_INT || v->num != 1)
         return -1;
+    if (!w->hello && strcmp(type, "command") == 0) {
+        const struct jsonl_value *cmd = jsonl_get(m, "cmd");
+        char reply[JSONL_LINE_MAX];
+
+        if (!cmd || cmd->type != JSONL_STRING || !c->o.on_command)
+            return -1;
+        c->o.on_command(c->o.arg, cmd->str, m, reply, sizeof(reply) - 1);
+        strcat(reply, "\n");
+        send(w->fd, reply, strlen(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
+        return -1; /* one command per connection */
+    }
     if (!w->hello) {
         const struct jsonl_value *pid = jsonl_get(m, "pid"), *rank = jsonl_get(m, "local_rank");
         char dir[4096];
@@ -194,7 +225,9 @@ static int handle(struct worker *w, const struct jsonl_msg *m)
         w->hello = true;
         w->pid = pid->num;
         w->local_rank = rank->num;
-        if (c->resume_dir) {
+        if (c->resume_dir && c->o.flat) {
+            resume = c->resume_dir;
+        } else if (c->resume_dir) {
             worker_dir(w, c->resume_dir, dir, sizeof(dir));
             resume = dir;
         }
@@ -202,8 +235,8 @@ static int handle(struct worker *w, const struct jsonl_msg *m)
             struct jsonl_kv kv[] = {
                 JSONL_STR("type", "welcome"),
                 JSONL_STR("resume_dir", resume),
-                JSONL_INT("resume_step", c->o.resume_step),
-                JSONL_INT("gen", (long long)c->o.resume_gen),
+                JSONL_INT("resume_step", c->resume_step),
+                JSONL_INT("gen", (long long)c->resume_gen),
             };
 
             if (!resume)
@@ -212,6 +245,17 @@ static int handle(struct worker *w, const struct jsonl_msg *m)
                 return -1;
         }
         log_msg(LOGL_INFO, "trainer pid %lld (local rank %lld) connected", w->pid, w->local_rank);
+        if (control_workers(c) > c->peak)
+            c->peak = control_workers(c);
+        /* A worker that comes while the others are asked for their step
+         * takes part in the checkpoint. */
+        if (c->phase == QUERY) {
+            struct jsonl_kv q[] = { JSONL_STR("type", "query"), JSONL_INT("id", c->id) };
+            w->in_ck = true;
+            w->answered = w->saved = false;
+            if (send_kv(w, q, 2) < 0)
+                return -1;
+        }
         return 0;
     }
     if (strcmp(type, "request") == 0) {
@@ -227,6 +271,8 @@ static int handle(struct worker *w, const struct jsonl_msg *m)
         if (!step || step->type != JSONL_INT || step->num < 0)
             return -1;
         /* Answers to a checkpoint that was given up are ignored. */
+        if (step->num > c->last_step)
+            c->last_step = step->num;
         if (c->phase == IDLE || id->num != c->id || !w->in_ck)
             return 0;
         w->step = step->num;
@@ -356,6 +402,13 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
             return;
         }
     }
+    if (c->n && in_checkpoint(c) < expected(c)) {
+        end_checkpoint(c, -ETIMEDOUT, -1, "only %u of the %u local workers took part (%s): "
+                       "one did not connect, or died; check --local-workers", in_checkpoint(c),
+                       expected(c), c->o.expect ? "--local-workers or LOCAL_WORLD_SIZE"
+                                                : "as many as were connected before");
+        return;
+    }
     end_checkpoint(c, c->n ? -ETIMEDOUT : -ENOTCONN, -1, "%s",
                    c->n ? "the deadline passed"
                         : "no trainer is connected to the control socket: is it linked with "
@@ -393,7 +446,7 @@ int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t
                               .tv_usec = left > 0 ? (left % 1000) * 1000 : 0 };
         evtimer_add(c->timer, &tv);
     }
-    if (asked == 0) {
+    if (asked == 0 && expected(c) == 0) {
         /* Reported from the loop all the same: a zero-delay deadline. */
         struct timeval now = { 0, 0 };
         evtimer_add(c->timer, &now);
@@ -408,6 +461,24 @@ void control_stop(struct control *c, const char *reason)
     for (unsigned i = 0; i < c->n; i++)
         if (c->w[i]->hello)
             send_kv(c->w[i], kv, 2);
+}
+
+int control_set_resume(struct control *c, const char *dir, int64_t step, uint64_t gen)
+{
+    char *copy = dir ? strdup(dir) : NULL;
+
+    if (dir && !copy)
+        return -ENOMEM;
+    free(c->resume_dir);
+    c->resume_dir = copy;
+    c->resume_step = step;
+    c->resume_gen = gen;
+    return 0;
+}
+
+int64_t control_step(const struct control *c)
+{
+    return c->last_step;
 }
 
 unsigned control_workers(const struct control *c)
@@ -436,6 +507,9 @@ struct control *control_new(const struct control_opts *o, char *err, size_t errl
     c->base = o->base;
     c->o = *o;
     c->lfd = -1;
+    c->last_step = -1;
+    c->resume_step = o->resume_step;
+    c->resume_gen = o->resume_gen;
     c->path = strdup(o->path);
     c->resume_dir = o->resume_dir ? strdup(o->resume_dir) : NULL;
     c->timer = evtimer_new(o->base, on_deadline, c);

@@ -12,11 +12,13 @@
 #ifndef SPOTD_CONTROL_H
 #define SPOTD_CONTROL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 struct event_base;
 struct control;
+struct jsonl_msg;
 
 struct control_opts {
     struct event_base *base;
@@ -25,7 +27,15 @@ struct control_opts {
                                       worker resumes from resume_dir/w<rank> */
     int64_t resume_step;
     uint64_t resume_gen;
+    bool flat;                     /* resume_dir is the files themselves, not one
+                                      w<rank> folder per worker (signal, dir) */
+    unsigned expect;               /* local workers a checkpoint needs; 0: as many as
+                                      were ever connected at once */
     void (*on_request)(void *arg); /* a trainer asked for a checkpoint */
+    /* A command from spotctl ({"type":"command","cmd":...}): write the
+     * answer, one JSON object without the newline, into reply. */
+    void (*on_command)(void *arg, const char *cmd, const struct jsonl_msg *m, char *reply,
+                       size_t len);
     void *arg;
 };
 
@@ -45,6 +55,13 @@ unsigned control_workers(const struct control *c);
  * way.  Returns 0 when started; done comes later, on the loop. */
 int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t deadline_ms,
                        control_saved_fn done, void *arg);
+
+/* What a worker that connects from now on resumes from (after a commit,
+ * for a command restarted after a crash).  dir NULL: a fresh start. */
+int control_set_resume(struct control *c, const char *dir, int64_t step, uint64_t gen);
+
+/* The highest step a worker has reported, -1 before any. */
+int64_t control_step(const struct control *c);
 
 /* Tell every worker to stop (ckpt_step() returns STOP). */
 void control_stop(struct control *c, const char *reason);

@@ -1,9 +1,12 @@
-/* orch: resume at start, checkpoint at a terminating notice (see orch.h). */
+/* orch: resume at start, checkpoints at every trigger (see orch.h). */
 #include "orch.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +16,11 @@
 
 #include "child.h"
 #include "control.h"
+#include "hooks.h"
+#include "libckpt/jsonl.h"
+#include "method.h"
 #include "spot/log.h"
+#include "spot/parse.h"
 #include "spot/pool.h"
 #include "spot/snap.h"
 #include "spot/store.h"
@@ -23,38 +30,55 @@ enum state { RESUMING, IDLE, SAVING, UPLOADING, COMMITTING, DRAINING };
 static const char *const state_name[] = { "resuming", "idle", "saving", "uploading",
                                           "committing", "draining" };
 
+/* Without a notice's deadline, how long a trainer may take to save. */
+#define SAVE_LIMIT_MS (30 * 60 * 1000)
+/* The figures file's size cap. */
+#define FIGURES_MAX 4096
+
+/* What the last checkpoints measured, for the next notice's plan. */
+struct figures {
+    int64_t save_ms, upload_ms, commit_ms;
+    uint64_t bytes, bytes_sent;
+    int64_t step, at_ms;           /* of the last commit */
+    int64_t prev_step, prev_at_ms; /* of the one before */
+};
+
 struct orch {
     struct orch_opts o;
     char *job, *store_url, *state_dir;
+    const struct method_ops *mops;
+    struct method *method;
     struct pool *pool;
     struct store *store;
     struct snap *snap;
     struct control *control;
+    struct hooks *hooks;
     enum state state;
     uint64_t newest_gen;           /* the highest generation number seen */
-    uint64_t resume_gen;
+    uint64_t resume_gen;           /* the newest committed: what a restart resumes from */
     int64_t resume_step;
     char resume_dir[4096];
+    struct figures fig;
+    char last_notice[256];
     /* the checkpoint under way */
     uint64_t gen;
     int64_t step;
-    char dir[4096];
+    char dir[4096];                /* where the method put its files */
     char reason[160];
+    const char *why;               /* "notice", "periodic", "request", "manual", "dir" */
     bool terminating;
+    int64_t deadline_ms;
     int64_t t_begin, t_saved, t_uploaded;
     struct snap_counters counters;
     struct snap_saved saved;
-    bool preempted_saved;
-    struct event *drain;           /* stops the command if it does not finish */
+    int exit_code;
     struct event *tick;            /* periodic checkpoints */
-    const char *why;               /* "notice", "periodic" */
 };
-
-/* Time a trainer has to exit on its own after it was told to stop. */
-#define DRAIN_MS 10000
 
 static void set_state(struct orch *r, enum state s)
 {
+    if (r->state != s)
+        log_msg(LOGL_DEBUG, "orchestrator: %s -> %s", state_name[r->state], state_name[s]);
     r->state = s;
 }
 
@@ -78,13 +102,165 @@ static int make_dirs(const char *path)
     return 0;
 }
 
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    if (remove(path) < 0 && errno != ENOENT)
+        log_msg(LOGL_WARN, "cannot remove '%s': %s", path, strerror(errno));
+    return 0;
+}
+
+/* rm -rf path */
+static void remove_tree(const char *path)
+{
+    nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Remove the entries "gen-*" of STATE/sub except keep (a path or NULL). */
+static void prune_local(struct orch *r, const char *sub, const char *keep)
+{
+    char dir[4200], path[4500];
+    struct dirent *d;
+    DIR *dp;
+
+    snprintf(dir, sizeof(dir), "%s/%s", r->state_dir, sub);
+    if (!(dp = opendir(dir)))
+        return;
+    while ((d = readdir(dp))) {
+        if (strncmp(d->d_name, "gen-", 4) != 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
+        if (!keep || strcmp(path, keep) != 0)
+            remove_tree(path);
+    }
+    closedir(dp);
+}
+
+/* ---- figures: what the last checkpoints measured ------------------------- */
+
+static void figures_path(const struct orch *r, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/figures.json", r->state_dir);
+}
+
+static int64_t json_i64(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 9e15
+               ? (int64_t)v->valuedouble
+               : -1;
+}
+
+/* Read STATE/figures.json when there is one; anything odd in it is
+ * ignored (the figures are a prediction, never a decision on their own). */
+static void figures_load(struct orch *r)
+{
+    char path[4200], buf[FIGURES_MAX + 1];
+    struct figures f;
+    cJSON *o;
+    ssize_t n;
+    int fd;
+
+    figures_path(r, path, sizeof(path));
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return;
+    n = read(fd, buf, FIGURES_MAX);
+    close(fd);
+    if (n <= 0 || n == FIGURES_MAX)
+        return;
+    buf[n] = '\0';
+    if (!(o = cJSON_Parse(buf)))
+        return;
+    f = (struct figures){
+        .save_ms = json_i64(o, "save_ms"),
+        .upload_ms = json_i64(o, "upload_ms"),
+        .commit_ms = json_i64(o, "commit_ms"),
+        .bytes = (uint64_t)json_i64(o, "bytes"),
+        .bytes_sent = (uint64_t)json_i64(o, "bytes_sent"),
+        .step = json_i64(o, "step"),
+        .at_ms = json_i64(o, "at_ms"),
+        .prev_step = json_i64(o, "prev_step"),
+        .prev_at_ms = json_i64(o, "prev_at_ms"),
+    };
+    cJSON_Delete(o);
+    if (f.save_ms >= 0 && f.upload_ms >= 0 && f.commit_ms >= 0)
+        r->fig = f;
+}
+
+static void figures_save(struct orch *r)
+{
+    char path[4200], tmp[4300], *text;
+    cJSON *o = cJSON_CreateObject();
+    FILE *f;
+
+    if (!o)
+        return;
+    cJSON_AddNumberToObject(o, "save_ms", (double)r->fig.save_ms);
+    cJSON_AddNumberToObject(o, "upload_ms", (double)r->fig.upload_ms);
+    cJSON_AddNumberToObject(o, "commit_ms", (double)r->fig.commit_ms);
+    cJSON_AddNumberToObject(o, "bytes", (double)r->fig.bytes);
+    cJSON_AddNumberToObject(o, "bytes_sent", (double)r->fig.bytes_sent);
+    cJSON_AddNumberToObject(o, "step", (double)r->fig.step);
+    cJSON_AddNumberToObject(o, "at_ms", (double)r->fig.at_ms);
+    cJSON_AddNumberToObject(o, "prev_step", (double)r->fig.prev_step);
+    cJSON_AddNumberToObject(o, "prev_at_ms", (double)r->fig.prev_at_ms);
+    text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text)
+        return;
+    figures_path(r, path, sizeof(path));
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    if ((f = fopen(tmp, "we"))) {
+        bool ok = fprintf(f, "%s\n", text) > 0;
+        if (fclose(f) == 0 && ok)
+            rename(tmp, path);
+    }
+    free(text);
+}
+
+/* Steps per second between the last two commits, 0 when unknown. */
+static double steps_per_s(const struct orch *r)
+{
+    const struct figures *f = &r->fig;
+
+    if (f->prev_at_ms <= 0 || f->at_ms <= f->prev_at_ms || f->step <= f->prev_step ||
+        f->prev_step < 0)
+        return 0;
+    return (double)(f->step - f->prev_step) * 1000.0 / (double)(f->at_ms - f->prev_at_ms);
+}
+
 /* ---- the checkpoint ------------------------------------------------------- */
 
-static void on_drain(evutil_socket_t fd, short what, void *arg);
-static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g);
+static void hook_env_now(const struct orch *r, struct hook_env *e, const char *result)
+{
+    *e = (struct hook_env){
+        .job = r->job,
+        .dir = r->dir[0] ? r->dir : NULL,
+        .reason = r->reason,
+        .result = result,
+        .gen = r->gen,
+        .step = r->step,
+        .deadline_ms = r->deadline_ms,
+    };
+}
+
+/* After a terminating notice: the method's stop when the checkpoint was
+ * saved, else the stop sequence at once. */
+static void stop_command(struct orch *r, bool saved)
+{
+    set_state(r, DRAINING);
+    if (!saved) {
+        child_stop(r->o.child, r->reason, r->o.grace_ms);
+        return;
+    }
+    r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
+    child_set_exit_code(r->o.child, ORCH_EXIT_PREEMPTED_SAVED);
+    r->mops->stop(r->method, r->reason, r->o.grace_ms);
+}
 
 static void finish_checkpoint(struct orch *r, int err, const char *msg)
 {
+    struct hook_env he;
     cJSON *e;
 
     if (err) {
@@ -96,31 +272,11 @@ static void finish_checkpoint(struct orch *r, int err, const char *msg)
                   "%llu stays the newest", (unsigned long long)r->gen, state_name[r->state], msg,
                   (unsigned long long)r->resume_gen);
     }
+    hook_env_now(r, &he, err ? "failed" : "committed");
+    hooks_run(r->hooks, "post-checkpoint", &he, NULL, NULL);
     set_state(r, IDLE);
-    if (!r->terminating)
-        return;
-    set_state(r, DRAINING);
-    r->preempted_saved = err == 0;
-    if (err) {
-        /* Nothing more to save: the stop sequence now. */
-        child_stop(r->o.child, r->reason, r->o.grace_ms);
-        return;
-    }
-    /* Saved: the trainers are told to stop and exit on their own; the
-     * stop sequence follows if they do not. */
-    control_stop(r->control, r->reason);
-    child_hold(r->o.child);
-    {
-        struct timeval tv = { DRAIN_MS / 1000, (DRAIN_MS % 1000) * 1000 };
-        evtimer_add(r->drain, &tv);
-    }
-}
-
-static void on_drain(evutil_socket_t fd, short what, void *arg)
-{
-    struct orch *r = arg;
-
-    child_stop(r->o.child, r->reason, r->o.grace_ms);
+    if (r->terminating)
+        stop_command(r, err == 0);
 }
 
 static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g)
@@ -130,6 +286,31 @@ static void on_collected(void *arg, int err, const char *msg, const struct snap_
     else if (g->gens_deleted || g->chunks_deleted)
         log_msg(LOGL_INFO, "garbage collection: %llu generations and %llu chunks deleted",
                 (unsigned long long)g->gens_deleted, (unsigned long long)g->chunks_deleted);
+}
+
+/* gen is the newest committed generation, its files in dir on this node: a
+ * command restarted from now on resumes from it. */
+static void set_resume(struct orch *r, uint64_t gen, int64_t step, const char *dir)
+{
+    char num[32];
+
+    r->resume_gen = gen;
+    r->resume_step = step;
+    if (dir != r->resume_dir)
+        snprintf(r->resume_dir, sizeof(r->resume_dir), "%s", dir ? dir : "");
+    if (!dir) {
+        unsetenv("SPOT_RESUME_DIR");
+        unsetenv("SPOT_RESUME_STEP");
+        unsetenv("SPOT_GEN");
+    } else {
+        setenv("SPOT_RESUME_DIR", dir, 1);
+        snprintf(num, sizeof(num), "%lld", (long long)step);
+        setenv("SPOT_RESUME_STEP", num, 1);
+        snprintf(num, sizeof(num), "%llu", (unsigned long long)gen);
+        setenv("SPOT_GEN", num, 1);
+    }
+    if (r->control)
+        control_set_resume(r->control, dir, step, gen);
 }
 
 static void on_committed(void *arg, int err, const char *msg)
@@ -143,19 +324,35 @@ static void on_committed(void *arg, int err, const char *msg)
         return;
     }
     r->newest_gen = r->gen;
-    r->resume_gen = r->gen;
+    r->fig.save_ms = r->t_saved - r->t_begin;
+    r->fig.upload_ms = r->t_uploaded - r->t_saved;
+    r->fig.commit_ms = now - r->t_uploaded;
+    r->fig.bytes = r->saved.bytes;
+    r->fig.bytes_sent = r->counters.bytes_sent;
+    r->fig.prev_step = r->fig.step;
+    r->fig.prev_at_ms = r->fig.at_ms;
+    r->fig.step = r->step;
+    r->fig.at_ms = now;
+    figures_save(r);
     e = log_event_new("commit");
     cJSON_AddNumberToObject(e, "gen", (double)r->gen);
     cJSON_AddNumberToObject(e, "step", (double)r->step);
+    cJSON_AddStringToObject(e, "reason", r->why);
     cJSON_AddNumberToObject(e, "bytes", (double)r->saved.bytes);
     cJSON_AddNumberToObject(e, "bytes_sent", (double)r->counters.bytes_sent);
-    cJSON_AddNumberToObject(e, "save_ms", (double)(r->t_saved - r->t_begin));
-    cJSON_AddNumberToObject(e, "upload_ms", (double)(r->t_uploaded - r->t_saved));
-    cJSON_AddNumberToObject(e, "commit_ms", (double)(now - r->t_uploaded));
+    cJSON_AddNumberToObject(e, "save_ms", (double)r->fig.save_ms);
+    cJSON_AddNumberToObject(e, "upload_ms", (double)r->fig.upload_ms);
+    cJSON_AddNumberToObject(e, "commit_ms", (double)r->fig.commit_ms);
     cJSON_AddNumberToObject(e, "total_ms", (double)(now - r->t_begin));
+    if (r->deadline_ms > 0)
+        cJSON_AddNumberToObject(e, "margin_ms", (double)(r->deadline_ms - now));
     log_event(LOGL_INFO, e, "generation %llu committed: step %lld, %llu bytes, %lld ms",
               (unsigned long long)r->gen, (long long)r->step,
               (unsigned long long)r->saved.bytes, (long long)(now - r->t_begin));
+    /* A restart resumes from here; local copies of older ones go. */
+    set_resume(r, r->gen, r->step, r->dir);
+    prune_local(r, "work", r->dir);
+    prune_local(r, "restore", NULL);
     /* Retention: what the newest generations do not need goes, in the
      * background (snap_gc never deletes what they reference). */
     snap_gc(r->snap, SNAP_KEEP_DEFAULT, SNAP_GRACE_DEFAULT_MS, false, on_collected, r);
@@ -191,7 +388,7 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     c.step = (uint64_t)r->step;
     c.world_size = 1;
     snprintf(c.reason, sizeof(c.reason), "%s", r->why);
-    snprintf(c.method, sizeof(c.method), "app");
+    snprintf(c.method, sizeof(c.method), "%s", r->mops->name);
     c.created_ms = notice_now_ms();
     snprintf(c.version, sizeof(c.version), "%s", SPOT_VERSION);
     memcpy(rank.sha256, s->sha256, sizeof(rank.sha256));
@@ -200,10 +397,10 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     snap_commit(r->snap, &c, on_committed, r);
 }
 
-static void on_trainers_saved(void *arg, int err, const char *msg, int64_t step)
+static void on_method_saved(void *arg, int err, const char *msg, int64_t step, const char *dir)
 {
     struct orch *r = arg;
-    struct snap_save_req req = { .dir = r->dir, .gen = r->gen, .rank = 0, .method = "app" };
+    struct snap_save_req req = { .gen = r->gen, .rank = 0, .method = r->mops->name };
     cJSON *e;
 
     if (err) {
@@ -211,60 +408,166 @@ static void on_trainers_saved(void *arg, int err, const char *msg, int64_t step)
         return;
     }
     r->step = step;
+    snprintf(r->dir, sizeof(r->dir), "%s", dir);
     r->t_saved = notice_now_ms();
     e = log_event_new("checkpoint_saved");
     cJSON_AddNumberToObject(e, "gen", (double)r->gen);
     cJSON_AddNumberToObject(e, "step", (double)step);
+    cJSON_AddStringToObject(e, "dir", dir);
     cJSON_AddNumberToObject(e, "ms", (double)(r->t_saved - r->t_begin));
     log_event(LOGL_INFO, e, "trainers saved step %lld for generation %llu", (long long)step,
               (unsigned long long)r->gen);
     set_state(r, UPLOADING);
+    req.dir = r->dir;
     req.step = (uint64_t)step;
     memset(&r->counters, 0, sizeof(r->counters));
     snap_save(r->snap, &req, &r->counters, on_uploaded, r);
 }
 
-static void begin_checkpoint(struct orch *r, const struct notice *n)
+static void ask_method(struct orch *r)
 {
-    int64_t deadline = n && n->deadline_ms > 0 ? n->deadline_ms - (int64_t)r->o.margin_ms : 0;
+    char msg[4400];
+    int err;
+
+    err = make_dirs(r->dir);
+    if (err == 0)
+        err = r->mops->save(r->method, r->gen, r->dir, r->deadline_ms, on_method_saved, r);
+    if (err == -EALREADY) {
+        cJSON *e = log_event_new("checkpoint_skipped");
+        cJSON_AddNumberToObject(e, "gen", (double)r->resume_gen);
+        cJSON_AddStringToObject(e, "why", "nothing new");
+        if (r->resume_gen)
+            log_event(LOGL_INFO, e, "no checkpoint newer than generation %llu (step %lld) to "
+                      "save", (unsigned long long)r->resume_gen, (long long)r->resume_step);
+        else
+            log_event(LOGL_WARN, e, "no checkpoint to save: the trainer has written none yet");
+        remove_tree(r->dir);
+        set_state(r, IDLE);
+        if (r->terminating)
+            stop_command(r, r->resume_gen > 0);
+        return;
+    }
+    if (err < 0) {
+        snprintf(msg, sizeof(msg), "cannot start it (%s method, '%s'): %s", r->mops->name,
+                 r->dir, strerror(-err));
+        finish_checkpoint(r, err, msg);
+    }
+}
+
+static void on_pre_checkpoint(void *arg, int code, const char *msg)
+{
+    struct orch *r = arg;
+    char why[256];
+
+    if (code != 0) {
+        snprintf(why, sizeof(why), "the pre-checkpoint hook refused it: %s", msg);
+        finish_checkpoint(r, -ECANCELED, why);
+        return;
+    }
+    ask_method(r);
+}
+
+/* A terminating notice: will a new checkpoint fit before its deadline?
+ * Returns false after logging the plan when it will not, so that the
+ * newest committed generation is kept and the command stopped now. */
+static bool plan_fits(struct orch *r)
+{
+    int64_t left = r->deadline_ms - notice_now_ms();
+    int64_t need = r->fig.save_ms + r->fig.upload_ms + r->fig.commit_ms;
+    bool known = r->fig.at_ms > 0, fits = !known || need <= left;
+    double rate = steps_per_s(r);
+    cJSON *e = log_event_new("plan");
+
+    cJSON_AddNumberToObject(e, "gen", (double)r->gen);
+    cJSON_AddNumberToObject(e, "left_ms", (double)left);
+    if (known) {
+        cJSON_AddNumberToObject(e, "predicted_ms", (double)need);
+        cJSON_AddNumberToObject(e, "save_ms", (double)r->fig.save_ms);
+        cJSON_AddNumberToObject(e, "upload_ms", (double)r->fig.upload_ms);
+        cJSON_AddNumberToObject(e, "commit_ms", (double)r->fig.commit_ms);
+    }
+    cJSON_AddBoolToObject(e, "fits", fits);
+    if (!known)
+        log_event(LOGL_INFO, e, "plan: %lld ms left before the deadline, no figures measured "
+                  "yet: checkpointing", (long long)left);
+    else if (fits)
+        log_event(LOGL_INFO, e, "plan: a checkpoint takes about %lld ms (save %lld, upload "
+                  "%lld, commit %lld), %lld ms are left: checkpointing", (long long)need,
+                  (long long)r->fig.save_ms, (long long)r->fig.upload_ms,
+                  (long long)r->fig.commit_ms, (long long)left);
+    else if (r->resume_gen == 0)
+        log_event(LOGL_WARN, e, "plan: a checkpoint takes about %lld ms, only %lld ms are "
+                  "left, and there is no committed generation: trying all the same",
+                  (long long)need, (long long)left);
+    else {
+        char lost[96] = "";
+        if (rate > 0)
+            snprintf(lost, sizeof(lost), ", about %.0f steps",
+                     rate * (double)(notice_now_ms() - r->fig.at_ms) / 1000.0);
+        log_event(LOGL_WARN, e, "plan: a checkpoint takes about %lld ms, only %lld ms are left: "
+                  "keeping generation %llu (step %lld); the work since is lost%s",
+                  (long long)need, (long long)left, (unsigned long long)r->resume_gen,
+                  (long long)r->resume_step, lost);
+    }
+    return fits || r->resume_gen == 0;
+}
+
+static void begin_checkpoint(struct orch *r, const struct notice *n, const char *why)
+{
+    struct hook_env he;
     cJSON *e;
     int err;
 
     r->gen = r->newest_gen + 1;
+    r->why = n ? "notice" : why;
     r->terminating = n && n->terminating;
+    r->step = -1;
     if (n)
         snprintf(r->reason, sizeof(r->reason), "notice: %s %s", n->source,
                  notice_kind_name(n->kind));
     else
-        snprintf(r->reason, sizeof(r->reason), "%s", r->why);
-    if (n)
-        r->why = "notice";
+        snprintf(r->reason, sizeof(r->reason), "%s", why);
+    if (n && n->deadline_ms > 0)
+        r->deadline_ms = n->deadline_ms - (int64_t)r->o.margin_ms;
+    else if (!n && strcmp(why, "periodic") == 0)
+        r->deadline_ms = notice_now_ms() + (int64_t)r->o.interval_ms;
+    else
+        r->deadline_ms = notice_now_ms() + SAVE_LIMIT_MS;
     snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
              (unsigned long long)r->gen);
+    if (r->terminating && n->deadline_ms > 0 && !plan_fits(r)) {
+        stop_command(r, false);
+        return;
+    }
     r->t_begin = notice_now_ms();
     e = log_event_new("checkpoint_begin");
     cJSON_AddNumberToObject(e, "gen", (double)r->gen);
     cJSON_AddStringToObject(e, "reason", r->reason);
-    cJSON_AddNumberToObject(e, "trainers", control_workers(r->control));
+    cJSON_AddStringToObject(e, "method", r->mops->name);
+    cJSON_AddNumberToObject(e, "trainers", r->control ? control_workers(r->control) : 0);
     log_event(LOGL_INFO, e, "checkpoint of generation %llu begins (%s)",
               (unsigned long long)r->gen, r->reason);
     set_state(r, SAVING);
-    err = make_dirs(r->dir);
-    if (err == 0)
-        err = control_checkpoint(r->control, r->gen, r->dir, deadline, on_trainers_saved, r);
-    if (err < 0) {
-        char msg[4300];
-        snprintf(msg, sizeof(msg), "cannot start it in '%s': %s", r->dir, strerror(-err));
-        finish_checkpoint(r, err, msg);
-    }
+    hook_env_now(r, &he, NULL);
+    err = hooks_run(r->hooks, "pre-checkpoint", &he, on_pre_checkpoint, r);
+    if (err == -ENOENT)
+        ask_method(r);
+    else if (err < 0)
+        finish_checkpoint(r, err, "cannot run the pre-checkpoint hook");
 }
 
 void orch_notice(void *arg, const struct notice *n)
 {
     struct orch *r = arg;
+    struct hook_env he = { .job = r->job, .reason = notice_kind_name(n->kind),
+                           .gen = r->resume_gen, .step = r->resume_step,
+                           .deadline_ms = n->deadline_ms };
 
+    snprintf(r->last_notice, sizeof(r->last_notice), "%s %s%s", n->source,
+             notice_kind_name(n->kind), n->drill ? " (drill)" : "");
+    hooks_run(r->hooks, "on-notice", &he, NULL, NULL);
     if (r->state == IDLE) {
-        begin_checkpoint(r, n);
+        begin_checkpoint(r, n, "notice");
         return;
     }
     /* A terminating notice during a periodic or advisory checkpoint: that
@@ -280,10 +583,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct orch *r = arg;
 
-    if (r->state == IDLE && control_workers(r->control) > 0) {
-        r->why = "periodic";
-        begin_checkpoint(r, NULL);
-    }
+    if (r->state == IDLE && (strcmp(r->mops->name, "app") != 0 || control_workers(r->control)))
+        begin_checkpoint(r, NULL, "periodic");
 }
 
 /* A trainer called ckpt_request_save(). */
@@ -291,10 +592,109 @@ static void on_request(void *arg)
 {
     struct orch *r = arg;
 
-    if (r->state == IDLE) {
-        r->why = "request";
-        begin_checkpoint(r, NULL);
+    if (r->state == IDLE)
+        begin_checkpoint(r, NULL, "request");
+}
+
+/* The dir method found a new complete folder. */
+static void on_found(void *arg)
+{
+    struct orch *r = arg;
+
+    if (r->state == IDLE)
+        begin_checkpoint(r, NULL, "dir");
+}
+
+/* ---- spotctl's commands --------------------------------------------------- */
+
+static void reply_json(cJSON *o, char *reply, size_t len)
+{
+    char *text = cJSON_PrintUnformatted(o);
+
+    if (!text || strlen(text) >= len)
+        snprintf(reply, len, "{\"v\":1,\"type\":\"result\",\"ok\":false,\"error\":\"out of "
+                 "memory\"}");
+    else
+        snprintf(reply, len, "%s", text);
+    free(text);
+    cJSON_Delete(o);
+}
+
+static void on_command(void *arg, const char *cmd, const struct jsonl_msg *m, char *reply,
+                       size_t len)
+{
+    struct orch *r = arg;
+    cJSON *o = cJSON_CreateObject();
+
+    cJSON_AddNumberToObject(o, "v", 1);
+    cJSON_AddStringToObject(o, "type", "result");
+    if (strcmp(cmd, "status") == 0) {
+        double rate = steps_per_s(r);
+        cJSON_AddBoolToObject(o, "ok", 1);
+        cJSON_AddStringToObject(o, "job", r->job);
+        cJSON_AddStringToObject(o, "store", r->store_url);
+        cJSON_AddNumberToObject(o, "rank", 0);
+        cJSON_AddStringToObject(o, "method", r->mops->name);
+        cJSON_AddStringToObject(o, "state", state_name[r->state]);
+        cJSON_AddNumberToObject(o, "workers", r->control ? control_workers(r->control) : 0);
+        cJSON_AddNumberToObject(o, "step", r->control ? (double)control_step(r->control) : -1);
+        cJSON_AddNumberToObject(o, "committed_gen", (double)r->resume_gen);
+        cJSON_AddNumberToObject(o, "committed_step", (double)r->resume_step);
+        if (rate > 0)
+            cJSON_AddNumberToObject(o, "steps_per_s", rate);
+        if (r->last_notice[0])
+            cJSON_AddStringToObject(o, "last_notice", r->last_notice);
+        if (r->state >= SAVING && r->state <= COMMITTING) {
+            cJSON *p = cJSON_AddObjectToObject(o, "in_progress");
+            cJSON_AddNumberToObject(p, "gen", (double)r->gen);
+            cJSON_AddStringToObject(p, "reason", r->reason);
+            cJSON_AddStringToObject(p, "phase", state_name[r->state]);
+            cJSON_AddNumberToObject(p, "bytes_total", (double)r->counters.bytes_total);
+            cJSON_AddNumberToObject(p, "bytes_read", (double)r->counters.bytes_read);
+            cJSON_AddNumberToObject(p, "bytes_sent", (double)r->counters.bytes_sent);
+            cJSON_AddNumberToObject(p, "ms", (double)(notice_now_ms() - r->t_begin));
+        }
+    } else if (strcmp(cmd, "checkpoint") == 0) {
+        bool idle = r->state == IDLE;
+        if (idle)
+            begin_checkpoint(r, NULL, "manual");
+        cJSON_AddBoolToObject(o, "ok", idle);
+        if (idle) {
+            cJSON_AddNumberToObject(o, "gen", (double)r->gen);
+        } else {
+            char why[160];
+            snprintf(why, sizeof(why), "spotd is %s%s", state_name[r->state],
+                     r->state >= SAVING && r->state <= COMMITTING
+                         ? " (a checkpoint is under way): try again when it is done" : "");
+            cJSON_AddStringToObject(o, "error", why);
+        }
+    } else if (strcmp(cmd, "drill") == 0) {
+        const struct jsonl_value *kind = jsonl_get(m, "kind"), *in = jsonl_get(m, "in_ms");
+        int k = NOTICE_TERMINATE;
+        bool ok = r->o.drill != NULL;
+
+        if (kind && kind->type == JSONL_STRING) {
+            k = -1;
+            for (int i = 0; i < NOTICE__COUNT; i++)
+                if (strcmp(kind->str, notice_kind_name((enum notice_kind)i)) == 0)
+                    k = i;
+            ok = ok && k >= 0;
+        }
+        if (in && (in->type != JSONL_INT || in->num < 0))
+            ok = false;
+        if (ok)
+            r->o.drill(r->o.drill_arg, k,
+                       in ? (uint64_t)in->num : r->o.drill_window_ms);
+        cJSON_AddBoolToObject(o, "ok", ok);
+        if (!ok)
+            cJSON_AddStringToObject(o, "error", "expected kind terminate, stop, hibernate, "
+                                    "rebalance or maintenance, and in_ms >= 0");
+    } else {
+        cJSON_AddBoolToObject(o, "ok", 0);
+        cJSON_AddStringToObject(o, "error", "unknown command; commands: status, checkpoint, "
+                                "drill");
     }
+    reply_json(o, reply, len);
 }
 
 /* ---- resume --------------------------------------------------------------- */
@@ -306,27 +706,45 @@ static void run_command(struct orch *r)
         .resume_dir = r->resume_dir[0] ? r->resume_dir : NULL,
         .resume_step = r->resume_step,
         .resume_gen = r->resume_gen,
+        .expect = r->o.local_workers,
+        .flat = r->mops != &method_app,
         .on_request = on_request,
+        .on_command = on_command,
         .arg = r,
     };
-    char path[4200], err[512], num[32];
+    struct method_ctx mc = {
+        .base = r->o.base,
+        .child = r->o.child,
+        .state_dir = r->state_dir,
+        .ckpt_dir = r->o.ckpt_dir,
+        .signal = r->o.ckpt_signal,
+        .settle_ms = r->o.settle_ms,
+        .resume_step = r->resume_step,
+        .found = on_found,
+        .arg = r,
+    };
+    char path[4200], err[512];
 
-    snprintf(path, sizeof(path), "%s/control.sock", r->state_dir);
+    if (r->o.socket)
+        snprintf(path, sizeof(path), "%s", r->o.socket);
+    else
+        snprintf(path, sizeof(path), "%s/control.sock", r->state_dir);
     co.path = path;
     r->control = control_new(&co, err, sizeof(err));
-    if (!r->control) {
-        log_msg(LOGL_ERROR, "%s; the command runs without checkpoints", err);
-    } else {
+    if (!r->control)
+        log_msg(LOGL_ERROR, "%s; the command runs without checkpoints by libckpt", err);
+    else
         setenv("SPOT_SOCKET", path, 1);
+    mc.control = r->control;
+    r->method = r->mops->open(&mc, err, sizeof(err));
+    if (!r->method) {
+        log_msg(LOGL_ERROR, "%s", err);
+        r->exit_code = 125;
+        event_base_loopbreak(r->o.base);
+        return;
     }
     setenv("SPOT_JOB", r->job, 1);
-    if (r->resume_dir[0]) {
-        setenv("SPOT_RESUME_DIR", r->resume_dir, 1);
-        snprintf(num, sizeof(num), "%lld", (long long)r->resume_step);
-        setenv("SPOT_RESUME_STEP", num, 1);
-        snprintf(num, sizeof(num), "%llu", (unsigned long long)r->resume_gen);
-        setenv("SPOT_GEN", num, 1);
-    }
+    set_resume(r, r->resume_gen, r->resume_step, r->resume_dir[0] ? r->resume_dir : NULL);
     set_state(r, IDLE);
     if (r->o.interval_ms > 0) {
         struct timeval tv = { (time_t)(r->o.interval_ms / 1000),
@@ -340,6 +758,7 @@ static void run_command(struct orch *r)
 static void on_restored(void *arg, int err, const char *msg)
 {
     struct orch *r = arg;
+    struct hook_env he;
     cJSON *e;
 
     if (err) {
@@ -355,44 +774,22 @@ static void on_restored(void *arg, int err, const char *msg)
         cJSON_AddStringToObject(e, "dir", r->resume_dir);
         log_event(LOGL_INFO, e, "resuming from generation %llu (step %lld)",
                   (unsigned long long)r->resume_gen, (long long)r->resume_step);
+        he = (struct hook_env){ .job = r->job, .dir = r->resume_dir, .gen = r->resume_gen,
+                                .step = r->resume_step, .reason = "resume" };
+        hooks_run(r->hooks, "post-restore", &he, NULL, NULL);
     }
     run_command(r);
 }
 
-static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
+static void restore(struct orch *r)
 {
-    struct orch *r = arg;
-    const struct snap_gen *newest = NULL;
+    char dir[4200];
 
-    if (err) {
-        log_msg(LOGL_ERROR, "cannot list the checkpoints of job '%s': %s; starting fresh",
-                r->job, msg);
-        run_command(r);
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (gens[i].gen > r->newest_gen)
-            r->newest_gen = gens[i].gen;
-        if (gens[i].committed)
-            newest = &gens[i];
-    }
-    if (!newest) {
-        snap_gens_free(gens, n);
-        run_command(r);
-        return;
-    }
-    r->resume_gen = newest->gen;
-    r->resume_step = (int64_t)newest->commit.step;
-    snprintf(r->resume_dir, sizeof(r->resume_dir), "%s/restore/gen-%08llu", r->state_dir,
-             (unsigned long long)r->resume_gen);
-    snap_gens_free(gens, n);
     /* A restore left by an earlier start of this state directory is
-     * replaced: restores go beside their destination, then into place. */
-    {
-        char cmd[8400];
-        snprintf(cmd, sizeof(cmd), "%s/restore", r->state_dir);
-        make_dirs(cmd);
-    }
+     * reused: restores go beside their destination, then into place. */
+    snprintf(dir, sizeof(dir), "%s/restore", r->state_dir);
+    make_dirs(dir);
+    prune_local(r, "restore", r->resume_dir);
     if (access(r->resume_dir, F_OK) == 0) {
         on_restored(r, 0, "");
         return;
@@ -400,15 +797,87 @@ static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, 
     snap_restore(r->snap, r->resume_gen, 0, r->resume_dir, NULL, on_restored, r);
 }
 
+static void on_pre_restore(void *arg, int code, const char *msg)
+{
+    struct orch *r = arg;
+
+    if (code != 0) {
+        log_msg(LOGL_ERROR, "the pre-restore hook refused the restore of generation %llu "
+                "(%s): not starting the command", (unsigned long long)r->resume_gen, msg);
+        r->exit_code = 125;
+        event_base_loopbreak(r->o.base);
+        return;
+    }
+    restore(r);
+}
+
+static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
+{
+    struct orch *r = arg;
+    const struct snap_gen *pick = NULL;
+    bool never = strcmp(r->o.resume, "never") == 0, autom = strcmp(r->o.resume, "auto") == 0;
+    uint64_t want = 0;
+    struct hook_env he;
+
+    if (err) {
+        log_msg(LOGL_ERROR, "cannot list the checkpoints of job '%s': %s; starting fresh",
+                r->job, msg);
+        run_command(r);
+        return;
+    }
+    if (!never && !autom)
+        parse_u64(r->o.resume, 1, UINT64_MAX, &want);
+    for (size_t i = 0; i < n; i++) {
+        if (gens[i].gen > r->newest_gen)
+            r->newest_gen = gens[i].gen;
+        if (gens[i].committed && (autom || gens[i].gen == want))
+            pick = &gens[i];
+    }
+    if (want && !pick) {
+        log_msg(LOGL_ERROR, "--resume %llu: job '%s' has no committed generation %llu (see "
+                "spotctl ls); not starting the command", (unsigned long long)want, r->job,
+                (unsigned long long)want);
+        snap_gens_free(gens, n);
+        r->exit_code = 125;
+        event_base_loopbreak(r->o.base);
+        return;
+    }
+    if (never && r->newest_gen)
+        log_msg(LOGL_INFO, "--resume never: starting fresh; new generations follow %llu",
+                (unsigned long long)r->newest_gen);
+    if (!pick) {
+        snap_gens_free(gens, n);
+        run_command(r);
+        return;
+    }
+    r->resume_gen = pick->gen;
+    r->resume_step = (int64_t)pick->commit.step;
+    snprintf(r->resume_dir, sizeof(r->resume_dir), "%s/restore/gen-%08llu", r->state_dir,
+             (unsigned long long)r->resume_gen);
+    snap_gens_free(gens, n);
+    he = (struct hook_env){ .job = r->job, .dir = r->resume_dir, .gen = r->resume_gen,
+                            .step = r->resume_step, .reason = "resume" };
+    err = hooks_run(r->hooks, "pre-restore", &he, on_pre_restore, r);
+    if (err == -ENOENT)
+        restore(r);
+    else if (err < 0)
+        on_pre_restore(r, -1, "cannot run it");
+}
+
 void orch_start(struct orch *r)
 {
+    char work[4200];
+
     set_state(r, RESUMING);
+    /* What an earlier spotd left half-saved here is of no use. */
+    snprintf(work, sizeof(work), "%s/work", r->state_dir);
+    remove_tree(work);
     snap_gens(r->snap, on_gens, r);
 }
 
-bool orch_preempted_saved(const struct orch *r)
+int orch_exit_code(const struct orch *r)
 {
-    return r && r->preempted_saved;
+    return r ? r->exit_code : -1;
 }
 
 struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
@@ -416,6 +885,7 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
     struct orch *r = calloc(1, sizeof(*r));
     struct store_ctx sc = { .base = o->base };
     struct snap_opts so = { .base = o->base };
+    uint64_t gen;
     int e;
 
     if (!r) {
@@ -423,7 +893,24 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
         return NULL;
     }
     r->o = *o;
+    r->exit_code = -1;
     r->resume_step = -1;
+    r->fig.step = r->fig.prev_step = -1;
+    if (!(r->mops = method_find(o->method))) {
+        snprintf(err, errlen, "method '%s' is not available", o->method);
+        return orch_free(r);
+    }
+    if (strcmp(o->resume, "auto") != 0 && strcmp(o->resume, "never") != 0 &&
+        parse_u64(o->resume, 1, UINT64_MAX, &gen) < 0) {
+        snprintf(err, errlen, "invalid resume '%s': expected auto, never or a generation "
+                 "number (see spotctl ls)", o->resume);
+        return orch_free(r);
+    }
+    if (strcmp(o->method, "dir") == 0 && !o->ckpt_dir) {
+        snprintf(err, errlen, "the dir method needs --ckpt-dir: the directory where the "
+                 "trainer saves its checkpoint folders");
+        return orch_free(r);
+    }
     r->job = strdup(o->job);
     r->store_url = strdup(o->store);
     r->state_dir = strdup(o->state_dir);
@@ -436,9 +923,10 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
                  strerror(-e));
         return orch_free(r);
     }
-    r->drain = evtimer_new(o->base, on_drain, r);
+    figures_load(r);
     r->tick = event_new(o->base, -1, EV_PERSIST, on_tick, r);
-    if (!r->drain || !r->tick) {
+    r->hooks = hooks_new(o->base, o->child, o->hooks_dir, o->hook_timeout_ms);
+    if (!r->tick || !r->hooks) {
         snprintf(err, errlen, "out of memory");
         return orch_free(r);
     }
@@ -462,10 +950,11 @@ struct orch *orch_free(struct orch *r)
 {
     if (!r)
         return NULL;
-    if (r->drain)
-        event_free(r->drain);
     if (r->tick)
         event_free(r->tick);
+    if (r->mops && r->method)
+        r->mops->close(r->method);
+    r->hooks = hooks_free(r->hooks);
     r->control = control_free(r->control);
     r->snap = snap_free(r->snap);
     r->store = store_close(r->store);

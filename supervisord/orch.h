@@ -1,18 +1,27 @@
 /* orch: the orchestrator, the one place that decides about checkpoints.
  *
- * This first version covers one node and the app method (libckpt):
+ * One node, any method (method.h):
  *
- *   resuming -> idle -> saving -> uploading -> committing -> draining
+ *   resuming -> idle -> saving -> uploading -> committing -> idle ...
+ *                                                        \-> draining
  *
- * At start it restores the newest committed generation of the job into
- * the state directory and tells the command where (SPOT_RESUME_DIR,
- * SPOT_RESUME_STEP, SPOT_GEN, SPOT_JOB, SPOT_SOCKET).  A terminating notice
- * makes every trainer save at one step (control.c), the snapshot engine
- * store it as the next generation, and the commit record make it exist;
- * then the command is stopped.  Advisory notices and the periodic timer
- * (--interval) checkpoint the same way and training goes on.  After each
- * commit, generations beyond the newest three are collected.  Every
- * transition is an event-log record. */
+ * At start it restores the generation to resume from (--resume: the newest
+ * committed one, none, or a given one) into the state directory and tells
+ * the command where (SPOT_RESUME_DIR, SPOT_RESUME_STEP, SPOT_GEN, SPOT_JOB,
+ * SPOT_SOCKET, and SPOT_CKPT_DIR for the signal and dir methods).  A
+ * trigger (a notice, the --interval timer, a trainer's request, spotctl
+ * checkpoint, a new folder of the dir method) makes the method produce the
+ * checkpoint's files, the snapshot engine store them as the next
+ * generation, and the commit record make it exist.  After a terminating
+ * notice's commit the command is stopped and spotd exits 75; an advisory
+ * notice's checkpoint lets training go on.  Each checkpoint's figures
+ * (save, upload and commit times, bytes) are kept in STATE/figures.json;
+ * at a notice they predict whether a new checkpoint fits before the
+ * deadline, and when it cannot, the newest committed generation is kept
+ * and the command stopped at once.  After each commit, generations beyond
+ * the newest three are collected, and a command restarted after a crash
+ * resumes from the new one.  Every transition is an event-log record;
+ * hooks (hooks.h) run at the documented points. */
 #ifndef SPOTD_ORCH_H
 #define SPOTD_ORCH_H
 
@@ -37,6 +46,19 @@ struct orch_opts {
     const char *state_dir;         /* created when missing */
     uint64_t grace_ms, margin_ms;
     uint64_t interval_ms;          /* periodic checkpoints; 0: none */
+    const char *method;            /* "app", "signal", "dir" */
+    const char *ckpt_dir;          /* signal and dir methods */
+    int ckpt_signal;
+    uint64_t settle_ms;
+    const char *resume;            /* "auto", "never" or a generation */
+    unsigned local_workers;        /* 0: LOCAL_WORLD_SIZE, else as many as connect */
+    const char *socket;            /* NULL: STATE/control.sock */
+    const char *hooks_dir;         /* NULL: none */
+    uint64_t hook_timeout_ms;
+    uint64_t drill_window_ms;      /* a drill's deadline when spotctl gives none */
+    /* spotctl drill: simulate a notice of kind with that window. */
+    void (*drill)(void *arg, int kind, uint64_t window_ms);
+    void *drill_arg;
 };
 
 /* Returns NULL with the reason in err. */
@@ -50,8 +72,9 @@ void orch_start(struct orch *r);
 /* A new notice (notices.c hands over every one it has not seen). */
 void orch_notice(void *arg, const struct notice *n);
 
-/* A checkpoint was committed for a terminating notice and the command
- * stopped after it. */
-bool orch_preempted_saved(const struct orch *r);
+/* spotd's exit code when the orchestrator decides it (75 after a committed
+ * preemption checkpoint; 125 when a pre-restore hook refused the start),
+ * else -1: the command's. */
+int orch_exit_code(const struct orch *r);
 
 #endif

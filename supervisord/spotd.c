@@ -280,6 +280,29 @@ struct run {
     struct watch_local *local;
 };
 
+/* spotctl drill, through the orchestrator. */
+static void on_drill(void *arg, int kind, uint64_t window_ms)
+{
+    struct run *run = arg;
+
+    if (run->local)
+        watch_local_drill(run->local, kind, window_ms, "spotctl drill");
+}
+
+/* The number of local workers: --local-workers, else LOCAL_WORLD_SIZE,
+ * else 0 (as many as connect). */
+static unsigned local_workers(const struct config *cfg)
+{
+    const char *env = getenv("LOCAL_WORLD_SIZE");
+    uint64_t n;
+
+    if (config_str(cfg, OPT_LOCAL_WORKERS))
+        return (unsigned)config_num(cfg, OPT_LOCAL_WORKERS);
+    if (env && parse_u64(env, 1, 256, &n) == 0)
+        return (unsigned)n;
+    return 0;
+}
+
 static void on_notice_signal(void *arg, int sig)
 {
     struct run *run = arg;
@@ -338,6 +361,11 @@ static int cmd_run(int argc, char **argv)
     }
     if (config_check_implemented(&cfg, err, sizeof(err)) < 0) {
         say("%s", err);
+        goto out_config;
+    }
+    if (config_num(&cfg, OPT_METHOD) == 3) {
+        say("method criu (from %s) is not implemented yet: it comes with transparent "
+            "snapshots (issue 7); use app, signal or dir", cfg.v[OPT_METHOD].origin);
         goto out_config;
     }
     if (config_str(&cfg, OPT_INTERVAL) && !config_str(&cfg, OPT_STORE)) {
@@ -432,6 +460,18 @@ static int cmd_run(int argc, char **argv)
                             .interval_ms = config_str(&cfg, OPT_INTERVAL)
                                                ? config_num(&cfg, OPT_INTERVAL)
                                                : 0,
+                            .method = config_str(&cfg, OPT_METHOD),
+                            .ckpt_dir = config_str(&cfg, OPT_CKPT_DIR),
+                            .ckpt_signal = (int)config_num(&cfg, OPT_CKPT_SIGNAL),
+                            .settle_ms = config_num(&cfg, OPT_SETTLE),
+                            .resume = config_str(&cfg, OPT_RESUME),
+                            .local_workers = local_workers(&cfg),
+                            .socket = config_str(&cfg, OPT_SOCKET),
+                            .hooks_dir = config_str(&cfg, OPT_HOOKS_DIR),
+                            .hook_timeout_ms = config_num(&cfg, OPT_HOOK_TIMEOUT),
+                            .drill_window_ms = config_num(&cfg, OPT_SIGNAL_DEADLINE),
+                            .drill = on_drill,
+                            .drill_arg = &run,
                         },
                         err, sizeof(err));
         if (!orch) {
@@ -498,8 +538,8 @@ static int cmd_run(int argc, char **argv)
     }
     event_base_dispatch(base);
     code = child_exit_code(child);
-    if (orch_preempted_saved(orch))
-        code = ORCH_EXIT_PREEMPTED_SAVED;
+    if (orch_exit_code(orch) >= 0)
+        code = orch_exit_code(orch);
     if (config_num(&cfg, OPT_AZURE_ACK) && cloud && cloud->ack)
         acknowledge(base, cloud, watcher, notices_stop_cause(notices));
 out_child:

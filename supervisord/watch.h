@@ -74,6 +74,9 @@ struct watch_local *watch_local_free(struct watch_local *l);
 /* A signal that is a notice arrived. */
 void watch_local_signal(struct watch_local *l, int sig);
 
+/* A drill now (spotctl drill): a notice of kind, deadline window_ms away. */
+void watch_local_drill(struct watch_local *l, int kind, uint64_t window_ms, const char *by);
+
 /* Parse "DURATION[:KIND]" for --drill-after.  Returns 0 or -EINVAL. */
 int watch_parse_drill(const char *s, uint64_t *ret_ms, int *ret_kind);
 

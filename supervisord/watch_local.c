@@ -111,6 +111,14 @@ static void on_drill(evutil_socket_t fd, short what, void *arg)
                "--drill-after", true);
 }
 
+void watch_local_drill(struct watch_local *l, int kind, uint64_t window_ms, const char *by)
+{
+    char id[64];
+
+    snprintf(id, sizeof(id), "drill:%lld", (long long)notice_now_ms());
+    emit_local(l, "drill", (enum notice_kind)kind, window_ms, id, by, true);
+}
+
 static int watch_file(struct watch_local *l)
 {
     char *copy = strdup(l->o.notice_file), *copy2 = strdup(l->o.notice_file);

@@ -11,14 +11,33 @@
  * when ckpt_step() says SAVE (state.bin and step, written then fsync'ed),
  * and exits 75 (EX_TEMPFAIL: preempted, state saved) on STOP.  With
  * TRAINER_REQUEST_AT=N it asks for a checkpoint itself at step N
- * (ckpt_request_save()), as a trainer on its own schedule would. */
+ * (ckpt_request_save()), as a trainer on its own schedule would.
+ *
+ * The other methods, for the tests and as examples:
+ *
+ *   TRAINER_METHOD=signal  SIGUSR1 makes it save into SPOT_CKPT_DIR at the
+ *                          next step and then write the step into
+ *                          SPOT_CKPT_MARKER (spotd --method signal)
+ *   TRAINER_METHOD=dir     it saves SPOT_CKPT_DIR/checkpoint-<step>/ every
+ *                          TRAINER_SAVE_EVERY steps (default 500), with the
+ *                          marker .spotd-complete when TRAINER_MARKER=1
+ *                          (spotd --method dir)
+ *
+ * Both resume from SPOT_RESUME_DIR and SPOT_RESUME_STEP, without libckpt.
+ * Faults, for the tests: TRAINER_CRASH_AT=N exits 3 at step N unless the
+ * file TRAINER_CRASH_FLAG exists (it is created: one crash);
+ * TRAINER_SAVE_CRASH=1 dies in the middle of a save; TRAINER_IGNORE_SAVE=1
+ * never answers a save request; TRAINER_STEP_US=N sleeps N us per step. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -108,10 +127,74 @@ static int load(const char *dir)
     return got == words ? 0 : -1;
 }
 
+static volatile sig_atomic_t save_asked;
+
+static void on_usr1(int sig)
+{
+    save_asked = 1;
+}
+
+static long long env_ll(const char *name, long long def)
+{
+    const char *v = getenv(name);
+
+    return v && *v ? atoll(v) : def;
+}
+
+/* TRAINER_METHOD=signal: save when SIGUSR1 came, then the marker. */
+static void signal_save(long long step)
+{
+    const char *dir = getenv("SPOT_CKPT_DIR"), *marker = getenv("SPOT_CKPT_MARKER");
+    char s[32];
+    int n = snprintf(s, sizeof(s), "%lld\n", step);
+    char *slash;
+
+    if (!dir || !marker || save(dir, step) < 0) {
+        fprintf(stderr, "trainer: cannot save into SPOT_CKPT_DIR: %s\n", strerror(errno));
+        return;
+    }
+    slash = strrchr(marker, '/');
+    if (!slash || write_file(dir, slash + 1, s, (size_t)n) < 0)
+        fprintf(stderr, "trainer: cannot write the marker: %s\n", strerror(errno));
+}
+
+/* TRAINER_METHOD=dir: a checkpoint folder of its own. */
+static void dir_save(long long step)
+{
+    const char *dir = getenv("SPOT_CKPT_DIR");
+    char sub[4096];
+
+    if (!dir)
+        return;
+    snprintf(sub, sizeof(sub), "%s/checkpoint-%lld", dir, step);
+    if (mkdir(sub, 0755) < 0 || save(sub, step) < 0 ||
+        (env_ll("TRAINER_MARKER", 0) && write_file(sub, ".spotd-complete", "", 0) < 0))
+        fprintf(stderr, "trainer: cannot save %s: %s\n", sub, strerror(errno));
+}
+
+/* TRAINER_CRASH_AT: crash once. */
+static void maybe_crash(long long step)
+{
+    const char *flag = getenv("TRAINER_CRASH_FLAG");
+    int fd;
+
+    if (step != env_ll("TRAINER_CRASH_AT", -1) || !flag)
+        return;
+    fd = open(flag, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    close(fd);
+    fprintf(stderr, "trainer: crashing at step %lld (TRAINER_CRASH_AT)\n", step);
+    exit(3);
+}
+
 int main(int argc, char **argv)
 {
     long long steps = argc > 1 ? atoll(argv[1]) : 0, step = 0, request_at = -1;
     long mib = argc > 2 ? atol(argv[2]) : 4;
+    const char *method = getenv("TRAINER_METHOD") ? getenv("TRAINER_METHOD") : "app";
+    bool app = strcmp(method, "app") == 0;
+    long long every = env_ll("TRAINER_SAVE_EVERY", 500), sleep_us = env_ll("TRAINER_STEP_US", 0);
     struct ckpt *c;
     int r;
 
@@ -122,6 +205,10 @@ int main(int argc, char **argv)
     words = (size_t)mib * 1024 * 1024 / sizeof(*state);
     if (!(state = malloc(words * sizeof(*state))))
         return 1;
+    if (!app) {
+        unsetenv("SPOT_SOCKET"); /* libckpt inert: the other methods do without */
+        signal(SIGUSR1, on_usr1);
+    }
     if ((r = ckpt_open(&c)) < 0) {
         fprintf(stderr, "trainer: libckpt: %s\n", ckpt_strerror(r));
         return 1;
@@ -129,17 +216,44 @@ int main(int argc, char **argv)
     if (getenv("TRAINER_REQUEST_AT"))
         request_at = atoll(getenv("TRAINER_REQUEST_AT"));
     init();
-    if (ckpt_resume_dir(c)) {
-        if (load(ckpt_resume_dir(c)) < 0) {
-            fprintf(stderr, "trainer: cannot load %s\n", ckpt_resume_dir(c));
-            return 1;
+    {
+        const char *rdir = app ? ckpt_resume_dir(c) : getenv("SPOT_RESUME_DIR");
+        long long rstep = app ? ckpt_resume_step(c) : env_ll("SPOT_RESUME_STEP", -1);
+
+        if (rdir) {
+            if (load(rdir) < 0) {
+                fprintf(stderr, "trainer: cannot load %s\n", rdir);
+                return 1;
+            }
+            step = rstep + 1;
+            printf("resumed at step %lld from %s\n", step, rdir);
         }
-        step = ckpt_resume_step(c) + 1;
-        printf("resumed at step %lld from %s\n", step, ckpt_resume_dir(c));
     }
     for (; step < steps; step++) {
         int a = ckpt_step(c, step);
 
+        maybe_crash(step);
+        if (sleep_us > 0)
+            usleep((useconds_t)sleep_us);
+        if (save_asked) {
+            save_asked = 0;
+            signal_save(step - 1);
+        }
+        if (!app && strcmp(method, "dir") == 0 && step > 0 && step % every == 0)
+            dir_save(step - 1);
+        if (a == CKPT_SAVE && getenv("TRAINER_IGNORE_SAVE")) {
+            a = CKPT_CONTINUE;
+        } else if (a == CKPT_SAVE && getenv("TRAINER_SAVE_CRASH")) {
+            char path[4096];
+            int fd;
+
+            snprintf(path, sizeof(path), "%s/state.bin", ckpt_save_dir(c));
+            fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            if (fd >= 0 && write(fd, state, 4096) < 0)
+                fprintf(stderr, "trainer: %s\n", strerror(errno));
+            fprintf(stderr, "trainer: dying in the middle of a save (TRAINER_SAVE_CRASH)\n");
+            _exit(4);
+        }
         if (a == CKPT_SAVE) {
             /* The state as it is before this step: steps 0..step-1 ran. */
             if (save(ckpt_save_dir(c), step - 1) == 0)

@@ -22,7 +22,6 @@ static const char *const cloud_choices[] = { "auto", "none", "aws", "gcp", "azur
                                              "alibaba", "tencent", NULL };
 static const char *const method_choices[] = { "app", "signal", "dir", "criu", NULL };
 
-#define LATER_ORCH "libckpt and the orchestrator (issue 5)"
 #define LATER_WORLD "the multi-node world (issue 6)"
 
 const struct config_option config_options[OPT__COUNT] = {
@@ -66,14 +65,30 @@ const struct config_option config_options[OPT__COUNT] = {
                   "name of the training run; the key of its checkpoints" },
     [OPT_STORE] = { "store", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                     "where checkpoints live: file:///path or s3://bucket/prefix" },
-    [OPT_METHOD] = { "method", CONFIG_ENUM, NULL, method_choices, 0, 0, false, LATER_ORCH,
-                     "how state is captured: app, signal, dir, criu" },
-    [OPT_CKPT_DIR] = { "ckpt_dir", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_ORCH,
-                       "directory the trainer saves into and resumes from" },
+    [OPT_METHOD] = { "method", CONFIG_ENUM, "app", method_choices, 0, 0, false, NULL,
+                     "how state is captured: app (libckpt), signal, dir, criu" },
+    [OPT_CKPT_DIR] = { "ckpt_dir", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                       "signal: where the trainer saves (SPOT_CKPT_DIR); dir: the directory "
+                       "whose new checkpoint folders are uploaded" },
     [OPT_STATE_DIR] = { "state_dir", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                         "spotd's own state: sockets, local store, figures" },
     [OPT_INTERVAL] = { "interval", CONFIG_DURATION, NULL, NULL, 0, 0, false, NULL,
                        "time between periodic checkpoints" },
+    [OPT_CKPT_SIGNAL] = { "ckpt_signal", CONFIG_SIGNAL, "USR1", NULL, 0, 0, false, NULL,
+                          "signal method: the signal that asks the trainer to save" },
+    [OPT_SETTLE] = { "settle", CONFIG_DURATION, "10s", NULL, 0, 0, false, NULL,
+                     "dir method: a folder unchanged this long is complete" },
+    [OPT_RESUME] = { "resume", CONFIG_STRING, "auto", NULL, 0, 0, false, NULL,
+                     "what to resume from at start: auto (newest committed), never, or a "
+                     "generation number" },
+    [OPT_LOCAL_WORKERS] = { "local_workers", CONFIG_UINT, NULL, NULL, 1, 256, false, NULL,
+                            "trainer processes on this node (default LOCAL_WORLD_SIZE, else "
+                            "as many as connect)" },
+    [OPT_HOOKS_DIR] = { "hooks_dir", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                        "directory of hook executables: on-notice, pre-checkpoint, "
+                        "post-checkpoint, pre-restore, post-restore" },
+    [OPT_HOOK_TIMEOUT] = { "hook_timeout", CONFIG_DURATION, "30s", NULL, 0, 0, false, NULL,
+                           "a hook still running after this long is killed (and failed)" },
     [OPT_RANK] = { "rank", CONFIG_UINT, NULL, NULL, 0, 65535, false, LATER_WORLD,
                    "this node's rank in the world" },
     [OPT_WORLD_SIZE] = { "world_size", CONFIG_UINT, NULL, NULL, 1, 65536, false, LATER_WORLD,
@@ -86,7 +101,7 @@ const struct config_option config_options[OPT__COUNT] = {
                              LATER_WORLD, "file holding the world's shared key" },
     [OPT_WORLD_KEY] = { "world_key", CONFIG_STRING, NULL, NULL, 0, 0, true, LATER_WORLD,
                         "the world's shared key itself (prefer world_key_file)" },
-    [OPT_SOCKET] = { "socket", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_ORCH,
+    [OPT_SOCKET] = { "socket", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                      "path of the control socket for libckpt and spotctl" },
 };
 

@@ -1,0 +1,65 @@
+/* method: how the files of a checkpoint come to be.
+ *
+ *   app     the trainer saves through libckpt when asked (method_app.c)
+ *   signal  spotd sends a signal; the trainer saves into SPOT_CKPT_DIR and
+ *           creates the marker file there (method_signal.c)
+ *   dir     the trainer saves on its own schedule into folders of
+ *           --ckpt-dir; spotd uploads each new complete one (method_dir.c)
+ *
+ * The orchestrator (orch.c) drives every method through these operations
+ * and knows nothing else about them. */
+#ifndef SPOTD_METHOD_H
+#define SPOTD_METHOD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct child;
+struct control;
+struct method;
+
+struct method_ctx {
+    struct event_base *base;
+    struct child *child;
+    struct control *control;       /* the node's control socket (app) */
+    const char *state_dir;
+    const char *ckpt_dir;          /* signal: SPOT_CKPT_DIR; dir: the watched directory */
+    int signal;                    /* signal: --ckpt-signal */
+    uint64_t settle_ms;            /* dir: unchanged this long means complete */
+    int64_t resume_step;           /* dir: folders up to this step are not new */
+    void (*found)(void *arg);      /* dir: a new complete checkpoint is there */
+    void *arg;
+};
+
+/* err 0 or -errno with msg; on success the checkpoint's files are in dir
+ * (for app and signal, the dir given to save; for dir, the folder found)
+ * and hold step. */
+typedef void (*method_saved_fn)(void *arg, int err, const char *msg, int64_t step,
+                                const char *dir);
+
+struct method_ops {
+    const char *name;
+    /* Returns NULL with the reason in err.  Sets the command's
+     * environment (SPOT_CKPT_DIR...) before it starts. */
+    struct method *(*open)(const struct method_ctx *ctx, char *err, size_t errlen);
+    /* Save generation gen before deadline_ms (CLOCK_REALTIME ms, 0: none).
+     * dir exists and is empty; the method may put the files elsewhere and
+     * say where.  Returns 0 and calls done later, on the loop, or -EBUSY
+     * (one under way), -EALREADY (nothing newer than what was saved: dir),
+     * or another -errno. */
+    int (*save)(struct method *m, uint64_t gen, const char *dir, int64_t deadline_ms,
+                method_saved_fn done, void *arg);
+    /* The last checkpoint is committed: end the command, within grace_ms of
+     * the stop signal. */
+    void (*stop)(struct method *m, const char *reason, uint64_t grace_ms);
+    /* Takes NULL.  Not from inside its own callbacks. */
+    void (*close)(struct method *m);
+};
+
+extern const struct method_ops method_app, method_signal, method_dir;
+
+/* By name ("app", "signal", "dir"); NULL when unknown. */
+const struct method_ops *method_find(const char *name);
+
+#endif
