@@ -155,7 +155,9 @@ static void start_save(struct control *c)
  * as many as were ever connected at once. */
 static unsigned expected(const struct control *c)
 {
-    return c->o.expect ? c->o.expect : c->peak;
+    /* At least one: a notice during the trainer's start-up (an import of
+     * torch takes seconds) waits for it to connect. */
+    return c->o.expect ? c->o.expect : c->peak ? c->peak : 1;
 }
 
 static unsigned in_checkpoint(const struct control *c)
@@ -418,10 +420,10 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t deadline_ms,
                        control_saved_fn done, void *arg)
 {
-    unsigned asked = 0;
-
     if (c->phase != IDLE)
         return -EBUSY;
+    if (deadline_ms <= 0)
+        return -EINVAL;
     if (!(c->dir = strdup(dir)))
         return -ENOMEM;
     c->id++;
@@ -437,19 +439,13 @@ int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t
             continue;
         w->in_ck = true;
         w->answered = w->saved = false;
-        if (send_kv(w, kv, 2) == 0)
-            asked++;
+        send_kv(w, kv, 2);
     }
-    if (deadline_ms > 0) {
+    {
         int64_t left = deadline_ms - notice_now_ms();
         struct timeval tv = { .tv_sec = left > 0 ? left / 1000 : 0,
                               .tv_usec = left > 0 ? (left % 1000) * 1000 : 0 };
         evtimer_add(c->timer, &tv);
-    }
-    if (asked == 0 && expected(c) == 0) {
-        /* Reported from the loop all the same: a zero-delay deadline. */
-        struct timeval now = { 0, 0 };
-        evtimer_add(c->timer, &now);
     }
     return 0;
 }

@@ -51,8 +51,10 @@ struct control *control_free(struct control *c);
 unsigned control_workers(const struct control *c);
 
 /* Checkpoint generation gen into dir (which exists) before deadline_ms
- * (CLOCK_REALTIME ms; 0: none).  One at a time: -EBUSY when one is under
- * way.  Returns 0 when started; done comes later, on the loop. */
+ * (CLOCK_REALTIME ms; -EINVAL when 0).  Waits for the local workers it
+ * expects (struct control_opts.expect, at least one) to connect until the
+ * deadline.  One at a time: -EBUSY when one is under way.  Returns 0 when
+ * started; done comes later, on the loop. */
 int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t deadline_ms,
                        control_saved_fn done, void *arg);
 

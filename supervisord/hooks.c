@@ -5,6 +5,7 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,18 @@ int hooks_run(struct hooks *h, const char *name, const struct hook_env *env, hoo
     evtimer_add(r->timer, &tv);
     log_msg(LOGL_DEBUG, "hook %s started as pid %d", name, (int)pid);
     return 0;
+}
+
+void hooks_drain(struct hooks *h)
+{
+    for (;;) {
+        bool running = false;
+
+        for (size_t i = 0; h && i < RUNS_MAX; i++)
+            running = running || h->runs[i].pid;
+        if (!running || event_base_loop(h->base, EVLOOP_ONCE) < 0)
+            return;
+    }
 }
 
 struct hooks *hooks_new(struct event_base *base, struct child *child, const char *dir,

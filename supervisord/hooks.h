@@ -42,4 +42,9 @@ struct hooks *hooks_free(struct hooks *h);
 int hooks_run(struct hooks *h, const char *name, const struct hook_env *env, hook_done_fn done,
               void *arg);
 
+/* Run the loop until the hooks still running have ended (each within its
+ * timeout): spotd calls it before exiting, so that a post-checkpoint hook
+ * after the last checkpoint is not cut short. */
+void hooks_drain(struct hooks *h);
+
 #endif

@@ -11,9 +11,6 @@
 #include "child.h"
 #include "spot/log.h"
 
-/* The grace of the fallback stop when an orchestrator checkpoints first. */
-#define NOTICE_FALLBACK_GRACE_MS 2000
-
 /* Notices remembered for deduplication; the oldest is forgotten first. */
 #define SEEN_MAX 64
 

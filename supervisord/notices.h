@@ -1,7 +1,8 @@
 /* notices: what spotd does with a notice.  Today: log it once, and for a
  * terminating notice run the stop sequence so that SIGKILL would land
- * `margin` before the deadline.  The orchestrator (checkpoint, upload,
- * commit) takes this place in a later version. */
+ * `margin` before the deadline.  With an orchestrator (on_notice), which
+ * checkpoints and then stops the command itself, this stop is the fallback,
+ * with a grace of at most NOTICE_FALLBACK_GRACE_MS. */
 #ifndef SPOTD_NOTICES_H
 #define SPOTD_NOTICES_H
 
@@ -12,6 +13,10 @@
 struct event_base;
 struct child;
 struct notices;
+
+/* The grace of the fallback stop when an orchestrator checkpoints first:
+ * its checkpoint must be committed before deadline - margin - this. */
+#define NOTICE_FALLBACK_GRACE_MS 2000
 
 struct notices_opts {
     uint64_t margin_ms;

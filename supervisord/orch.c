@@ -19,6 +19,7 @@
 #include "hooks.h"
 #include "libckpt/jsonl.h"
 #include "method.h"
+#include "notices.h"
 #include "spot/log.h"
 #include "spot/parse.h"
 #include "spot/pool.h"
@@ -32,6 +33,8 @@ static const char *const state_name[] = { "resuming", "idle", "saving", "uploadi
 
 /* Without a notice's deadline, how long a trainer may take to save. */
 #define SAVE_LIMIT_MS (30 * 60 * 1000)
+/* A notice's checkpoint is given up this long before the fallback stop. */
+#define GIVE_UP_MS 250
 /* The figures file's size cap. */
 #define FIGURES_MAX 4096
 
@@ -72,6 +75,8 @@ struct orch {
     struct snap_counters counters;
     struct snap_saved saved;
     int exit_code;
+    bool finishing;                /* spotd is ending: start nothing new */
+    bool collecting;               /* snap_gc under way */
     struct event *tick;            /* periodic checkpoints */
 };
 
@@ -249,6 +254,12 @@ static void hook_env_now(const struct orch *r, struct hook_env *e, const char *r
 static void stop_command(struct orch *r, bool saved)
 {
     set_state(r, DRAINING);
+    if (r->finishing) {
+        /* The command is gone already. */
+        if (saved)
+            r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
+        return;
+    }
     if (!saved) {
         child_stop(r->o.child, r->reason, r->o.grace_ms);
         return;
@@ -281,6 +292,9 @@ static void finish_checkpoint(struct orch *r, int err, const char *msg)
 
 static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g)
 {
+    struct orch *r = arg;
+
+    r->collecting = false;
     if (err)
         log_msg(LOGL_WARN, "garbage collection: %s", msg);
     else if (g->gens_deleted || g->chunks_deleted)
@@ -355,7 +369,10 @@ static void on_committed(void *arg, int err, const char *msg)
     prune_local(r, "restore", NULL);
     /* Retention: what the newest generations do not need goes, in the
      * background (snap_gc never deletes what they reference). */
-    snap_gc(r->snap, SNAP_KEEP_DEFAULT, SNAP_GRACE_DEFAULT_MS, false, on_collected, r);
+    if (!r->finishing) {
+        r->collecting = true;
+        snap_gc(r->snap, SNAP_KEEP_DEFAULT, SNAP_GRACE_DEFAULT_MS, false, on_collected, r);
+    }
     finish_checkpoint(r, 0, "");
 }
 
@@ -500,10 +517,13 @@ static bool plan_fits(struct orch *r)
                   "left, and there is no committed generation: trying all the same",
                   (long long)need, (long long)left);
     else {
+        double steps = rate * (double)(notice_now_ms() - r->fig.at_ms) / 1000.0;
         char lost[96] = "";
-        if (rate > 0)
-            snprintf(lost, sizeof(lost), ", about %.0f steps",
-                     rate * (double)(notice_now_ms() - r->fig.at_ms) / 1000.0);
+        cJSON_AddNumberToObject(e, "kept_gen", (double)r->resume_gen);
+        if (rate > 0) {
+            cJSON_AddNumberToObject(e, "steps_lost", (double)(int64_t)steps);
+            snprintf(lost, sizeof(lost), ", about %.0f steps", steps);
+        }
         log_event(LOGL_WARN, e, "plan: a checkpoint takes about %lld ms, only %lld ms are left: "
                   "keeping generation %llu (step %lld); the work since is lost%s",
                   (long long)need, (long long)left, (unsigned long long)r->resume_gen,
@@ -528,7 +548,12 @@ static void begin_checkpoint(struct orch *r, const struct notice *n, const char 
     else
         snprintf(r->reason, sizeof(r->reason), "%s", why);
     if (n && n->deadline_ms > 0)
-        r->deadline_ms = n->deadline_ms - (int64_t)r->o.margin_ms;
+        /* Given up (and said why) a little before notices.c's fallback
+         * stop begins. */
+        r->deadline_ms = n->deadline_ms - (int64_t)r->o.margin_ms -
+                         (int64_t)(r->o.grace_ms < NOTICE_FALLBACK_GRACE_MS
+                                       ? r->o.grace_ms : NOTICE_FALLBACK_GRACE_MS) -
+                         GIVE_UP_MS;
     else if (!n && strcmp(why, "periodic") == 0)
         r->deadline_ms = notice_now_ms() + (int64_t)r->o.interval_ms;
     else
@@ -656,10 +681,14 @@ static void on_command(void *arg, const char *cmd, const struct jsonl_msg *m, ch
         }
     } else if (strcmp(cmd, "checkpoint") == 0) {
         bool idle = r->state == IDLE;
-        if (idle)
+        bool nobody = r->mops == &method_app && r->control && !control_workers(r->control);
+        if (idle && !nobody)
             begin_checkpoint(r, NULL, "manual");
-        cJSON_AddBoolToObject(o, "ok", idle);
-        if (idle) {
+        cJSON_AddBoolToObject(o, "ok", idle && !nobody);
+        if (idle && nobody) {
+            cJSON_AddStringToObject(o, "error", "no trainer is connected to the control "
+                                    "socket (yet): is it linked with libckpt?");
+        } else if (idle) {
             cJSON_AddNumberToObject(o, "gen", (double)r->gen);
         } else {
             char why[160];
@@ -699,6 +728,14 @@ static void on_command(void *arg, const char *cmd, const struct jsonl_msg *m, ch
 
 /* ---- resume --------------------------------------------------------------- */
 
+/* The command is not started: spotd ends with 125 (see orch.h). */
+static void refuse_start(struct orch *r)
+{
+    r->exit_code = 125;
+    set_state(r, IDLE);
+    event_base_loopbreak(r->o.base);
+}
+
 static void run_command(struct orch *r)
 {
     struct control_opts co = {
@@ -725,6 +762,10 @@ static void run_command(struct orch *r)
     };
     char path[4200], err[512];
 
+    if (r->finishing) {
+        set_state(r, IDLE);
+        return;
+    }
     if (r->o.socket)
         snprintf(path, sizeof(path), "%s", r->o.socket);
     else
@@ -739,8 +780,7 @@ static void run_command(struct orch *r)
     r->method = r->mops->open(&mc, err, sizeof(err));
     if (!r->method) {
         log_msg(LOGL_ERROR, "%s", err);
-        r->exit_code = 125;
-        event_base_loopbreak(r->o.base);
+        refuse_start(r);
         return;
     }
     setenv("SPOT_JOB", r->job, 1);
@@ -804,8 +844,7 @@ static void on_pre_restore(void *arg, int code, const char *msg)
     if (code != 0) {
         log_msg(LOGL_ERROR, "the pre-restore hook refused the restore of generation %llu "
                 "(%s): not starting the command", (unsigned long long)r->resume_gen, msg);
-        r->exit_code = 125;
-        event_base_loopbreak(r->o.base);
+        refuse_start(r);
         return;
     }
     restore(r);
@@ -838,8 +877,7 @@ static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, 
                 "spotctl ls); not starting the command", (unsigned long long)want, r->job,
                 (unsigned long long)want);
         snap_gens_free(gens, n);
-        r->exit_code = 125;
-        event_base_loopbreak(r->o.base);
+        refuse_start(r);
         return;
     }
     if (never && r->newest_gen)
@@ -873,6 +911,32 @@ void orch_start(struct orch *r)
     snprintf(work, sizeof(work), "%s/work", r->state_dir);
     remove_tree(work);
     snap_gens(r->snap, on_gens, r);
+}
+
+/* Is the snapshot engine still working for us? */
+static bool busy(const struct orch *r)
+{
+    return r->state == RESUMING || r->state == UPLOADING || r->state == COMMITTING ||
+           r->collecting;
+}
+
+void orch_finish(struct orch *r)
+{
+    if (!r)
+        return;
+    r->finishing = true;
+    if (r->state == SAVING) {
+        r->terminating = false;
+        finish_checkpoint(r, -ECANCELED, "the command ended before its trainers saved");
+    }
+    /* A checkpoint whose files are saved is worth finishing: nothing in
+     * it depends on the command any more. */
+    if (r->state == UPLOADING || r->state == COMMITTING)
+        log_msg(LOGL_INFO, "the command ended; finishing generation %llu before exiting",
+                (unsigned long long)r->gen);
+    while (busy(r) && event_base_loop(r->o.base, EVLOOP_ONCE) == 0)
+        ;
+    hooks_drain(r->hooks);
 }
 
 int orch_exit_code(const struct orch *r)

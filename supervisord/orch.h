@@ -72,6 +72,9 @@ void orch_start(struct orch *r);
 /* A new notice (notices.c hands over every one it has not seen). */
 void orch_notice(void *arg, const struct notice *n);
 
+/* Before spotd exits: let the hooks still running end. */
+void orch_finish(struct orch *r);
+
 /* spotd's exit code when the orchestrator decides it (75 after a committed
  * preemption checkpoint; 125 when a pre-restore hook refused the start),
  * else -1: the command's. */

@@ -277,8 +277,8 @@ static void on_ls(void *arg, int err, const char *msg, struct snap_gen *gens, si
     if (c->json)
         printf("[");
     else
-        printf("%-9s %-11s %-12s %-6s %-12s %-10s %s\n", "GEN", "STATE", "STEP", "RANKS",
-               "REASON", "SIZE", "CREATED");
+        printf("%-9s %-11s %-12s %-6s %-12s %-8s %-10s %s\n", "GEN", "STATE", "STEP", "RANKS",
+               "REASON", "METHOD", "SIZE", "CREATED");
     for (size_t i = 0; i < n; i++) {
         const struct snap_gen *g = &gens[i];
         const char *state = g->committed ? "committed" : g->corrupt ? "corrupt" : "incomplete";
@@ -299,11 +299,12 @@ static void on_ls(void *arg, int err, const char *msg, struct snap_gen *gens, si
                        bytes, when);
             printf("}");
         } else if (g->committed) {
-            printf("%-9" PRIu64 " %-11s %-12" PRIu64 " %-6u %-12s %-10s %s\n", g->gen, state,
-                   g->commit.step, g->commit.world_size, g->commit.reason, size, when);
+            printf("%-9" PRIu64 " %-11s %-12" PRIu64 " %-6u %-12s %-8s %-10s %s\n", g->gen,
+                   state, g->commit.step, g->commit.world_size, g->commit.reason,
+                   g->commit.method, size, when);
         } else {
-            printf("%-9" PRIu64 " %-11s %-12s %-6u %-12s %-10s %s\n", g->gen, state, "-",
-                   g->manifests, "-", "-", when);
+            printf("%-9" PRIu64 " %-11s %-12s %-6u %-12s %-8s %-10s %s\n", g->gen, state, "-",
+                   g->manifests, "-", "-", "-", when);
         }
     }
     if (c->json)

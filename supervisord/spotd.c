@@ -379,6 +379,11 @@ static int cmd_run(int argc, char **argv)
     }
     if (parse_notice_signals(&cfg, &notice_sigs) < 0)
         goto out_config;
+    /* With checkpoints, SIGTERM to spotd (systemd, Kubernetes) is a notice
+     * and nothing else: the trainers save, then spotd stops them.  Passed
+     * on at once it would end them before they could. */
+    if (config_str(&cfg, OPT_JOB))
+        sigaddset(&notice_sigs, SIGTERM);
     if (config_str(&cfg, OPT_DRILL_AFTER) &&
         watch_parse_drill(config_str(&cfg, OPT_DRILL_AFTER), &drill_ms, &drill_kind) < 0) {
         say("invalid drill_after '%s' (from %s): expected DURATION[:KIND], like 30s or "
@@ -537,6 +542,7 @@ static int cmd_run(int argc, char **argv)
         goto out_child;
     }
     event_base_dispatch(base);
+    orch_finish(orch);
     code = child_exit_code(child);
     if (orch_exit_code(orch) >= 0)
         code = orch_exit_code(orch);

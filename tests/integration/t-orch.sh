@@ -37,7 +37,7 @@ expect_eq "orch: the final state equals an uninterrupted run's" "$ref" "$(tail -
 # A trainer that never connects: the checkpoint fails with a clear message,
 # the generation before stays the newest, and the stop sequence runs.
 run_spotd run --cloud none --job j --store "file://$T/store" --state-dir "$T/node3" \
-    --drill-after 1s --grace 2s --events "$T/ev3" -- sleep 30
+    --drill-after 1s --signal-deadline 5s --notice-margin 1s --grace 2s --events "$T/ev3" -- sleep 30
 check "orch: a command without libckpt fails the checkpoint, saying why" \
     grep -q '"event":"checkpoint_failed".*libckpt' "$T/ev3"
 expect_eq "orch: ... and is stopped (SIGTERM)" 143 "$RC"

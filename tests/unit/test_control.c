@@ -11,6 +11,7 @@
 #include "ckpt.h"
 #include "harness.h"
 #include "../../supervisord/control.h"
+#include "spot/notice.h"
 
 enum trainer_kind { SAVES, FAILS, DIES };
 
@@ -126,8 +127,9 @@ TEST(control_checkpoint)
     if (!ctl)
         return;
 
-    /* Nobody connected: a clear failure, from the loop. */
-    CHECK_INT(control_checkpoint(ctl, 1, ck, 0, on_saved, &r), 0);
+    /* Nobody connected by the deadline: a clear failure, from the loop. */
+    CHECK_INT(control_checkpoint(ctl, 1, ck, 0, on_saved, &r), -EINVAL);
+    CHECK_INT(control_checkpoint(ctl, 1, ck, notice_now_ms() + 300, on_saved, &r), 0);
     CHECK_INT(r.calls, 0);
     run_until(base, got_result, &r);
     CHECK_INT(r.err, -ENOTCONN);
@@ -141,8 +143,8 @@ TEST(control_checkpoint)
     CHECK_INT(control_workers(ctl), 2);
     memset(&r, 0, sizeof(r));
     r.base = base;
-    CHECK_INT(control_checkpoint(ctl, 1, ck, 0, on_saved, &r), 0);
-    CHECK_INT(control_checkpoint(ctl, 1, ck, 0, on_saved, &r), -EBUSY);
+    CHECK_INT(control_checkpoint(ctl, 1, ck, notice_now_ms() + 10000, on_saved, &r), 0);
+    CHECK_INT(control_checkpoint(ctl, 1, ck, notice_now_ms() + 10000, on_saved, &r), -EBUSY);
     run_until(base, got_result, &r);
     CHECK_INT(r.calls, 1);
     CHECK_INT(r.err, 0);
@@ -169,13 +171,21 @@ TEST(control_checkpoint)
     run_until(base, no_workers, NULL);
     CHECK_INT(control_workers(ctl), 0);
 
+    /* The socket again: what was connected before (two) is what a
+     * checkpoint waits for otherwise. */
+    ctl = control_free(ctl);
+    ctl = control_new(&o, err, sizeof(err));
+    CHECK(ctl != NULL);
+    if (!ctl)
+        return;
+
     /* A worker that cannot save fails the checkpoint with its reason. */
     a = spawn(path, FAILS, "0");
     want_workers = 1;
     run_until(base, enough_workers, NULL);
     memset(&r, 0, sizeof(r));
     r.base = base;
-    CHECK_INT(control_checkpoint(ctl, 2, ck, 0, on_saved, &r), 0);
+    CHECK_INT(control_checkpoint(ctl, 2, ck, notice_now_ms() + 10000, on_saved, &r), 0);
     run_until(base, got_result, &r);
     CHECK_INT(r.err, -EIO);
     CHECK_HAS(r.msg, "disk full");
@@ -189,7 +199,7 @@ TEST(control_checkpoint)
     run_until(base, enough_workers, NULL);
     memset(&r, 0, sizeof(r));
     r.base = base;
-    CHECK_INT(control_checkpoint(ctl, 3, ck, 0, on_saved, &r), 0);
+    CHECK_INT(control_checkpoint(ctl, 3, ck, notice_now_ms() + 10000, on_saved, &r), 0);
     run_until(base, got_result, &r);
     CHECK_INT(r.err, -EPIPE);
     CHECK_HAS(r.msg, "went away");
