@@ -2,7 +2,7 @@
 #
 #   make                      spotd, spotctl, libckpt.{a,so}
 #   make check                build and run the whole test suite
-#   make demo                 wrap a toy trainer and show the event log
+#   make demo                 checkpoint the C trainer at a drill notice, resume it
 #   make install              PREFIX=/usr/local DESTDIR=
 #   make SANITIZE=address,undefined check
 #   make DEV=1                -Werror and the strict warning set
@@ -160,12 +160,13 @@ check: all $(O)/tests/unit/run $(FUZZ_BINS)
 	@O=$(O) SANITIZE=$(SANITIZE) tests/run
 
 demo: all
-	@O=$(O) examples/toy/demo.sh
+	@O=$(O) examples/c-trainer/demo.sh
 
 bench: all
 	@O=$(O) tests/bench/idle.sh
 	@O=$(O) tests/bench/detect.sh
 	@O=$(O) tests/bench/step.sh
+	@O=$(O) BENCH_STEP=0 tests/bench/notice.sh
 
 # The store against a real Swift (about 10 minutes at 2 GiB), and the
 # chunking measurements (a few minutes; installs Debian's torch as root).
