@@ -77,6 +77,8 @@ struct child {
     size_t n_extra;
     struct event *sigchld_ev;
     struct event *kill_timer;     /* grace, then give-up */
+    struct event *linger_timer;   /* a launcher whose workers are gone */
+    unsigned linger_ticks;
     struct event *backoff_timer;
     /* Other children of spotd whose end someone waits for (hooks). */
     struct {
@@ -156,6 +158,8 @@ static void done(struct child *c, const char *reason)
 }
 
 static void spawn(struct child *c);
+static void watch_launcher(struct child *c);
+static void on_linger(evutil_socket_t fd, short what, void *arg);
 
 /* The command and its group are gone: restart or end. */
 static void finish(struct child *c)
@@ -164,6 +168,7 @@ static void finish(struct child *c)
     cJSON *e;
 
     evtimer_del(c->kill_timer);
+    event_del(c->linger_timer);
     c->phase = PHASE_NONE;
     c->exit_code = status_to_code(c->status);
 
@@ -344,6 +349,7 @@ static void begin_stop(struct child *c, int sig, const char *reason, uint64_t gr
         done(c, "stopped");
         return;
     }
+    watch_launcher(c);
     if ((c->state == CHILD_RUNNING || c->state == CHILD_DRAINING) && c->phase == PHASE_NONE) {
         c->phase = PHASE_GRACE;
         c->kill_at_ms = now_ms() + c->grace_ms;
@@ -383,6 +389,7 @@ void child_set_exit_code(struct child *c, int code)
 void child_hold(struct child *c)
 {
     c->held = true;
+    watch_launcher(c);
 }
 
 void child_stop(struct child *c, const char *reason, uint64_t grace_ms)
@@ -602,8 +609,9 @@ struct child *child_new(struct event_base *base, const struct child_opts *opts,
     }
     c->sigchld_ev = evsignal_new(base, SIGCHLD, on_sigchld, c);
     c->kill_timer = evtimer_new(base, on_kill_timer, c);
+    c->linger_timer = event_new(base, -1, EV_PERSIST, on_linger, c);
     c->backoff_timer = evtimer_new(base, on_backoff_timer, c);
-    if (!c->sigchld_ev || !c->kill_timer || !c->backoff_timer ||
+    if (!c->sigchld_ev || !c->kill_timer || !c->linger_timer || !c->backoff_timer ||
         evsignal_add(c->sigchld_ev, NULL) < 0)
         goto out_free;
     return c;
@@ -627,6 +635,8 @@ struct child *child_free(struct child *c)
         event_free(c->sigchld_ev);
     if (c->kill_timer)
         event_free(c->kill_timer);
+    if (c->linger_timer)
+        event_free(c->linger_timer);
     if (c->backoff_timer)
         event_free(c->backoff_timer);
     free(c);
@@ -714,4 +724,46 @@ int child_signal_workers(struct child *c, int sig)
     log_msg(LOGL_INFO, "SIG%s sent to the %zu workers of launcher pid %d", signame(sig), n,
             (int)c->pid);
     return n ? (int)n : -ESRCH;
+}
+
+/* A launcher (torchrun) can outlive its workers by minutes: in its exit
+ * barrier it ignores SIGTERM (../shared/TORCHRUN.md).  Once a stop is under
+ * way and its workers are gone, it gets LINGER_MS, then SIGKILL. */
+#define LINGER_POLL_MS 500
+#define LINGER_MS 3000
+
+static void on_linger(evutil_socket_t fd, short what, void *arg)
+{
+    struct child *c = arg;
+    pid_t pids[1];
+    cJSON *e;
+
+    if (c->pid <= 0 || c->state != CHILD_RUNNING) {
+        event_del(c->linger_timer);
+        return;
+    }
+    if (children_of(c->pid, pids, 1) > 0) {
+        c->linger_ticks = 0;
+        return;
+    }
+    if (++c->linger_ticks * LINGER_POLL_MS < LINGER_MS)
+        return;
+    event_del(c->linger_timer);
+    e = log_event_new("kill");
+    cJSON_AddNumberToObject(e, "pgid", c->pgid);
+    cJSON_AddStringToObject(e, "reason", "launcher lingers after its workers ended");
+    log_event(LOGL_WARN, e, "launcher pid %d is still there %d ms after its workers ended: "
+              "SIGKILL", (int)c->pid, LINGER_MS);
+    signal_group(c, SIGKILL);
+}
+
+static void watch_launcher(struct child *c)
+{
+    struct timeval tv = { 0, LINGER_POLL_MS * 1000 };
+
+    if (c->state != CHILD_RUNNING || c->pid <= 0 ||
+        event_pending(c->linger_timer, EV_TIMEOUT, NULL) || !is_launcher(c->pid))
+        return;
+    c->linger_ticks = 0;
+    event_add(c->linger_timer, &tv);
 }

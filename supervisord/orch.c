@@ -395,6 +395,8 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     cJSON_AddNumberToObject(e, "bytes_sent", (double)r->counters.bytes_sent);
     cJSON_AddNumberToObject(e, "bytes_skipped", (double)r->counters.bytes_skipped);
     cJSON_AddNumberToObject(e, "ms", (double)(r->t_uploaded - r->t_saved));
+    cJSON_AddNumberToObject(e, "hash_ms", (double)(r->counters.cpu_hash_ns / 1000000));
+    cJSON_AddNumberToObject(e, "encode_ms", (double)(r->counters.cpu_encode_ns / 1000000));
     log_event(LOGL_INFO, e, "generation %llu uploaded: %llu bytes sent",
               (unsigned long long)r->gen, (unsigned long long)r->counters.bytes_sent);
     set_state(r, COMMITTING);

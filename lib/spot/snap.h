@@ -73,6 +73,8 @@ struct snap_counters {
     uint64_t chunks_sent;
     uint64_t chunks_skipped;
     uint64_t retries;              /* chunks fetched again after a bad copy */
+    uint64_t cpu_hash_ns;          /* worker CPU time reading, hashing, checking zeros (save) */
+    uint64_t cpu_encode_ns;        /* worker CPU time compressing (save) */
 };
 
 /* A generation as the store holds it. */

@@ -31,6 +31,25 @@ check "signal: it resumed at the step after the checkpoint" \
     grep -q "resumed at step $(( $(jget "$commit" step) + 1 )) " "$T/stdout"
 expect_eq "signal: the final state equals an uninterrupted run's" "$ref" "$(tail -n 1 "$T/stdout")"
 
+# Under a launcher (a script named torchrun) the signal goes to the
+# workers, not to the launcher, which would die of it; after the stop, a
+# launcher that lingers once its workers are gone is killed.
+mkdir "$T/bin"
+# (It waits on a FIFO, with no child of its own, as torchrun in its exit
+# barrier.)
+mkfifo "$T/bin/fifo"
+printf '#!/bin/sh\n"$@" &\ntrap "" TERM\nwait\nexec 3<>"%s"\nread x <&3\n' "$T/bin/fifo" \
+    >"$T/bin/torchrun"
+chmod +x "$T/bin/torchrun"
+t0=$(date +%s)
+TRAINER_METHOD=signal run_spotd run --cloud none --job sigl --store "$S" --state-dir "$T/s4" \
+    --method signal --drill-after 1s --events "$T/s4.ev" -- "$T/bin/torchrun" "$TRAINER" 3000 2
+expect_eq "signal, launcher: the workers saved, spotd exits 75" 75 "$RC"
+check "signal, launcher: the lingering launcher was killed" \
+    grep -q '"event":"kill".*launcher lingers' "$T/s4.ev"
+expect_lt "signal, launcher: ... in seconds, not after the 30 s grace" 20 \
+    "$(( $(date +%s) - t0 ))"
+
 # A trainer that does not create the marker: the checkpoint fails at the
 # deadline, saying what was expected, and nothing is committed.
 TRAINER_METHOD=dir run_spotd run --cloud none --job sig2 --store "$S" --state-dir "$T/s3" \
