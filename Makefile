@@ -19,6 +19,9 @@ BINDIR     ?= $(PREFIX)/bin
 LIBDIR     ?= $(PREFIX)/lib
 INCDIR     ?= $(PREFIX)/include
 PKGDIR     ?= $(LIBDIR)/pkgconfig
+DATADIR    ?= $(PREFIX)/share
+PYDIR      ?= $(PREFIX)/lib/python3/dist-packages
+HOOKS      := on-notice pre-checkpoint post-checkpoint pre-restore post-restore
 
 CC         ?= cc
 PKG_CONFIG ?= pkg-config
@@ -182,12 +185,18 @@ install: all
 	ln -sf libckpt.so.0 $(DESTDIR)$(LIBDIR)/libckpt.so
 	install -m 0644 include/ckpt.h $(DESTDIR)$(INCDIR)/
 	$(call make_pc) > $(DESTDIR)$(PKGDIR)/libckpt.pc
+	install -d $(DESTDIR)$(PYDIR) $(DESTDIR)$(DATADIR)/spotd/hooks
+	install -m 0644 lib/python/libckpt.py $(DESTDIR)$(PYDIR)/
+	install -m 0755 $(addprefix hooks/,$(HOOKS)) $(DESTDIR)$(DATADIR)/spotd/hooks/
+	install -m 0644 hooks/README.md $(DESTDIR)$(DATADIR)/spotd/hooks/
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/spotd $(DESTDIR)$(BINDIR)/spotctl \
 	      $(DESTDIR)$(LIBDIR)/libckpt.a $(DESTDIR)$(LIBDIR)/libckpt.so.0 \
 	      $(DESTDIR)$(LIBDIR)/libckpt.so $(DESTDIR)$(INCDIR)/ckpt.h \
-	      $(DESTDIR)$(PKGDIR)/libckpt.pc
+	      $(DESTDIR)$(PKGDIR)/libckpt.pc $(DESTDIR)$(PYDIR)/libckpt.py \
+	      $(addprefix $(DESTDIR)$(DATADIR)/spotd/hooks/,$(HOOKS) README.md)
+	-rmdir $(DESTDIR)$(DATADIR)/spotd/hooks $(DESTDIR)$(DATADIR)/spotd 2>/dev/null
 
 clean:
 	rm -rf build build-san

@@ -534,6 +534,17 @@ static bool plan_fits(struct orch *r)
     return fits || r->resume_gen == 0;
 }
 
+/* "notice: aws terminate", "notice: drill" */
+static void notice_reason(const struct notice *n, char *buf, size_t size)
+{
+    const char *kind = notice_kind_name(n->kind);
+
+    if (strcmp(n->source, kind) == 0)
+        snprintf(buf, size, "notice: %s", kind);
+    else
+        snprintf(buf, size, "notice: %s %s", n->source, kind);
+}
+
 static void begin_checkpoint(struct orch *r, const struct notice *n, const char *why)
 {
     struct hook_env he;
@@ -545,8 +556,7 @@ static void begin_checkpoint(struct orch *r, const struct notice *n, const char 
     r->terminating = n && n->terminating;
     r->step = -1;
     if (n)
-        snprintf(r->reason, sizeof(r->reason), "notice: %s %s", n->source,
-                 notice_kind_name(n->kind));
+        notice_reason(n, r->reason, sizeof(r->reason));
     else
         snprintf(r->reason, sizeof(r->reason), "%s", why);
     if (n && n->deadline_ms > 0)
@@ -601,8 +611,7 @@ void orch_notice(void *arg, const struct notice *n)
      * checkpoint becomes the last one, and the stop follows it. */
     if (n->terminating && r->state != DRAINING && r->state != RESUMING && !r->terminating) {
         r->terminating = true;
-        snprintf(r->reason, sizeof(r->reason), "notice: %s %s", n->source,
-                 notice_kind_name(n->kind));
+        notice_reason(n, r->reason, sizeof(r->reason));
     }
 }
 

@@ -7,7 +7,8 @@ make -s -C "$TOP" O="$O" SANITIZE="${SANITIZE:-}" install PREFIX=/usr DESTDIR="$
 check "install: make install exits 0" [ $? -eq 0 ]
 missing=""
 for f in usr/bin/spotd usr/bin/spotctl usr/lib/libckpt.a usr/lib/libckpt.so.0 usr/lib/libckpt.so \
-         usr/include/ckpt.h usr/lib/pkgconfig/libckpt.pc; do
+         usr/include/ckpt.h usr/lib/pkgconfig/libckpt.pc usr/lib/python3/dist-packages/libckpt.py \
+         usr/share/spotd/hooks/pre-checkpoint usr/share/spotd/hooks/post-restore; do
     [ -e "$root/$f" ] || missing="$missing $f"
 done
 expect_eq "install: every file in place under DESTDIR/PREFIX" "" "$missing"
@@ -40,10 +41,10 @@ expect_eq "install: make uninstall removes every file" 0 "$left"
 "$SPOTCTL" help >"$T/out" 2>&1
 check "spotctl: help exits 0 and lists the commands" \
     sh -c "[ $? -eq 0 ] && grep -q verify '$T/out' && grep -q drill '$T/out'"
-"$SPOTCTL" status >"$T/out" 2>&1
+"$SPOTCTL" show >"$T/out" 2>&1
 rc=$?
 check "spotctl: a command still to come exits 2 and says so" \
-    sh -c "[ $rc -eq 2 ] && grep -q \"'status' is not implemented yet\" '$T/out'"
+    sh -c "[ $rc -eq 2 ] && grep -q \"'show' is not implemented yet\" '$T/out'"
 env -u SPOTD_STORE "$SPOTCTL" ls --job j >"$T/out" 2>&1
 rc=$?
 check "spotctl: a store command without a store exits 2 and says what is missing" \
@@ -54,3 +55,11 @@ check "spotctl: an unknown command exits 2 and names it" \
     sh -c "[ $rc -eq 2 ] && grep -q \"unknown command 'frobnicate'\" '$T/out'"
 expect_eq "spotctl: --version" "spotctl 0.1.0" "$("$SPOTCTL" --version)"
 expect_eq "spotd: --version" "spotd 0.1.0" "$("$SPOTD" --version)"
+
+# The daemon commands without a daemon: what to check, exit 1.
+"$SPOTCTL" status --state-dir "$T/nowhere" >"$T/out" 2>&1
+rc=$?
+check "spotctl status: no spotd there: exit 1, saying what to check" \
+    sh -c "[ $rc -eq 1 ] && grep -q 'cannot connect to spotd.s control socket .*is spotd running' '$T/out'"
+"$SPOTCTL" status >"$T/out" 2>&1
+check "spotctl status: which spotd, when nothing says" grep -q "give --socket, --state-dir or --job" "$T/out"

@@ -168,6 +168,20 @@ check "hooks: a failing pre-checkpoint fails the checkpoint" \
 check "hooks: a hook past --hook-timeout is killed" grep -q "hook on-notice: still running" "$T/stderr"
 expect_eq "hooks: ... and the run goes on" 0 "$RC"
 
+# The examples in hooks/ work as they are.
+SPOT_HOOK_LOG="$T/hook.log" SPOT_HOOK_MIN_FREE_MB=1 run_spotd run --cloud none --job hx \
+    --store "$S" --state-dir "$T/h5" --hooks-dir "$TOP/hooks" --drill-after 1s \
+    -- "$TRAINER" 3000 2
+expect_eq "hooks/: a checkpoint with the example hooks" 75 "$RC"
+check "hooks/: post-checkpoint logged it" grep -q '"job":"hx","gen":1,.*"result":"committed"' "$T/hook.log"
+check "hooks/: no example failed" sh -c "! grep -q 'hook [a-z-]*: exited with code [1-9]' '$T/stderr'"
+SPOT_HOOK_MIN_FREE_MB=1 run_spotd run --cloud none --job hx --store "$S" --state-dir "$T/h6" \
+    --hooks-dir "$TOP/hooks" -- "$TRAINER" 3000 2
+check "hooks/: post-restore says what came back" grep -q "post-restore: generation 1 .*2 files" "$T/stdout"
+SPOT_HOOK_MIN_FREE_MB=999999999 run_spotd run --cloud none --job hx --store "$S" \
+    --state-dir "$T/h7" --hooks-dir "$TOP/hooks" -- "$TRAINER" 3000 2
+expect_eq "hooks/: pre-restore refuses a file system too full" 125 "$RC"
+
 # ---- local workers ----------------------------------------------------------
 cat >"$T/two.sh" <<EOF2
 LOCAL_RANK=0 "$TRAINER" 3000 2 >"$T/w0.out" & a=\$!
