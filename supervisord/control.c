@@ -195,7 +195,8 @@ static void check_progress(struct control *c)
         end_checkpoint(c, 0, step, "%s", "");
 }
 
-/* One message from a worker.  Returns 0, or -1 when it must go. */
+/* One message from a worker.  Returns 0, 1 when the connection is done
+ * (a command was answered), or -1 when it must go for a protocol error. */
 static int handle(struct worker *w, const struct jsonl_msg *m)
 {
     struct control *c = w->c;
@@ -214,7 +215,7 @@ static int handle(struct worker *w, const struct jsonl_msg *m)
         c->o.on_command(c->o.arg, cmd->str, m, reply, sizeof(reply) - 1);
         strcat(reply, "\n");
         send(w->fd, reply, strlen(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
-        return -1; /* one command per connection */
+        return 1; /* one command per connection */
     }
     if (!w->hello) {
         const struct jsonl_value *pid = jsonl_get(m, "pid"), *rank = jsonl_get(m, "local_rank");
@@ -302,6 +303,7 @@ static void on_worker(evutil_socket_t fd, short what, void *arg)
     struct worker *w = arg;
     ssize_t n = recv(fd, w->in + w->in_len, sizeof(w->in) - w->in_len, MSG_DONTWAIT);
     char *nl;
+    int r;
 
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
@@ -317,7 +319,12 @@ static void on_worker(evutil_socket_t fd, short what, void *arg)
         memcpy(w->line, w->in, len);
         w->in_len -= len + 1;
         memmove(w->in, nl + 1, w->in_len);
-        if (jsonl_parse(w->line, len, &m) < 0 || handle(w, &m) < 0) {
+        r = jsonl_parse(w->line, len, &m) < 0 ? -1 : handle(w, &m);
+        if (r > 0) {
+            worker_free(w);
+            return;
+        }
+        if (r < 0) {
             worker_gone(w, "protocol error");
             return;
         }

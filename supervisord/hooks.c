@@ -133,6 +133,8 @@ int hooks_run(struct hooks *h, const char *name, const struct hook_env *env, hoo
     pid = fork();
     if (pid == 0) {
         int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        /* Its own group, default dispositions, nothing blocked: a hook
+         * is a program of its own, not part of spotd. */
         setpgid(0, 0);
         for (int sig = 1; sig < NSIG; sig++)
             signal(sig, SIG_DFL);
