@@ -54,7 +54,11 @@ struct control {
     struct worker *w[WORKERS_MAX];
     unsigned n;
     unsigned peak;                 /* most workers connected at once */
-    int64_t last_step;             /* highest step reported */
+    int64_t last_step;             /* the step last reported */
+    /* the training rate, from one worker's progress reports */
+    long long rate_pid, rate_step;
+    int64_t rate_ms;
+    double steps_per_s;
     int64_t resume_step;
     uint64_t resume_gen;
     /* the checkpoint under way */
@@ -259,6 +263,25 @@ static int handle(struct worker *w, const struct jsonl_msg *m)
             if (send_kv(w, q, 2) < 0)
                 return -1;
         }
+        return 0;
+    }
+    if (strcmp(type, "progress") == 0) {
+        int64_t now = notice_now_ms();
+
+        if (!step || step->type != JSONL_INT || step->num < 0)
+            return -1;
+        /* The rate over reports at least 5 s apart, from one worker. */
+        if (c->rate_pid != w->pid || step->num < c->rate_step) {
+            c->rate_pid = w->pid;
+            c->rate_step = step->num;
+            c->rate_ms = now;
+        } else if (now - c->rate_ms >= 5000) {
+            c->steps_per_s =
+                (double)(step->num - c->rate_step) * 1000.0 / (double)(now - c->rate_ms);
+            c->rate_step = step->num;
+            c->rate_ms = now;
+        }
+        c->last_step = step->num;
         return 0;
     }
     if (strcmp(type, "request") == 0) {
@@ -482,6 +505,11 @@ int control_set_resume(struct control *c, const char *dir, int64_t step, uint64_
 int64_t control_step(const struct control *c)
 {
     return c->last_step;
+}
+
+double control_rate(const struct control *c)
+{
+    return c->steps_per_s;
 }
 
 unsigned control_workers(const struct control *c)

@@ -62,8 +62,10 @@ int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t
  * for a command restarted after a crash).  dir NULL: a fresh start. */
 int control_set_resume(struct control *c, const char *dir, int64_t step, uint64_t gen);
 
-/* The highest step a worker has reported, -1 before any. */
+/* The step a worker last reported (ckpt_step() sends one a second), -1
+ * before any; and the training rate in steps per second, 0 when unknown. */
 int64_t control_step(const struct control *c);
+double control_rate(const struct control *c);
 
 /* Tell every worker to stop (ckpt_step() returns STOP). */
 void control_stop(struct control *c, const char *reason);

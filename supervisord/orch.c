@@ -521,6 +521,12 @@ static bool plan_fits(struct orch *r)
     else {
         double steps = rate * (double)(notice_now_ms() - r->fig.at_ms) / 1000.0;
         char lost[96] = "";
+
+        /* The trainers' own progress says it best; else the rate. */
+        if (r->control && control_step(r->control) > r->resume_step) {
+            steps = (double)(control_step(r->control) - r->resume_step);
+            rate = 1;
+        }
         cJSON_AddNumberToObject(e, "kept_gen", (double)r->resume_gen);
         if (rate > 0) {
             cJSON_AddNumberToObject(e, "steps_lost", (double)(int64_t)steps);
@@ -532,6 +538,16 @@ static bool plan_fits(struct orch *r)
                   (long long)r->resume_step, lost);
     }
     return fits || r->resume_gen == 0;
+}
+
+/* A notice's checkpoint is given up (and says why) a little before
+ * notices.c's fallback stop begins. */
+static int64_t notice_deadline(const struct orch *r, const struct notice *n)
+{
+    uint64_t grace = r->o.grace_ms < NOTICE_FALLBACK_GRACE_MS ? r->o.grace_ms
+                                                               : NOTICE_FALLBACK_GRACE_MS;
+
+    return n->deadline_ms - (int64_t)r->o.margin_ms - (int64_t)grace - GIVE_UP_MS;
 }
 
 /* "notice: aws terminate", "notice: drill" */
@@ -560,12 +576,7 @@ static void begin_checkpoint(struct orch *r, const struct notice *n, const char 
     else
         snprintf(r->reason, sizeof(r->reason), "%s", why);
     if (n && n->deadline_ms > 0)
-        /* Given up (and said why) a little before notices.c's fallback
-         * stop begins. */
-        r->deadline_ms = n->deadline_ms - (int64_t)r->o.margin_ms -
-                         (int64_t)(r->o.grace_ms < NOTICE_FALLBACK_GRACE_MS
-                                       ? r->o.grace_ms : NOTICE_FALLBACK_GRACE_MS) -
-                         GIVE_UP_MS;
+        r->deadline_ms = notice_deadline(r, n);
     else if (!n && strcmp(why, "periodic") == 0)
         r->deadline_ms = notice_now_ms() + (int64_t)r->o.interval_ms;
     else
@@ -612,6 +623,11 @@ void orch_notice(void *arg, const struct notice *n)
     if (n->terminating && r->state != DRAINING && r->state != RESUMING && !r->terminating) {
         r->terminating = true;
         notice_reason(n, r->reason, sizeof(r->reason));
+        /* The deadline that matters now, for the margin reported; the
+         * method keeps the one it was given (an earlier one fails the
+         * checkpoint sooner; the fallback stop bounds a later one). */
+        if (n->deadline_ms > 0)
+            r->deadline_ms = notice_deadline(r, n);
     }
 }
 
@@ -665,7 +681,8 @@ static void on_command(void *arg, const char *cmd, const struct jsonl_msg *m, ch
     cJSON_AddNumberToObject(o, "v", 1);
     cJSON_AddStringToObject(o, "type", "result");
     if (strcmp(cmd, "status") == 0) {
-        double rate = steps_per_s(r);
+        double rate = r->control && control_rate(r->control) > 0 ? control_rate(r->control)
+                                                                  : steps_per_s(r);
         cJSON_AddBoolToObject(o, "ok", 1);
         cJSON_AddStringToObject(o, "job", r->job);
         cJSON_AddStringToObject(o, "store", r->store_url);

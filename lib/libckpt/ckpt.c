@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "jsonl.h"
@@ -56,12 +57,16 @@ CKPT_API const char *ckpt_version(void)
     return STR(CKPT_VERSION_MAJOR) "." STR(CKPT_VERSION_MINOR) "." STR(CKPT_VERSION_PATCH);
 }
 
+/* Time between two progress reports of ckpt_step(). */
+#define PROGRESS_MS 1000
+
 struct ckpt {
     int fd;                       /* -1: inert */
     int err;                      /* sticky: CKPT_E_CLOSED, CKPT_E_PROTOCOL, CKPT_E_IO */
     char *resume_dir;
     long long resume_step;
     long long step;               /* the last step ckpt_step() saw */
+    long long progress_ms;        /* when the last progress went (coarse monotonic) */
     bool stop;
     bool query;                   /* spotd asked for the step: answer it */
     long long query_id;
@@ -412,6 +417,20 @@ CKPT_API int ckpt_step(struct ckpt *c, long long step)
         };
         c->query = false;
         r = send_msg(c, kv, 3);
+    }
+    if (r == 0) {
+        /* The coarse clock costs a few ns (vDSO): progress goes at most
+         * once per PROGRESS_MS, for spotctl status and the step rate. */
+        struct timespec ts;
+        long long now;
+
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+        now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        if (now - c->progress_ms >= PROGRESS_MS) {
+            struct jsonl_kv kv[] = { JSONL_STR("type", "progress"), JSONL_INT("step", step) };
+            c->progress_ms = now;
+            r = send_msg(c, kv, 2);
+        }
     }
     if (r < 0) {
         c->err = r;

@@ -54,6 +54,7 @@ _MESSAGES = {
 
 LINE_MAX = 65536
 WELCOME_TIMEOUT = 10.0
+PROGRESS_S = 1.0                       # between two progress reports of step()
 _VERSION = "0.1.0"
 
 
@@ -94,6 +95,7 @@ class Ckpt:
         self._step = 0
         self._stop = False
         self._query = None
+        self._progress = float("-inf")  # when the last progress went
         self._pending = None          # (id, step or -1, dir)
         self._saving = False
         self.resume_dir = None
@@ -229,6 +231,10 @@ class Ckpt:
             if self._query is not None:
                 q, self._query = self._query, None
                 self._send(type="step", id=q, step=step)
+            now = time.monotonic()
+            if now - self._progress >= PROGRESS_S:
+                self._progress = now
+                self._send(type="progress", step=step)
         except CkptError as e:
             self._err = e.code
             raise

@@ -25,6 +25,14 @@ def send(conn, **m):
     conn.sendall(json.dumps(dict(v=1, **m)).encode() + b"\n")
 
 
+def next_msg(f):
+    """The next message that is not a progress report (one a second)."""
+    while True:
+        m = json.loads(f.readline())
+        if m.get("type") != "progress":
+            return m
+
+
 def serve(srv, plan, out):
     """One trainer: welcome (resume or not); with plan["save_dir"], ask for
     a checkpoint one step after the trainer's current step, then stop."""
@@ -37,12 +45,12 @@ def serve(srv, plan, out):
              resume_step=plan.get("resume_step"), gen=plan.get("gen"))
         if plan.get("save_dir"):
             send(conn, type="query", id=1)
-            m = json.loads(f.readline())
+            m = next_msg(f)
             out["step"] = m
             target = m["step"] + 1
             send(conn, type="checkpoint", id=2, gen=1, step=target, dir=plan["save_dir"],
                  deadline=None)
-            out["saved"] = json.loads(f.readline())
+            out["saved"] = next_msg(f)
             send(conn, type="stop", reason="notice")
         f.read()
     finally:

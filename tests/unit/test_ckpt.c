@@ -55,8 +55,11 @@ static int script_line(FILE *in, const char *type, const char *key, long long wa
     struct jsonl_msg m;
     const struct jsonl_value *v;
 
-    if (!fgets(line, sizeof(line), in) || !strchr(line, '\n'))
-        return 1;
+    /* Progress reports (one a second) may come between any two. */
+    do {
+        if (!fgets(line, sizeof(line), in) || !strchr(line, '\n'))
+            return 1;
+    } while (strstr(line, "\"type\":\"progress\""));
     if (jsonl_parse(line, strlen(line) - 1, &m) < 0 || !jsonl_type(&m) ||
         strcmp(jsonl_type(&m), type) != 0)
         return 2;
