@@ -54,6 +54,7 @@ struct control {
     struct worker *w[WORKERS_MAX];
     unsigned n;
     unsigned peak;                 /* most workers connected at once */
+    unsigned said;                 /* the largest local_world_size a hello gave */
     int64_t last_step;             /* the step last reported */
     /* the training rate, from one worker's progress reports */
     long long rate_pid, rate_step;
@@ -159,9 +160,11 @@ static void start_save(struct control *c)
  * as many as were ever connected at once. */
 static unsigned expected(const struct control *c)
 {
+    unsigned n = c->peak > c->said ? c->peak : c->said;
+
     /* At least one: a notice during the trainer's start-up (an import of
      * torch takes seconds) waits for it to connect. */
-    return c->o.expect ? c->o.expect : c->peak ? c->peak : 1;
+    return c->o.expect ? c->o.expect : n ? n : 1;
 }
 
 static unsigned in_checkpoint(const struct control *c)
@@ -223,6 +226,7 @@ static int handle(struct worker *w, const struct jsonl_msg *m)
     }
     if (!w->hello) {
         const struct jsonl_value *pid = jsonl_get(m, "pid"), *rank = jsonl_get(m, "local_rank");
+        const struct jsonl_value *size = jsonl_get(m, "local_world_size");
         char dir[4096];
         const char *resume = NULL;
 
@@ -232,6 +236,9 @@ static int handle(struct worker *w, const struct jsonl_msg *m)
         w->hello = true;
         w->pid = pid->num;
         w->local_rank = rank->num;
+        if (size && size->type == JSONL_INT && size->num > (long long)c->said &&
+            size->num <= WORKERS_MAX)
+            c->said = (unsigned)size->num;
         if (c->resume_dir && c->o.flat) {
             resume = c->resume_dir;
         } else if (c->resume_dir) {
@@ -437,8 +444,9 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     if (c->n && in_checkpoint(c) < expected(c)) {
         end_checkpoint(c, -ETIMEDOUT, -1, "only %u of the %u local workers took part (%s): "
                        "one did not connect, or died; check --local-workers", in_checkpoint(c),
-                       expected(c), c->o.expect ? "--local-workers or LOCAL_WORLD_SIZE"
-                                                : "as many as were connected before");
+                       expected(c), c->o.expect       ? "--local-workers or LOCAL_WORLD_SIZE"
+                                    : c->said > c->peak ? "the trainers' LOCAL_WORLD_SIZE"
+                                                        : "as many as were connected before");
         return;
     }
     end_checkpoint(c, c->n ? -ETIMEDOUT : -ENOTCONN, -1, "%s",

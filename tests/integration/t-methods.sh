@@ -205,6 +205,12 @@ run_spotd run --cloud none --job one --store "$S" --state-dir "$T/l3" --local-wo
 check "local workers: one of two missing fails the checkpoint, saying so" \
     grep -q '"event":"checkpoint_failed".*only 1 of the 2 local workers' "$T/l3.ev"
 
+run_spotd run --cloud none --job one --store "$S" --state-dir "$T/l4" --drill-after 1s \
+    --signal-deadline 3s --notice-margin 1s --grace 1s --events "$T/l4.ev" \
+    -- env LOCAL_WORLD_SIZE=2 "$TRAINER" 30000 2
+check "local workers: a trainer's LOCAL_WORLD_SIZE counts too" \
+    grep -q '"event":"checkpoint_failed".*only 1 of the 2 local workers' "$T/l4.ev"
+
 # ---- the plan ---------------------------------------------------------------
 # Figures from an earlier run say a checkpoint takes 9 s; the notice leaves
 # 3: the newest generation (1) is kept and the command stopped at once.
