@@ -135,8 +135,10 @@ expect_eq "torchrun: generation 1 is committed" 1 "$(jget "$commit" gen)"
 step=$(jget "$commit" step)
 expect_ge "torchrun: at a step the workers had reached" 0 "$step"
 expect_lt "torchrun: ... before the end of training" $((NSTEPS - 1)) "$step"
-expect_eq "torchrun: both workers stopped at the same step" \
-    "2 1" "$(grep -c '^stopped at step ' "$T/stdout") $(grep '^stopped at step ' "$T/stdout" | sort -u | wc -l)"
+# torchrun ends the other worker as soon as one exits (75 is a failure to
+# it), so one or both say where they stopped; never at different steps.
+expect_eq "torchrun: the workers stopped at one step" \
+    "1" "$(grep '^stopped at step ' "$T/stdout" | sort -u | wc -l)"
 check "torchrun: torchrun exited once its workers had" has '"event":"child_exit"' "$T/ev4"
 
 run_spotd run --cloud none --job tr --store "file://$T/store" --state-dir "$T/node5" \
