@@ -94,11 +94,17 @@ int ckpt_inert(const struct ckpt *c);
 const char *ckpt_resume_dir(const struct ckpt *c);
 long long ckpt_resume_step(const struct ckpt *c);
 
-/* Call once per step, with the step about to run.  Never blocks: it reads
- * what spotd sent, answers spotd's questions, and returns CKPT_CONTINUE,
+/* Call once per step, with the step about to run.  It reads what spotd
+ * sent, answers spotd's questions, and returns CKPT_CONTINUE,
  * CKPT_SAVE or CKPT_STOP, or CKPT_E_STATE (a save is still open: report it
  * first), CKPT_E_CLOSED (spotd went away; train on, or stop), or
- * CKPT_E_PROTOCOL / CKPT_E_IO. */
+ * CKPT_E_PROTOCOL / CKPT_E_IO.
+ *
+ * It blocks only when a checkpoint begins: the call after the one that
+ * told spotd its step waits (at most 10 s) for the step to save at, which
+ * spotd sends once every worker of the node has told its own; otherwise a
+ * fast trainer could run past it.  At most once a second it sends its step
+ * to spotd (spotctl status, the training rate). */
 int ckpt_step(struct ckpt *c, long long step);
 
 /* Where to write after CKPT_SAVE: a directory spotd created for this
@@ -107,7 +113,13 @@ const char *ckpt_save_dir(const struct ckpt *c);
 
 /* Report the open save: written completely (ckpt_saved, with the step the
  * files hold) or not (ckpt_failed, with a reason for spotd's log).
- * Returns 0, CKPT_E_STATE (no save open), CKPT_E_CLOSED, CKPT_E_IO. */
+ * Returns 0, CKPT_E_STATE (no save open), CKPT_E_CLOSED, CKPT_E_IO.
+ *
+ * Under spotd's signal method (--method signal) no save is ever open: the
+ * trainer saves into SPOT_CKPT_DIR when it gets the signal, then calls
+ * ckpt_saved() in place of writing the marker file.  So ckpt_saved()
+ * without an open save, when connected, tells spotd that SPOT_CKPT_DIR
+ * holds step; inert, it is CKPT_E_STATE as before. */
 int ckpt_saved(struct ckpt *c, long long step);
 int ckpt_failed(struct ckpt *c, const char *reason);
 

@@ -306,6 +306,11 @@ static int handle(struct worker *w, const struct jsonl_msg *m)
         /* Answers to a checkpoint that was given up are ignored. */
         if (step->num > c->last_step)
             c->last_step = step->num;
+        if (id->num == 0 && strcmp(type, "saved") == 0) {
+            if (c->o.on_saved)
+                c->o.on_saved(c->o.arg, step->num);
+            return 0;
+        }
         if (c->phase == IDLE || id->num != c->id || !w->in_ck)
             return 0;
         w->step = step->num;

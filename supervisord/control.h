@@ -32,6 +32,9 @@ struct control_opts {
     unsigned expect;               /* local workers a checkpoint needs; 0: as many as
                                       were ever connected at once */
     void (*on_request)(void *arg); /* a trainer asked for a checkpoint */
+    /* A trainer reported step saved outside a checkpoint of this socket
+     * (id 0: the signal method's ckpt_saved()). */
+    void (*on_saved)(void *arg, int64_t step);
     /* A command from spotctl ({"type":"command","cmd":...}): write the
      * answer, one JSON object without the newline, into reply. */
     void (*on_command)(void *arg, const char *cmd, const struct jsonl_msg *m, char *reply,

@@ -50,6 +50,9 @@ struct method_ops {
      * or another -errno. */
     int (*save)(struct method *m, uint64_t gen, const char *dir, int64_t deadline_ms,
                 method_saved_fn done, void *arg);
+    /* A trainer said, through libckpt, that it saved step (ckpt_saved()
+     * with no save open).  NULL: the method does not take that. */
+    void (*trainer_saved)(struct method *m, int64_t step);
     /* The last checkpoint is committed: end the command, within grace_ms of
      * the stop signal. */
     void (*stop)(struct method *m, const char *reason, uint64_t grace_ms);

@@ -1,8 +1,8 @@
 /* method signal: spotd sends --ckpt-signal (SIGUSR1) to the trainer, which
  * saves into SPOT_CKPT_DIR and then creates the marker SPOT_CKPT_MARKER
- * (SPOT_CKPT_DIR/.spotd-saved) holding the step it saved.  spotd removes
- * the marker before each signal and polls for it until the deadline.  The
- * stop is the ordinary stop sequence. */
+ * (SPOT_CKPT_DIR/.spotd-saved) holding the step it saved, or calls
+ * ckpt_saved(step).  spotd removes the marker before each signal and polls
+ * for it until the deadline.  The stop is the ordinary stop sequence. */
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
@@ -145,6 +145,12 @@ static int signal_save(struct method *m, uint64_t gen, const char *dir, int64_t 
     return 0;
 }
 
+static void signal_trainer_saved(struct method *m, int64_t step)
+{
+    if (m->done)
+        finish(m, 0, "", step);
+}
+
 static void signal_stop(struct method *m, const char *reason, uint64_t grace_ms)
 {
     child_stop(m->ctx.child, reason, grace_ms);
@@ -162,6 +168,7 @@ const struct method_ops method_signal = {
     .name = "signal",
     .open = signal_open,
     .save = signal_save,
+    .trainer_saved = signal_trainer_saved,
     .stop = signal_stop,
     .close = signal_close,
 };

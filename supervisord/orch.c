@@ -648,6 +648,15 @@ static void on_request(void *arg)
         begin_checkpoint(r, NULL, "request");
 }
 
+/* A trainer's ckpt_saved() with no save open (the signal method). */
+static void on_trainer_saved(void *arg, int64_t step)
+{
+    struct orch *r = arg;
+
+    if (r->state == SAVING && r->mops->trainer_saved)
+        r->mops->trainer_saved(r->method, step);
+}
+
 /* The dir method found a new complete folder. */
 static void on_found(void *arg)
 {
@@ -774,6 +783,7 @@ static void run_command(struct orch *r)
         .expect = r->o.local_workers,
         .flat = r->mops != &method_app,
         .on_request = on_request,
+        .on_saved = on_trainer_saved,
         .on_command = on_command,
         .arg = r,
     };

@@ -17,7 +17,8 @@
  *
  *   TRAINER_METHOD=signal  SIGUSR1 makes it save into SPOT_CKPT_DIR at the
  *                          next step and then write the step into
- *                          SPOT_CKPT_MARKER (spotd --method signal)
+ *                          SPOT_CKPT_MARKER (spotd --method signal), or,
+ *                          with TRAINER_REPORT=libckpt, call ckpt_saved()
  *   TRAINER_METHOD=dir     it saves SPOT_CKPT_DIR/checkpoint-<step>/ every
  *                          TRAINER_SAVE_EVERY steps (default 500), with the
  *                          marker .spotd-complete when TRAINER_MARKER=1
@@ -141,8 +142,9 @@ static long long env_ll(const char *name, long long def)
     return v && *v ? atoll(v) : def;
 }
 
-/* TRAINER_METHOD=signal: save when SIGUSR1 came, then the marker. */
-static void signal_save(long long step)
+/* TRAINER_METHOD=signal: save when SIGUSR1 came, then the marker (or
+ * ckpt_saved()). */
+static void signal_save(struct ckpt *c, long long step)
 {
     const char *dir = getenv("SPOT_CKPT_DIR"), *marker = getenv("SPOT_CKPT_MARKER");
     char s[32];
@@ -151,6 +153,12 @@ static void signal_save(long long step)
 
     if (!dir || !marker || save(dir, step) < 0) {
         fprintf(stderr, "trainer: cannot save into SPOT_CKPT_DIR: %s\n", strerror(errno));
+        return;
+    }
+    if (getenv("TRAINER_REPORT") && strcmp(getenv("TRAINER_REPORT"), "libckpt") == 0) {
+        int r = ckpt_saved(c, step);
+        if (r < 0)
+            fprintf(stderr, "trainer: libckpt: %s\n", ckpt_strerror(r));
         return;
     }
     slash = strrchr(marker, '/');
@@ -206,7 +214,9 @@ int main(int argc, char **argv)
     if (!(state = malloc(words * sizeof(*state))))
         return 1;
     if (!app) {
-        unsetenv("SPOT_SOCKET"); /* libckpt inert: the other methods do without */
+        /* libckpt inert: the other methods do without, unless told */
+        if (!getenv("TRAINER_REPORT"))
+            unsetenv("SPOT_SOCKET");
         signal(SIGUSR1, on_usr1);
     }
     if ((r = ckpt_open(&c)) < 0) {
@@ -237,7 +247,7 @@ int main(int argc, char **argv)
             usleep((useconds_t)sleep_us);
         if (save_asked) {
             save_asked = 0;
-            signal_save(step - 1);
+            signal_save(c, step - 1);
         }
         if (!app && strcmp(method, "dir") == 0 && step > 0 && step % every == 0)
             dir_save(step - 1);

@@ -59,6 +59,9 @@ CKPT_API const char *ckpt_version(void)
 
 /* Time between two progress reports of ckpt_step(). */
 #define PROGRESS_MS 1000
+/* After answering a query, how long the next ckpt_step() waits for the
+ * checkpoint it announces (the other workers answer meanwhile). */
+#define AWAIT_MS 10000
 
 struct ckpt {
     int fd;                       /* -1: inert */
@@ -70,6 +73,7 @@ struct ckpt {
     bool stop;
     bool query;                   /* spotd asked for the step: answer it */
     long long query_id;
+    bool awaiting;                /* answered: the checkpoint (or cancel) is coming */
     /* the checkpoint spotd asked for, and whether the trainer is on it */
     bool pending, saving;
     long long ck_id, ck_step;     /* ck_step -1: at once */
@@ -185,6 +189,7 @@ static int handle(struct ckpt *c, const struct jsonl_msg *m)
         c->ck_id = id;
         c->ck_step = step;
         c->pending = true;
+        c->awaiting = false;
         return 0;
     }
     if (strcmp(type, "cancel") == 0) {
@@ -192,10 +197,12 @@ static int handle(struct ckpt *c, const struct jsonl_msg *m)
             return CKPT_E_PROTOCOL;
         if (c->pending && c->ck_id == id && !c->saving)
             c->pending = false;
+        c->awaiting = false;
         return 0;
     }
     if (strcmp(type, "stop") == 0) {
         c->stop = true;
+        c->awaiting = false;
         return 0;
     }
     return CKPT_E_PROTOCOL;
@@ -393,6 +400,36 @@ CKPT_API long long ckpt_resume_step(const struct ckpt *c)
     return c && c->resume_dir ? c->resume_step : -1;
 }
 
+static long long coarse_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The step was answered one ckpt_step() ago, and spotd announces the step
+ * to save at (the largest answer plus one) once every worker has answered.
+ * A fast trainer would run past it: wait here, up to AWAIT_MS, for the
+ * checkpoint (or a cancel, or a stop).  Returns 0 or a CKPT_E_*. */
+static int await_checkpoint(struct ckpt *c)
+{
+    long long until = coarse_ms() + AWAIT_MS;
+    int r = 0;
+
+    while (r == 0 && c->awaiting) {
+        long long left = until - coarse_ms();
+
+        if (left <= 0)
+            break;
+        r = fill(c, (int)left);
+        if (r == 0)
+            r = handle_all(c);
+    }
+    c->awaiting = false;
+    return r == CKPT_E_TIMEOUT ? 0 : r;
+}
+
 CKPT_API int ckpt_step(struct ckpt *c, long long step)
 {
     int r;
@@ -409,6 +446,8 @@ CKPT_API int ckpt_step(struct ckpt *c, long long step)
     r = fill(c, 0);
     if (r == 0)
         r = handle_all(c);
+    if (r == 0 && c->awaiting)
+        r = await_checkpoint(c);
     if (r == 0 && c->query) {
         struct jsonl_kv kv[] = {
             JSONL_STR("type", "step"),
@@ -417,15 +456,13 @@ CKPT_API int ckpt_step(struct ckpt *c, long long step)
         };
         c->query = false;
         r = send_msg(c, kv, 3);
+        c->awaiting = r == 0;
     }
     if (r == 0) {
         /* The coarse clock costs a few ns (vDSO): progress goes at most
          * once per PROGRESS_MS, for spotctl status and the step rate. */
-        struct timespec ts;
-        long long now;
+        long long now = coarse_ms();
 
-        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-        now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
         if (now - c->progress_ms >= PROGRESS_MS) {
             struct jsonl_kv kv[] = { JSONL_STR("type", "progress"), JSONL_INT("step", step) };
             c->progress_ms = now;
@@ -464,8 +501,17 @@ CKPT_API int ckpt_saved(struct ckpt *c, long long step)
 {
     if (!c || step < 0)
         return CKPT_E_INVAL;
+    if (!c->saving && c->fd >= 0 && !c->err) {
+        /* The signal method's report: id 0, no save was open. */
+        struct jsonl_kv kv[] = {
+            JSONL_STR("type", "saved"),
+            JSONL_INT("id", 0),
+            JSONL_INT("step", step),
+        };
+        return send_msg(c, kv, 3);
+    }
     if (!c->saving)
-        return CKPT_E_STATE;
+        return c->err ? c->err : CKPT_E_STATE;
     {
         struct jsonl_kv kv[] = {
             JSONL_STR("type", "saved"),

@@ -55,6 +55,7 @@ _MESSAGES = {
 LINE_MAX = 65536
 WELCOME_TIMEOUT = 10.0
 PROGRESS_S = 1.0                       # between two progress reports of step()
+AWAIT_S = 10.0                         # after a query's answer: wait for its checkpoint
 _VERSION = "0.1.0"
 
 
@@ -95,6 +96,7 @@ class Ckpt:
         self._step = 0
         self._stop = False
         self._query = None
+        self._awaiting = False          # answered a query: its checkpoint is coming
         self._progress = float("-inf")  # when the last progress went
         self._pending = None          # (id, step or -1, dir)
         self._saving = False
@@ -194,13 +196,32 @@ class Ckpt:
                 if type(d) is not str or not d or self._saving:
                     raise CkptError(E_PROTOCOL, "checkpoint")
                 self._pending = (_int(msg, "id"), _int(msg, "step", True), d)
+                self._awaiting = False
             elif t == "cancel":
                 if self._pending and self._pending[0] == _int(msg, "id") and not self._saving:
                     self._pending = None
+                self._awaiting = False
             elif t == "stop":
                 self._stop = True
+                self._awaiting = False
             else:
                 raise CkptError(E_PROTOCOL, "unknown message %r" % t)
+
+    def _await_checkpoint(self):
+        """The step was answered one step() ago; spotd announces the step to
+        save at once every worker has answered.  A fast trainer would run
+        past it: wait, up to AWAIT_S, for the checkpoint, a cancel or a stop."""
+        until = time.monotonic() + AWAIT_S
+        while self._awaiting:
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            ready, _, _ = select.select([self._sock], [], [], left)
+            if not ready:
+                break
+            self._fill()
+            self._handle_all()
+        self._awaiting = False
 
     # ---- the calls ----
 
@@ -228,9 +249,12 @@ class Ckpt:
         try:
             self._fill()
             self._handle_all()
+            if self._awaiting:
+                self._await_checkpoint()
             if self._query is not None:
                 q, self._query = self._query, None
                 self._send(type="step", id=q, step=step)
+                self._awaiting = True
             now = time.monotonic()
             if now - self._progress >= PROGRESS_S:
                 self._progress = now
@@ -255,8 +279,13 @@ class Ckpt:
         self._send(id=ck_id, **members)
 
     def saved(self, step):
+        """Report the open save; under the signal method (no save open,
+        connected), report that SPOT_CKPT_DIR holds step (id 0)."""
         if type(step) is not int or step < 0:
             raise CkptError(E_INVAL)
+        if not self._saving and self._sock is not None and not self._err:
+            self._send(type="saved", id=0, step=step)
+            return
         self._report(type="saved", step=step)
 
     def failed(self, reason="unspecified"):

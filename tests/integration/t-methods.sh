@@ -31,6 +31,20 @@ check "signal: it resumed at the step after the checkpoint" \
     grep -q "resumed at step $(( $(jget "$commit" step) + 1 )) " "$T/stdout"
 expect_eq "signal: the final state equals an uninterrupted run's" "$ref" "$(tail -n 1 "$T/stdout")"
 
+# The trainer may say so through libckpt (ckpt_saved) instead of the marker.
+TRAINER_METHOD=signal TRAINER_REPORT=libckpt run_spotd run --cloud none --job sigc \
+    --store "$S" --state-dir "$T/s5" --method signal --drill-after 1s --events "$T/s5.ev" \
+    -- "$TRAINER" 3000 2
+expect_eq "signal, ckpt_saved: committed, exit 75" 75 "$RC"
+check "signal, ckpt_saved: no marker was needed" test ! -e "$T/s5/ckpt/.spotd-saved"
+c5=$(ev "$T/s5.ev" commit)
+TRAINER_METHOD=signal run_spotd run --cloud none --job sigc --store "$S" --state-dir "$T/s6" \
+    --method signal -- "$TRAINER" 3000 2
+check "signal, ckpt_saved: the step it reported is the one resumed after" \
+    grep -q "resumed at step $(( $(jget "$c5" step) + 1 )) " "$T/stdout"
+expect_eq "signal, ckpt_saved: the final state equals an uninterrupted run's" "$ref" \
+    "$(tail -n 1 "$T/stdout")"
+
 # Under a launcher (a script named torchrun) the signal goes to the
 # workers, not to the launcher, which would die of it; after the stop, a
 # launcher that lingers once its workers are gone is killed.
