@@ -1,0 +1,147 @@
+/* frame: the peer protocol's frames (see frame.h). */
+#include "spot/frame.h"
+
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <string.h>
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 3; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+static uint64_t get_be(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* HMAC-SHA256 of data with key into mac.  Returns 0 or -EIO. */
+static int mac_of(const struct frame_key *key, const uint8_t *data, size_t len, uint8_t *mac)
+{
+    static const uint8_t none[1];
+    unsigned int n = 0;
+
+    if (!HMAC(EVP_sha256(), key->len ? key->k : none, (int)key->len, data, len, mac, &n) ||
+        n != FRAME_MAC)
+        return -EIO;
+    return 0;
+}
+
+static int hex_value(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int frame_key_parse(const char *text, size_t len, struct frame_key *ret, const char **why)
+{
+    struct frame_key k;
+    bool hex = true;
+
+    while (len > 0 && (*text == ' ' || *text == '\t' || *text == '\n' || *text == '\r'))
+        text++, len--;
+    while (len > 0 && (text[len - 1] == ' ' || text[len - 1] == '\t' ||
+                       text[len - 1] == '\n' || text[len - 1] == '\r'))
+        len--;
+    for (size_t i = 0; i < len && hex; i++)
+        hex = hex_value((unsigned char)text[i]) >= 0;
+    hex = hex && len >= 64 && len % 2 == 0;
+    k.len = hex ? len / 2 : len;
+    if (k.len < FRAME_KEY_MIN) {
+        *why = "the world key is shorter than 16 bytes; make one with "
+               "'openssl rand -hex 32'";
+        return -EINVAL;
+    }
+    if (k.len > FRAME_KEY_MAX) {
+        *why = "the world key is longer than 256 bytes";
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < k.len; i++)
+        k.k[i] = hex ? (uint8_t)(hex_value((unsigned char)text[2 * i]) << 4 |
+                                 hex_value((unsigned char)text[2 * i + 1]))
+                     : (uint8_t)text[i];
+    *ret = k;
+    return 0;
+}
+
+int frame_encode(const struct frame_key *key, uint64_t seq, int64_t ts_ms, const char *body,
+                 size_t len, uint8_t *out, size_t outlen)
+{
+    size_t size = FRAME_HEADER + len + FRAME_MAC;
+
+    if (len > FRAME_BODY_MAX)
+        return -EMSGSIZE;
+    if (outlen < size)
+        return -ENOBUFS;
+    memcpy(out, FRAME_MAGIC, 4);
+    out[4] = FRAME_VERSION;
+    out[5] = 0;
+    out[6] = out[7] = 0;
+    put_u32(out + 8, (uint32_t)len);
+    put_u64(out + 12, seq);
+    put_u64(out + 20, (uint64_t)ts_ms);
+    memcpy(out + FRAME_HEADER, body, len);
+    if (mac_of(key, out, FRAME_HEADER + len, out + FRAME_HEADER + len) < 0)
+        return -EIO;
+    return (int)size;
+}
+
+int frame_decode(const struct frame_key *key, const uint8_t *buf, size_t len, struct frame *f)
+{
+    uint8_t mac[FRAME_MAC];
+    uint64_t body_len;
+    size_t size;
+
+    /* What has come so far must already look like a frame. */
+    if (memcmp(buf, FRAME_MAGIC, len < 4 ? len : 4) != 0)
+        return -EPROTO;
+    if (len < FRAME_HEADER)
+        return 0;
+    if (buf[4] != FRAME_VERSION || buf[5] != 0 || buf[6] != 0 || buf[7] != 0)
+        return -EPROTO;
+    body_len = get_be(buf + 8, 4);
+    if (body_len > FRAME_BODY_MAX)
+        return -EMSGSIZE;
+    size = FRAME_HEADER + (size_t)body_len + FRAME_MAC;
+    if (len < size)
+        return 0;
+    if (mac_of(key, buf, FRAME_HEADER + (size_t)body_len, mac) < 0 ||
+        CRYPTO_memcmp(mac, buf + FRAME_HEADER + body_len, FRAME_MAC) != 0)
+        return -EBADMSG;
+    f->seq = get_be(buf + 12, 8);
+    f->ts_ms = (int64_t)get_be(buf + 20, 8);
+    f->body = (const char *)buf + FRAME_HEADER;
+    f->body_len = (size_t)body_len;
+    f->size = size;
+    return 1;
+}
+
+int frame_replay_check(struct frame_replay *r, const struct frame *f, int64_t now_ms,
+                       int64_t window_ms)
+{
+    if (r->seen && f->seq <= r->last_seq)
+        return -EALREADY;
+    if (f->ts_ms < now_ms - window_ms || f->ts_ms > now_ms + window_ms)
+        return -ETIME;
+    r->seen = true;
+    r->last_seq = f->seq;
+    return 0;
+}
