@@ -79,7 +79,7 @@ SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)
 CKPT_SRC   := lib/libckpt/ckpt.c lib/libckpt/jsonl.c
 CKPT_OBJ   := $(CKPT_SRC:%.c=$(O)/pic/%.o)
 SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supervisord/watch.c \
-              supervisord/control.c supervisord/orch.c supervisord/hooks.c \
+              supervisord/control.c supervisord/orch.c supervisord/hooks.c supervisord/peer.c \
               supervisord/method_app.c supervisord/method_signal.c supervisord/method_dir.c \
               supervisord/watch_local.c supervisord/watch_poll.c supervisord/watch_aws.c \
               supervisord/watch_alibaba.c supervisord/watch_tencent.c supervisord/watch_gcp.c \
@@ -91,7 +91,8 @@ UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c
               tests/unit/test_pool.c tests/unit/test_chunk.c tests/unit/test_store.c \
               tests/unit/test_log.c tests/unit/test_ckpt.c \
               tests/unit/test_timeparse.c tests/unit/test_cloudparse.c tests/unit/test_s3xml.c tests/unit/test_awscreds.c \
-              tests/unit/test_manifest.c tests/unit/test_control.c tests/unit/test_frame.c
+              tests/unit/test_manifest.c tests/unit/test_control.c tests/unit/test_frame.c \
+              tests/unit/test_peer.c
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)
 FUZZ_NAMES := config duration aws azure gcp time termination chunk s3xml awscreds manifest zipgrid jsonl \
               frame
@@ -140,8 +141,8 @@ $(O)/spotctl: $(SPOTCTL_OBJ) $(O)/libspot.a
 $(O)/examples/c-trainer/trainer: $(O)/examples/c-trainer/trainer.o $(O)/libckpt.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/libckpt.a
 
-$(O)/tests/unit/run: $(UNIT_OBJ) $(O)/supervisord/control.o $(O)/libspot.a $(O)/libckpt.a
-	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(O)/supervisord/control.o $(O)/libspot.a \
+$(O)/tests/unit/run: $(UNIT_OBJ) $(O)/supervisord/control.o $(O)/supervisord/peer.o $(O)/libspot.a $(O)/libckpt.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(O)/supervisord/control.o $(O)/supervisord/peer.o $(O)/libspot.a \
 	    $(O)/libckpt.a $(DEP_LIBS)
 
 # Fuzz targets build as plain programs that replay their corpus (make check);

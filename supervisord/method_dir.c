@@ -255,8 +255,9 @@ static struct method *dir_open(const struct method_ctx *ctx, char *err, size_t e
         return NULL;
     }
     m->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (m->ino_fd < 0 || inotify_add_watch(m->ino_fd, m->dir, IN_CREATE | IN_MOVED_TO |
-                                                                  IN_CLOSE_WRITE | IN_ONLYDIR) < 0) {
+    if (m->ino_fd < 0 ||
+        inotify_add_watch(m->ino_fd, m->dir,
+                          IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR) < 0) {
         snprintf(err, errlen, "cannot watch --ckpt-dir '%s': %s", m->dir, strerror(errno));
         if (m->ino_fd >= 0)
             close(m->ino_fd);
