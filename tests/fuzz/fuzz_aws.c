@@ -27,17 +27,6 @@ static void poison(struct notice *n)
     n->detected_ms = DETECTED;
 }
 
-static void check_string(const char *s, size_t size, bool nonempty)
-{
-    const char *end = memchr(s, '\0', size);
-
-    if (!end || (nonempty && end == s))
-        abort();
-    for (; s < end; s++)
-        if (*s < 0x20 || *s > 0x7e)
-            abort();
-}
-
 static void check_notice(const struct notice *n, bool has_deadline)
 {
     char buf[32];
@@ -45,9 +34,9 @@ static void check_notice(const struct notice *n, bool has_deadline)
     cJSON *obj, *parsed;
     char *text;
 
-    check_string(n->source, sizeof(n->source), true);
-    check_string(n->event_id, sizeof(n->event_id), true);
-    check_string(n->raw, sizeof(n->raw), true);
+    fuzz_check_string(n->source, sizeof(n->source), true, true);
+    fuzz_check_string(n->event_id, sizeof(n->event_id), true, true);
+    fuzz_check_string(n->raw, sizeof(n->raw), true, true);
     if (strcmp(n->source, "aws") != 0 || !notice_kind_name(n->kind) || n->drill ||
         n->detected_ms != DETECTED)
         abort();

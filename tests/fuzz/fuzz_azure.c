@@ -17,26 +17,15 @@
 #define NOW_MS 1700000000000LL
 #define WINDOW_MS 30000
 
-static void check_string(const char *s, size_t size, bool nonempty, bool printable)
-{
-    const char *end = memchr(s, '\0', size);
-
-    if (!end || (nonempty && end == s))
-        abort();
-    for (; printable && s < end; s++)
-        if (*s < 0x20 || *s > 0x7e)
-            abort();
-}
-
 static void check_event(const struct azure_event *ev)
 {
     struct notice n, before;
     int r;
 
-    check_string(ev->id, sizeof(ev->id), true, true);
-    check_string(ev->type, sizeof(ev->type), false, true);
-    check_string(ev->status, sizeof(ev->status), false, true);
-    check_string(ev->description, sizeof(ev->description), false, true);
+    fuzz_check_string(ev->id, sizeof(ev->id), true, true);
+    fuzz_check_string(ev->type, sizeof(ev->type), false, true);
+    fuzz_check_string(ev->status, sizeof(ev->status), false, true);
+    fuzz_check_string(ev->description, sizeof(ev->description), false, true);
     /* RFC 1123 has whole seconds. */
     if (ev->not_before_ms < 0 || ev->not_before_ms >= MS_END || ev->not_before_ms % 1000 != 0)
         abort();
@@ -55,9 +44,9 @@ static void check_event(const struct azure_event *ev)
     }
     if (r != 1)
         abort();
-    check_string(n.source, sizeof(n.source), true, true);
-    check_string(n.event_id, sizeof(n.event_id), true, true);
-    check_string(n.raw, sizeof(n.raw), true, true);
+    fuzz_check_string(n.source, sizeof(n.source), true, true);
+    fuzz_check_string(n.event_id, sizeof(n.event_id), true, true);
+    fuzz_check_string(n.raw, sizeof(n.raw), true, true);
     if (strcmp(n.source, "azure") != 0 || strcmp(n.event_id, ev->id) != 0 ||
         (n.kind != NOTICE_TERMINATE && n.kind != NOTICE_MAINTENANCE) || n.drill ||
         n.detected_ms != DETECTED ||

@@ -11,17 +11,6 @@
 
 #define DETECTED 4242
 
-static void check_string(const char *s, size_t size)
-{
-    const char *end = memchr(s, '\0', size);
-
-    if (!end || end == s)
-        abort();
-    for (; s < end; s++)
-        if (*s < 0x20 || *s > 0x7e)
-            abort();
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *s = (const char *)data, *why = NULL;
@@ -44,9 +33,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (m != 1 && ((m != 0 && m != -EINVAL) || memcmp(&n, &before, sizeof(n)) != 0))
         abort();
     if (m == 1) {
-        check_string(n.source, sizeof(n.source));
-        check_string(n.event_id, sizeof(n.event_id));
-        check_string(n.raw, sizeof(n.raw));
+        fuzz_check_string(n.source, sizeof(n.source), true, true);
+        fuzz_check_string(n.event_id, sizeof(n.event_id), true, true);
+        fuzz_check_string(n.raw, sizeof(n.raw), true, true);
         if (strcmp(n.source, "gcp") != 0 || n.kind != NOTICE_MAINTENANCE || n.drill ||
             n.deadline_ms != 0 || n.detected_ms != DETECTED ||
             strncmp(n.event_id, "gcp:maintenance:", 16) != 0 ||

@@ -20,17 +20,6 @@
 #define POISON(x) memset(&(x), 0xa5, sizeof(x))
 
 /* Terminated inside size; printable ASCII when asked; not empty when asked. */
-static void check_string(const char *s, size_t size, bool printable, bool nonempty)
-{
-    const char *end = memchr(s, '\0', size);
-
-    if (!end || (nonempty && end == s))
-        abort();
-    for (; printable && s < end; s++)
-        if (*s < 0x20 || *s > 0x7e)
-            abort();
-}
-
 static void check_reason(int r, const char *why)
 {
     if (r < 0 && (!why || !*why))
@@ -39,17 +28,17 @@ static void check_reason(int r, const char *why)
 
 static void check_error(const struct s3_error *e)
 {
-    check_string(e->code, sizeof(e->code), true, true);
-    check_string(e->message, sizeof(e->message), true, false);
-    check_string(e->key, sizeof(e->key), true, false);
-    check_string(e->bucket, sizeof(e->bucket), true, false);
-    check_string(e->request_id, sizeof(e->request_id), true, false);
-    check_string(e->resource, sizeof(e->resource), true, false);
+    fuzz_check_string(e->code, sizeof(e->code), true, true);
+    fuzz_check_string(e->message, sizeof(e->message), false, true);
+    fuzz_check_string(e->key, sizeof(e->key), false, true);
+    fuzz_check_string(e->bucket, sizeof(e->bucket), false, true);
+    fuzz_check_string(e->request_id, sizeof(e->request_id), false, true);
+    fuzz_check_string(e->resource, sizeof(e->resource), false, true);
 }
 
 static void check_etag(const char *etag, size_t size)
 {
-    check_string(etag, size, true, false);
+    fuzz_check_string(etag, size, false, true);
     if (strchr(etag, '"') || strchr(etag, ' '))
         abort();
 }
@@ -97,16 +86,16 @@ static void fuzz_list(const char *s, size_t size)
         abort();
     for (size_t i = 0; i < l.n_objects; i++) {
         const struct s3_object *o = &l.objects[i];
-        check_string(o->key, sizeof(o->key), false, true);
+        fuzz_check_string(o->key, sizeof(o->key), true, false);
         check_etag(o->etag, sizeof(o->etag));
-        check_string(o->storage_class, sizeof(o->storage_class), true, false);
+        fuzz_check_string(o->storage_class, sizeof(o->storage_class), false, true);
         if (o->last_modified_ms < 0 || o->last_modified_ms >= MS_END)
             abort();
     }
     for (size_t i = 0; i < l.n_prefixes; i++)
-        check_string(l.prefixes[i].prefix, sizeof(l.prefixes[i].prefix), false, false);
-    check_string(l.next_token, sizeof(l.next_token), true, false);
-    check_string(l.next_marker, sizeof(l.next_marker), false, false);
+        fuzz_check_string(l.prefixes[i].prefix, sizeof(l.prefixes[i].prefix), false, false);
+    fuzz_check_string(l.next_token, sizeof(l.next_token), false, true);
+    fuzz_check_string(l.next_marker, sizeof(l.next_marker), false, false);
     if (l.truncated != (l.next_token[0] || l.next_marker[0]))
         abort();
     if (l.key_count < -1)
@@ -136,7 +125,7 @@ static void fuzz_multipart(const char *s, size_t size)
     r = s3xml_parse_initiate_multipart(s, size, id, sizeof(id), &why);
     check_reason(r, why);
     if (r == 0)
-        check_string(id, sizeof(id), true, true);
+        fuzz_check_string(id, sizeof(id), true, true);
     else if (!fuzz_poisoned(id, sizeof(id)))
         abort();
 

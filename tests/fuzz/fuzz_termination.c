@@ -18,17 +18,6 @@
 typedef int (*notice_fn)(const char *, size_t, struct notice *, const char **);
 typedef int (*time_fn)(const char *, size_t, int64_t *);
 
-static void check_string(const char *s, size_t size)
-{
-    const char *end = memchr(s, '\0', size);
-
-    if (!end || end == s)
-        abort();
-    for (; s < end; s++)
-        if (*s < 0x20 || *s > 0x7e)
-            abort();
-}
-
 static void one(notice_fn fn, time_fn tfn, const char *source, const char *s, size_t size)
 {
     struct notice n, before;
@@ -49,9 +38,9 @@ static void one(notice_fn fn, time_fn tfn, const char *source, const char *s, si
     }
     if (r != 1)
         abort();
-    check_string(n.source, sizeof(n.source));
-    check_string(n.event_id, sizeof(n.event_id));
-    check_string(n.raw, sizeof(n.raw));
+    fuzz_check_string(n.source, sizeof(n.source), true, true);
+    fuzz_check_string(n.event_id, sizeof(n.event_id), true, true);
+    fuzz_check_string(n.raw, sizeof(n.raw), true, true);
     while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '\t' || s[len - 1] == '\r' ||
                        s[len - 1] == '\n'))
         len--;
