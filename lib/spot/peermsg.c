@@ -1,0 +1,215 @@
+/* peermsg: the world's messages (see peermsg.h). */
+#include "spot/peermsg.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const names[PEERMSG__COUNT] = {
+    "notice", "query", "step", "prepare", "saved", "commit", "abort", "resume", "leave",
+};
+
+/* Which members each type must have, and which it may have; the others
+ * are ignored, like unknown members. */
+enum { M_GEN = 1, M_STEP = 2, M_RANK = 4, M_DEADLINE = 8, M_SHA = 16, M_BYTES = 32,
+       M_KIND = 64, M_MASTER = 128, M_WORLD = 256, M_TERM = 512, M_REASON = 1024 };
+
+static const unsigned allowed[PEERMSG__COUNT] = {
+    [PEERMSG_NOTICE] = M_KIND | M_DEADLINE | M_TERM | M_REASON,
+    [PEERMSG_QUERY] = M_GEN | M_DEADLINE,
+    [PEERMSG_STEP] = M_GEN | M_STEP,
+    [PEERMSG_PREPARE] = M_GEN | M_STEP | M_DEADLINE | M_REASON,
+    [PEERMSG_SAVED] = M_GEN | M_RANK | M_STEP | M_SHA | M_BYTES,
+    [PEERMSG_COMMIT] = M_GEN | M_STEP,
+    [PEERMSG_ABORT] = M_GEN | M_REASON,
+    [PEERMSG_RESUME] = M_GEN | M_WORLD | M_MASTER,
+    [PEERMSG_LEAVE] = M_REASON,
+};
+
+static const unsigned required[PEERMSG__COUNT] = {
+    [PEERMSG_NOTICE] = M_KIND | M_DEADLINE,
+    [PEERMSG_QUERY] = M_GEN | M_DEADLINE,
+    [PEERMSG_STEP] = M_GEN | M_STEP,
+    [PEERMSG_PREPARE] = M_GEN | M_STEP | M_DEADLINE,
+    [PEERMSG_SAVED] = M_GEN | M_RANK | M_STEP | M_SHA | M_BYTES,
+    [PEERMSG_COMMIT] = M_GEN | M_STEP,
+    [PEERMSG_ABORT] = M_GEN,
+    [PEERMSG_RESUME] = M_GEN | M_WORLD | M_MASTER,
+    [PEERMSG_LEAVE] = 0,
+};
+
+const char *peermsg_type_name(enum peermsg_type t)
+{
+    return (unsigned)t < PEERMSG__COUNT ? names[t] : "?";
+}
+
+/* An integer member in [min, max]: 1 present and set, 0 absent, -1 bad. */
+static int get_int(const cJSON *o, const char *key, double min, double max, int64_t *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+
+    if (!v)
+        return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble < min || v->valuedouble > max ||
+        v->valuedouble != (double)(int64_t)v->valuedouble)
+        return -1;
+    *out = (int64_t)v->valuedouble;
+    return 1;
+}
+
+/* A printable string member shorter than size: 1, 0 absent, -1 bad. */
+static int get_str(const cJSON *o, const char *key, char *out, size_t size)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    size_t len;
+
+    if (!v)
+        return 0;
+    if (!cJSON_IsString(v) || (len = strlen(v->valuestring)) >= size)
+        return -1;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)v->valuestring[i] < 0x20 || (unsigned char)v->valuestring[i] > 0x7e)
+            return -1;
+    memcpy(out, v->valuestring, len + 1);
+    return 1;
+}
+
+static int hexval(int c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int peermsg_parse(const char *body, size_t len, struct peermsg *ret, const char **why)
+{
+    /* 2^53: integers above it do not survive a JSON double. */
+    const double big = 9007199254740992.0;
+    cJSON *o = cJSON_ParseWithLength(body, len);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "v");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "type");
+    struct peermsg m;
+    unsigned have = 0;
+    int64_t x;
+    char sha[65];
+    int r;
+
+    memset(&m, 0, sizeof(m));
+    m.step = -1;
+    *why = NULL;
+    if (!cJSON_IsObject(o) || !cJSON_IsNumber(v) || v->valuedouble != 1 || !cJSON_IsString(t)) {
+        *why = "not a version 1 message";
+        goto out;
+    }
+    m.type = PEERMSG__COUNT;
+    for (int i = 0; i < PEERMSG__COUNT; i++)
+        if (strcmp(t->valuestring, names[i]) == 0)
+            m.type = (enum peermsg_type)i;
+    if (m.type == PEERMSG__COUNT) {
+        *why = "an unknown message type";
+        goto out;
+    }
+#define INT(key, min, max, bit, field)                                                    \
+    do {                                                                                  \
+        if (!(allowed[m.type] & (bit)))                                                   \
+            break;                                                                        \
+        if ((r = get_int(o, key, min, max, &x)) < 0) {                                    \
+            *why = "member '" key "' is not an integer in its range";                    \
+            goto out;                                                                     \
+        }                                                                                 \
+        if (r) {                                                                          \
+            field = x;                                                                    \
+            have |= bit;                                                                  \
+        }                                                                                 \
+    } while (0)
+    INT("gen", 1, big, M_GEN, m.gen);
+    INT("step", 0, big, M_STEP, m.step);
+    INT("rank", 0, 65535, M_RANK, m.rank);
+    INT("world_size", 1, 65536, M_WORLD, m.world_size);
+    INT("deadline_ms", 0, big, M_DEADLINE, m.deadline_ms);
+    INT("bytes", 0, big, M_BYTES, m.bytes);
+    INT("master_port", 1, 65535, M_MASTER, m.master_port);
+#undef INT
+    if ((allowed[m.type] & M_KIND && get_str(o, "kind", m.kind, sizeof(m.kind)) < 0) ||
+        (allowed[m.type] & M_REASON && get_str(o, "reason", m.reason, sizeof(m.reason)) < 0) ||
+        (allowed[m.type] & M_MASTER &&
+         get_str(o, "master_addr", m.master_addr, sizeof(m.master_addr)) < 0)) {
+        *why = "a string member that is not printable or too long";
+        goto out;
+    }
+    if (m.kind[0])
+        have |= M_KIND;
+    if (m.master_addr[0] == '\0')
+        have &= ~(unsigned)M_MASTER;
+    if (allowed[m.type] & M_TERM) {
+        const cJSON *term = cJSON_GetObjectItemCaseSensitive(o, "terminating");
+        if (term && !cJSON_IsBool(term)) {
+            *why = "member 'terminating' is not a boolean";
+            goto out;
+        }
+        m.terminating = cJSON_IsTrue(term);
+    }
+    r = allowed[m.type] & M_SHA ? get_str(o, "sha256", sha, sizeof(sha)) : 0;
+    if (r < 0 || (r && strlen(sha) != 64)) {
+        *why = "member 'sha256' is not 64 lowercase hex digits";
+        goto out;
+    }
+    if (r) {
+        for (int i = 0; i < 32; i++) {
+            int hi = hexval(sha[2 * i]), lo = hexval(sha[2 * i + 1]);
+            if (hi < 0 || lo < 0) {
+                *why = "member 'sha256' is not 64 lowercase hex digits";
+                goto out;
+            }
+            m.sha256[i] = (uint8_t)(hi << 4 | lo);
+        }
+        have |= M_SHA;
+    }
+    if ((have & required[m.type]) != required[m.type]) {
+        *why = "a member its type needs is missing";
+        goto out;
+    }
+    *ret = m;
+out:
+    cJSON_Delete(o);
+    return *why ? -EINVAL : 0;
+}
+
+cJSON *peermsg_to_json(const struct peermsg *m)
+{
+    unsigned may = (unsigned)m->type < PEERMSG__COUNT ? allowed[m->type] : 0;
+    cJSON *o = cJSON_CreateObject();
+    char sha[65];
+
+    if (!o)
+        return NULL;
+    cJSON_AddNumberToObject(o, "v", 1);
+    cJSON_AddStringToObject(o, "type", peermsg_type_name(m->type));
+    if (may & M_GEN)
+        cJSON_AddNumberToObject(o, "gen", (double)m->gen);
+    if (may & M_STEP && m->step >= 0)
+        cJSON_AddNumberToObject(o, "step", (double)m->step);
+    if (may & M_RANK)
+        cJSON_AddNumberToObject(o, "rank", m->rank);
+    if (may & M_WORLD)
+        cJSON_AddNumberToObject(o, "world_size", m->world_size);
+    if (may & M_DEADLINE)
+        cJSON_AddNumberToObject(o, "deadline_ms", (double)m->deadline_ms);
+    if (may & M_SHA) {
+        for (int i = 0; i < 32; i++)
+            snprintf(sha + 2 * i, 3, "%02x", m->sha256[i]);
+        cJSON_AddStringToObject(o, "sha256", sha);
+    }
+    if (may & M_BYTES)
+        cJSON_AddNumberToObject(o, "bytes", (double)m->bytes);
+    if (may & M_KIND)
+        cJSON_AddStringToObject(o, "kind", m->kind);
+    if (may & M_TERM)
+        cJSON_AddBoolToObject(o, "terminating", m->terminating);
+    if (may & M_MASTER) {
+        cJSON_AddStringToObject(o, "master_addr", m->master_addr);
+        cJSON_AddNumberToObject(o, "master_port", m->master_port);
+    }
+    if (may & M_REASON && m->reason[0])
+        cJSON_AddStringToObject(o, "reason", m->reason);
+    return o;
+}

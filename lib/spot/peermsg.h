@@ -1,0 +1,65 @@
+/* peermsg: the world's messages, the bodies of peer frames (no I/O).
+ *
+ * A body is one JSON object with "v": 1 and "type".  peermsg_parse() takes
+ * the types below, checks every member it knows (types, ranges, lengths)
+ * and ignores unknown ones, so that a later minor revision may add some:
+ *
+ *   notice   a node's notice, to the coordinator   kind, terminating, deadline_ms, reason
+ *   query    coordinator: say your step            gen, deadline_ms
+ *   step     the answer                            gen, step
+ *   prepare  coordinator: save at step for gen     gen, step, deadline_ms, reason
+ *   saved    a node's shard is in the store        gen, rank, step, sha256, bytes
+ *   commit   coordinator: gen is committed         gen, step
+ *   abort    coordinator: gen is given up          gen, reason
+ *   resume   coordinator: start from gen           gen, world_size, master_addr, master_port
+ *   leave    a node goes (after a notice)          reason
+ *
+ * The handshake's hello/ack and heartbeats are peer.c's. */
+#ifndef SPOT_PEERMSG_H
+#define SPOT_PEERMSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cJSON;
+
+enum peermsg_type {
+    PEERMSG_NOTICE,
+    PEERMSG_QUERY,
+    PEERMSG_STEP,
+    PEERMSG_PREPARE,
+    PEERMSG_SAVED,
+    PEERMSG_COMMIT,
+    PEERMSG_ABORT,
+    PEERMSG_RESUME,
+    PEERMSG_LEAVE,
+    PEERMSG__COUNT
+};
+
+struct peermsg {
+    enum peermsg_type type;
+    uint64_t gen;                  /* >= 1 where the type has one */
+    int64_t step;                  /* >= 0, -1 when absent */
+    uint32_t rank, world_size;
+    int64_t deadline_ms;           /* 0: none */
+    bool terminating;
+    uint8_t sha256[32];
+    uint64_t bytes;
+    uint16_t master_port;
+    char kind[16];                 /* notice kind, printable */
+    char reason[128];              /* printable */
+    char master_addr[64];          /* numeric address */
+};
+
+const char *peermsg_type_name(enum peermsg_type t);
+
+/* Parse a frame's body.  Returns 0 with *ret set, or -EINVAL with the
+ * reason in *why (static) and *ret untouched. */
+int peermsg_parse(const char *body, size_t len, struct peermsg *ret, const char **why);
+
+/* The message as a JSON object (with "v" and "type"), for peers_send();
+ * NULL when out of memory. */
+struct cJSON *peermsg_to_json(const struct peermsg *m);
+
+#endif
