@@ -275,6 +275,10 @@ static void finish_checkpoint(struct orch *r, int err, const char *msg)
     cJSON *e;
 
     if (err) {
+        /* Objects of this generation may be in the store: the next one
+         * takes the next number, and gc collects these. */
+        if (r->state >= UPLOADING)
+            r->newest_gen = r->gen;
         e = log_event_new("checkpoint_failed");
         cJSON_AddNumberToObject(e, "gen", (double)r->gen);
         cJSON_AddStringToObject(e, "phase", state_name[r->state]);
