@@ -5,27 +5,8 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/store_cases.sh"
 
-SW="$TOP/tests/servers/swift.sh"
-D=$T/swift
-trap '"$SW" stop "$D" >/dev/null 2>&1; cleanup' EXIT
-"$SW" start "$D" >"$T/start.out" 2>"$T/start.err"
-rc=$?
-if [ $rc -eq 2 ]; then
-    echo "SKIP: s3: $(head -n 1 "$T/start.err" | sed 's/^swift.sh: //')"
-    exit 0
-fi
-if [ $rc -ne 0 ]; then
-    fail "s3: swift starts" "$(tail -n 3 "$T/start.err")"
-    exit 1
-fi
-. "$D/env"
-export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION
-export AWS_ENDPOINT_URL=$S3_ENDPOINT
-# Nothing from the machine's own AWS setup may leak in.
-unset AWS_PROFILE AWS_SESSION_TOKEN AWS_DEFAULT_REGION AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
-export AWS_SHARED_CREDENTIALS_FILE=$T/no-such-credentials AWS_EC2_METADATA_DISABLED=true
-
-EMPTY_SHA=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+. "$(dirname "$0")/s3.sh"
+s3_start s3
 # s3curl ARGS...: curl(1), SigV4-signed with the test credentials.
 s3curl() {
     curl -s --netrc-file "$D/netrc" --aws-sigv4 "aws:amz:$AWS_REGION:s3" "$@"
