@@ -81,6 +81,31 @@ void chunk_hex(const uint8_t hash[CHUNK_HASH_LEN], char hex[2 * CHUNK_HASH_LEN +
     hex[2 * CHUNK_HASH_LEN] = '\0';
 }
 
+int chunk_parse_hex(const char *s, uint8_t out[CHUNK_HASH_LEN])
+{
+    uint8_t tmp[CHUNK_HASH_LEN];
+
+    if (strlen(s) != 2 * CHUNK_HASH_LEN)
+        return -EINVAL;
+    for (size_t i = 0; i < CHUNK_HASH_LEN; i++) {
+        int v = 0;
+
+        for (int j = 0; j < 2; j++) {
+            char c = s[2 * i + j];
+            v <<= 4;
+            if (c >= '0' && c <= '9')
+                v |= c - '0';
+            else if (c >= 'a' && c <= 'f')
+                v |= c - 'a' + 10;
+            else
+                return -EINVAL; /* lowercase only: one spelling per hash */
+        }
+        tmp[i] = (uint8_t)v;
+    }
+    memcpy(out, tmp, sizeof(tmp));
+    return 0;
+}
+
 /* The trailer, at h (just after the payload). */
 static void put_trailer(uint8_t *h, enum chunk_encoding enc, uint64_t plain_len)
 {

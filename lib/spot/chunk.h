@@ -89,5 +89,8 @@ int chunk_sha256(const void *data, size_t len, uint8_t out[CHUNK_HASH_LEN]);
 
 /* Lowercase hex of a hash into hex (65 bytes). */
 void chunk_hex(const uint8_t hash[CHUNK_HASH_LEN], char hex[2 * CHUNK_HASH_LEN + 1]);
+/* The reverse: exactly 64 lowercase hex digits (one spelling per hash).
+ * Returns 0, or -EINVAL with out untouched. */
+int chunk_parse_hex(const char *s, uint8_t out[CHUNK_HASH_LEN]);
 
 #endif

@@ -250,28 +250,6 @@ static int get_name(const cJSON *o, const char *k, char *buf, size_t size, const
     return 0;
 }
 
-static int parse_hex(const char *s, uint8_t out[CHUNK_HASH_LEN])
-{
-    if (strlen(s) != 2 * CHUNK_HASH_LEN)
-        return -EINVAL;
-    for (size_t i = 0; i < CHUNK_HASH_LEN; i++) {
-        int v = 0;
-
-        for (int j = 0; j < 2; j++) {
-            char c = s[2 * i + j];
-            v <<= 4;
-            if (c >= '0' && c <= '9')
-                v |= c - '0';
-            else if (c >= 'a' && c <= 'f')
-                v |= c - 'a' + 10;
-            else
-                return -EINVAL; /* lowercase only: one spelling per hash */
-        }
-        out[i] = (uint8_t)v;
-    }
-    return 0;
-}
-
 /* Parse the text into a cJSON tree and check the fields every document
  * shares.  Returns the root or NULL with *err set. */
 static cJSON *parse_head(const char *text, size_t len, const char *kind, char *job,
@@ -371,7 +349,7 @@ static int parse_chunks(const cJSON *arr, struct mf_file *f, uint32_t chunk_size
         c->len = (uint32_t)len->valuedouble;
         if (items == 1) {
             c->zero = true;
-        } else if (!cJSON_IsString(hash) || parse_hex(hash->valuestring, c->hash) < 0) {
+        } else if (!cJSON_IsString(hash) || chunk_parse_hex(hash->valuestring, c->hash) < 0) {
             return garbage(ret_why, "chunk hash invalid");
         }
         total += c->len;
@@ -573,7 +551,7 @@ int commit_parse(const char *text, size_t len, struct commit *out, const char **
             (r = strict_json_member_string(o, "sha256", true, &hex, "rank sha256 missing",
                                            ret_why)) < 0)
             goto out;
-        if (parse_hex(hex, c.ranks[rank].sha256) < 0) {
+        if (chunk_parse_hex(hex, c.ranks[rank].sha256) < 0) {
             r = garbage(ret_why, "rank sha256 invalid");
             goto out;
         }

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "spot/chunk.h"
+
 static const char *const names[PEERMSG__COUNT] = {
     "notice", "query", "step", "prepare", "saved", "commit", "abort", "resume", "leave",
 };
@@ -73,11 +75,6 @@ static int get_str(const cJSON *o, const char *key, char *out, size_t size)
             return -1;
     memcpy(out, v->valuestring, len + 1);
     return 1;
-}
-
-static int hexval(int c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
 int peermsg_parse(const char *body, size_t len, struct peermsg *ret, const char **why)
@@ -149,21 +146,12 @@ int peermsg_parse(const char *body, size_t len, struct peermsg *ret, const char 
         m.terminating = cJSON_IsTrue(term);
     }
     r = allowed[m.type] & M_SHA ? get_str(o, "sha256", sha, sizeof(sha)) : 0;
-    if (r < 0 || (r && strlen(sha) != 64)) {
+    if (r < 0 || (r && chunk_parse_hex(sha, m.sha256) < 0)) {
         *why = "member 'sha256' is not 64 lowercase hex digits";
         goto out;
     }
-    if (r) {
-        for (int i = 0; i < 32; i++) {
-            int hi = hexval(sha[2 * i]), lo = hexval(sha[2 * i + 1]);
-            if (hi < 0 || lo < 0) {
-                *why = "member 'sha256' is not 64 lowercase hex digits";
-                goto out;
-            }
-            m.sha256[i] = (uint8_t)(hi << 4 | lo);
-        }
+    if (r)
         have |= M_SHA;
-    }
     if ((have & required[m.type]) != required[m.type]) {
         *why = "a member its type needs is missing";
         goto out;
@@ -195,8 +183,7 @@ cJSON *peermsg_to_json(const struct peermsg *m)
     if (may & M_DEADLINE)
         cJSON_AddNumberToObject(o, "deadline_ms", (double)m->deadline_ms);
     if (may & M_SHA) {
-        for (int i = 0; i < 32; i++)
-            snprintf(sha + 2 * i, 3, "%02x", m->sha256[i]);
+        chunk_hex(m->sha256, sha);
         cJSON_AddStringToObject(o, "sha256", sha);
     }
     if (may & M_BYTES)
