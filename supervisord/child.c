@@ -34,7 +34,9 @@
 #include "spot/log.h"
 #include "spot/parse.h"
 
-enum child_state { CHILD_IDLE, CHILD_RUNNING, CHILD_DRAINING, CHILD_BACKOFF, CHILD_DONE };
+enum child_state {
+    CHILD_IDLE, CHILD_RUNNING, CHILD_DRAINING, CHILD_BACKOFF, CHILD_PARKED, CHILD_DONE
+};
 enum kill_phase { PHASE_NONE, PHASE_GRACE, PHASE_KILLED };
 
 /* Signals spotd passes on to the command's whole group.  The first three
@@ -61,6 +63,10 @@ struct child {
     enum kill_phase phase;
     bool stopping;                /* a stop was asked: never restart */
     bool held;                    /* no restart: it was asked to finish (child_hold) */
+    /* A world's pause (child_park): when the command has ended, spotd goes
+     * on and this is called; child_start() starts it again. */
+    void (*on_parked)(void *arg);
+    void *parked_arg;
     uint64_t grace_ms;            /* of the stop under way */
     uint64_t kill_at_ms;          /* monotonic time of SIGKILL in PHASE_GRACE */
     pid_t pid;                    /* the command, 0 when not running */
@@ -172,6 +178,17 @@ static void finish(struct child *c)
     c->phase = PHASE_NONE;
     c->exit_code = status_to_code(c->status);
 
+    if (c->on_parked) {
+        void (*fn)(void *arg) = c->on_parked;
+        e = log_event_new("parked");
+        cJSON_AddNumberToObject(e, "code", c->exit_code);
+        log_event(LOGL_INFO, e, "the command ended (code %d); spotd waits for the world to "
+                  "resume", c->exit_code);
+        c->state = CHILD_PARKED;
+        c->on_parked = NULL;
+        fn(c->parked_arg);
+        return;
+    }
     if (c->stopping || c->held)
         return done(c, "stopped");
     if (c->opts.restart == RESTART_NEVER)
@@ -344,8 +361,9 @@ static void begin_stop(struct child *c, int sig, const char *reason, uint64_t gr
         log_event(LOGL_INFO, e, "stopping the command: SIG%s, then SIGKILL after %llu ms",
                   signame(sig), (unsigned long long)grace_ms);
     }
-    if (c->state == CHILD_BACKOFF) {
+    if (c->state == CHILD_BACKOFF || c->state == CHILD_PARKED) {
         evtimer_del(c->backoff_timer);
+        c->exit_code = 128 + sig;
         done(c, "stopped");
         return;
     }
@@ -392,8 +410,31 @@ void child_hold(struct child *c)
     watch_launcher(c);
 }
 
+void child_park(struct child *c, void (*on_parked)(void *arg), void *arg)
+{
+    c->on_parked = on_parked;
+    c->parked_arg = arg;
+    if (c->state != CHILD_RUNNING && c->state != CHILD_DRAINING &&
+        c->state != CHILD_BACKOFF) {
+        /* Not running (not started yet, or parked already). */
+        c->on_parked = NULL;
+        c->state = CHILD_PARKED;
+        on_parked(arg);
+        return;
+    }
+    if (c->state == CHILD_BACKOFF) {
+        evtimer_del(c->backoff_timer);
+        c->on_parked = NULL;
+        c->state = CHILD_PARKED;
+        on_parked(arg);
+    }
+}
+
 void child_stop(struct child *c, const char *reason, uint64_t grace_ms)
 {
+    /* A pause's stop whose command has ended already. */
+    if (c->state == CHILD_PARKED)
+        return;
     if (c->stopping) {
         /* A tighter deadline brings SIGKILL forward, never back. */
         uint64_t now = now_ms();
@@ -408,6 +449,21 @@ void child_stop(struct child *c, const char *reason, uint64_t grace_ms)
     if (c->state == CHILD_RUNNING || c->state == CHILD_DRAINING)
         signal_group(c, c->opts.stop_signal);
     begin_stop(c, c->opts.stop_signal, reason, grace_ms);
+}
+
+void child_end(struct child *c, int code, const char *reason)
+{
+    if (c->state != CHILD_PARKED && c->state != CHILD_IDLE)
+        return;
+    c->exit_code = code;
+    done(c, reason);
+}
+
+void child_set_argv(struct child *c, char *const *argv)
+{
+    c->opts.argv = argv;
+    for (c->argc = 0; argv[c->argc]; c->argc++)
+        ;
 }
 
 /* Find cmd the way execvp() would, in the parent, so that the child only
@@ -555,6 +611,13 @@ static void on_start(evutil_socket_t fd, short what, void *arg)
 {
     struct child *c = arg;
 
+    /* A start after a pause begins afresh: the stop that ended the last
+     * run was the pause's. */
+    if (c->state == CHILD_PARKED) {
+        c->stopping = c->held = false;
+        c->phase = PHASE_NONE;
+        c->restarts = 0;
+    }
     /* A stop signal that came before the loop first ran: never start. */
     if (c->stopping) {
         c->exit_code = 128 + c->opts.stop_signal;

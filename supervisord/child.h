@@ -57,6 +57,19 @@ void child_stop(struct child *c, const char *reason, uint64_t grace_ms);
  * sent. */
 void child_hold(struct child *c);
 
+/* A world's pause: when the command has ended (after the stop the caller
+ * starts), spotd goes on instead of ending, and on_parked is called (at
+ * once when the command is not running).  child_start() starts it again,
+ * afresh; child_stop() does nothing meanwhile, a stop signal to spotd ends
+ * it, and so does child_end(). */
+void child_park(struct child *c, void (*on_parked)(void *arg), void *arg);
+
+/* While parked (or before the first start): end spotd's loop with code. */
+void child_end(struct child *c, int code, const char *reason);
+
+/* The command line of the next start; borrowed, outlives the child. */
+void child_set_argv(struct child *c, char *const *argv);
+
 /* spotd ends with code, whatever the command's (which the exit event
  * keeps as command_code); -1 undoes it. */
 void child_set_exit_code(struct child *c, int code);

@@ -29,7 +29,8 @@
 
 #define WORKERS_MAX 256
 
-enum phase { IDLE, QUERY, SAVE };
+/* DECIDE: every worker answered; the step is the caller's (ask). */
+enum phase { IDLE, QUERY, DECIDE, SAVE };
 
 struct worker {
     struct control *c;
@@ -67,6 +68,7 @@ struct control {
     long long id;
     uint64_t gen;
     char *dir;
+    control_step_fn ask;
     control_saved_fn done;
     void *arg;
 };
@@ -119,15 +121,21 @@ static void worker_dir(const struct worker *w, const char *base, char *out, size
     snprintf(out, size, "%s/w%lld", base, w->local_rank >= 0 ? w->local_rank : 0);
 }
 
-/* Every worker of the checkpoint answered its step: ask them all to save
- * at the step after the largest, which each can still reach. */
-static void start_save(struct control *c)
+/* The largest step the workers of the checkpoint answered. */
+static long long largest_step(const struct control *c)
 {
-    long long target = 0;
+    long long step = 0;
 
     for (unsigned i = 0; i < c->n; i++)
-        if (c->w[i]->in_ck && c->w[i]->step + 1 > target)
-            target = c->w[i]->step + 1;
+        if (c->w[i]->in_ck && c->w[i]->step > step)
+            step = c->w[i]->step;
+    return step;
+}
+
+/* Ask every worker of the checkpoint to save at target, a step each can
+ * still reach (each waits at the step it answered). */
+static void start_save(struct control *c, long long target)
+{
     c->phase = SAVE;
     for (unsigned i = 0; i < c->n; i++) {
         struct worker *w = c->w[i];
@@ -185,7 +193,7 @@ static void check_progress(struct control *c)
         struct worker *w = c->w[i];
         if (!w->in_ck)
             continue;
-        if (c->phase == QUERY ? !w->answered : !w->saved)
+        if (c->phase == SAVE ? !w->saved : !w->answered)
             all = false;
         else if (c->phase == SAVE && step >= 0 && w->step != step) {
             end_checkpoint(c, -EPROTO, -1, "trainers saved different steps (%lld, %lld)", step,
@@ -194,10 +202,13 @@ static void check_progress(struct control *c)
         } else
             step = w->step;
     }
-    if (!all)
+    if (!all || c->phase == DECIDE)
         return;
-    if (c->phase == QUERY)
-        start_save(c);
+    if (c->phase == QUERY && c->ask) {
+        c->phase = DECIDE;
+        c->ask(c->arg, largest_step(c));
+    } else if (c->phase == QUERY)
+        start_save(c, largest_step(c) + 1);
     else
         end_checkpoint(c, 0, step, "%s", "");
 }
@@ -438,13 +449,18 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 
     for (unsigned i = 0; i < c->n; i++) {
         struct worker *w = c->w[i];
-        if (w->in_ck && !(c->phase == QUERY ? w->answered : w->saved)) {
+        if (w->in_ck && !(c->phase == SAVE ? w->saved : w->answered)) {
             end_checkpoint(c, -ETIMEDOUT, -1,
                            "trainer pid %lld (local rank %lld) did not %s before the deadline",
                            w->pid, w->local_rank,
-                           c->phase == QUERY ? "say its step" : "report its save");
+                           c->phase == SAVE ? "report its save" : "say its step");
             return;
         }
+    }
+    if (c->phase == DECIDE) {
+        end_checkpoint(c, -ETIMEDOUT, -1, "the step to save at was not given before the "
+                       "deadline");
+        return;
     }
     if (c->n && in_checkpoint(c) < expected(c)) {
         end_checkpoint(c, -ETIMEDOUT, -1, "only %u of the %u local workers took part (%s): "
@@ -461,7 +477,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 }
 
 int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t deadline_ms,
-                       control_saved_fn done, void *arg)
+                       control_step_fn ask, control_saved_fn done, void *arg)
 {
     if (c->phase != IDLE)
         return -EBUSY;
@@ -471,6 +487,7 @@ int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t
         return -ENOMEM;
     c->id++;
     c->gen = gen;
+    c->ask = ask;
     c->done = done;
     c->arg = arg;
     c->phase = QUERY;
@@ -491,6 +508,21 @@ int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t
         evtimer_add(c->timer, &tv);
     }
     return 0;
+}
+
+int control_save_at(struct control *c, int64_t step)
+{
+    if (c->phase != DECIDE)
+        return -EINVAL;
+    if (step <= largest_step(c))
+        return -ERANGE;
+    start_save(c, step);
+    return 0;
+}
+
+void control_cancel(struct control *c, const char *reason)
+{
+    end_checkpoint(c, -ECANCELED, -1, "%s", reason);
 }
 
 void control_stop(struct control *c, const char *reason)

@@ -53,13 +53,27 @@ struct control *control_free(struct control *c);
 /* Workers connected (hello answered). */
 unsigned control_workers(const struct control *c);
 
+/* Every worker answered: step is the largest step reported. */
+typedef void (*control_step_fn)(void *arg, int64_t step);
+
 /* Checkpoint generation gen into dir (which exists) before deadline_ms
  * (CLOCK_REALTIME ms; -EINVAL when 0).  Waits for the local workers it
  * expects (struct control_opts.expect, at least one) to connect until the
- * deadline.  One at a time: -EBUSY when one is under way.  Returns 0 when
- * started; done comes later, on the loop. */
+ * deadline.  The workers save at the step after the largest they report;
+ * with ask non-NULL the step is the caller's instead (a world's): ask gets
+ * the largest, and the checkpoint waits for control_save_at().  One at a
+ * time: -EBUSY when one is under way.  Returns 0 when started; done comes
+ * later, on the loop. */
 int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t deadline_ms,
-                       control_saved_fn done, void *arg);
+                       control_step_fn ask, control_saved_fn done, void *arg);
+
+/* After ask: save at step, above every step reported (-ERANGE otherwise;
+ * -EINVAL when no checkpoint waits for one). */
+int control_save_at(struct control *c, int64_t step);
+
+/* Give up the checkpoint under way (the workers are told to cancel); done
+ * gets -ECANCELED with reason.  Nothing when none is. */
+void control_cancel(struct control *c, const char *reason);
 
 /* What a worker that connects from now on resumes from (after a commit,
  * for a command restarted after a crash).  dir NULL: a fresh start. */

@@ -50,6 +50,17 @@ struct method_ops {
      * or another -errno. */
     int (*save)(struct method *m, uint64_t gen, const char *dir, int64_t deadline_ms,
                 method_saved_fn done, void *arg);
+    /* A world's checkpoint (world.h), where the coordinator picks the
+     * step: like save, but once the trainers' largest step is known it
+     * goes to ask, and the save waits for save_at() with the world's step.
+     * NULL: the method cannot tell its step (the world's save starts with
+     * save, at the coordinator's word). */
+    int (*query)(struct method *m, uint64_t gen, const char *dir, int64_t deadline_ms,
+                 void (*ask)(void *arg, int64_t step), method_saved_fn done, void *arg);
+    int (*save_at)(struct method *m, int64_t step);
+    /* Give up the save under way: done gets -ECANCELED.  Nothing when
+     * none is. */
+    void (*cancel)(struct method *m, const char *reason);
     /* A trainer said, through libckpt, that it saved step (ckpt_saved()
      * with no save open).  NULL: the method does not take that. */
     void (*trainer_saved)(struct method *m, int64_t step);

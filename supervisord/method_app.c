@@ -3,6 +3,7 @@
  * own; the stop sequence follows if they have not after DRAIN_MS. */
 #include <errno.h>
 #include <event2/event.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,7 +59,29 @@ static int app_save(struct method *m, uint64_t gen, const char *dir, int64_t dea
     m->done = done;
     m->arg = arg;
     snprintf(m->dir, sizeof(m->dir), "%s", dir);
-    return control_checkpoint(m->ctx.control, gen, dir, deadline_ms, on_saved, m);
+    return control_checkpoint(m->ctx.control, gen, dir, deadline_ms, NULL, on_saved, m);
+}
+
+static int app_query(struct method *m, uint64_t gen, const char *dir, int64_t deadline_ms,
+                     void (*ask)(void *arg, int64_t step), method_saved_fn done, void *arg)
+{
+    if (!m->ctx.control)
+        return -ENOTCONN;
+    m->done = done;
+    m->arg = arg;
+    snprintf(m->dir, sizeof(m->dir), "%s", dir);
+    return control_checkpoint(m->ctx.control, gen, dir, deadline_ms, ask, on_saved, m);
+}
+
+static int app_save_at(struct method *m, int64_t step)
+{
+    return m->ctx.control ? control_save_at(m->ctx.control, step) : -ENOTCONN;
+}
+
+static void app_cancel(struct method *m, const char *reason)
+{
+    if (m->ctx.control)
+        control_cancel(m->ctx.control, reason);
 }
 
 static void app_stop(struct method *m, const char *reason, uint64_t grace_ms)
@@ -88,6 +111,9 @@ const struct method_ops method_app = {
     .name = "app",
     .open = app_open,
     .save = app_save,
+    .query = app_query,
+    .save_at = app_save_at,
+    .cancel = app_cancel,
     .stop = app_stop,
     .close = app_close,
 };

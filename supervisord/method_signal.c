@@ -151,6 +151,12 @@ static void signal_trainer_saved(struct method *m, int64_t step)
         finish(m, 0, "", step);
 }
 
+static void signal_cancel(struct method *m, const char *reason)
+{
+    if (m->done)
+        finish(m, -ECANCELED, reason, -1);
+}
+
 static void signal_stop(struct method *m, const char *reason, uint64_t grace_ms)
 {
     child_stop(m->ctx.child, reason, grace_ms);
@@ -169,6 +175,7 @@ const struct method_ops method_signal = {
     .open = signal_open,
     .save = signal_save,
     .trainer_saved = signal_trainer_saved,
+    .cancel = signal_cancel,
     .stop = signal_stop,
     .close = signal_close,
 };

@@ -10,6 +10,7 @@
 
 static const char *const names[PEERMSG__COUNT] = {
     "notice", "query", "step", "prepare", "saved", "commit", "abort", "resume", "leave",
+    "ready",
 };
 
 /* Which members each type must have, and which it may have; the others
@@ -27,6 +28,7 @@ static const unsigned allowed[PEERMSG__COUNT] = {
     [PEERMSG_ABORT] = M_GEN | M_REASON,
     [PEERMSG_RESUME] = M_GEN | M_WORLD | M_MASTER,
     [PEERMSG_LEAVE] = M_REASON,
+    [PEERMSG_READY] = M_GEN,
 };
 
 static const unsigned required[PEERMSG__COUNT] = {
@@ -37,8 +39,9 @@ static const unsigned required[PEERMSG__COUNT] = {
     [PEERMSG_SAVED] = M_GEN | M_RANK | M_STEP | M_SHA | M_BYTES,
     [PEERMSG_COMMIT] = M_GEN | M_STEP,
     [PEERMSG_ABORT] = M_GEN,
-    [PEERMSG_RESUME] = M_GEN | M_WORLD | M_MASTER,
+    [PEERMSG_RESUME] = M_WORLD | M_MASTER,
     [PEERMSG_LEAVE] = 0,
+    [PEERMSG_READY] = 0,
 };
 
 const char *peermsg_type_name(enum peermsg_type t)
@@ -172,7 +175,7 @@ cJSON *peermsg_to_json(const struct peermsg *m)
         return NULL;
     cJSON_AddNumberToObject(o, "v", 1);
     cJSON_AddStringToObject(o, "type", peermsg_type_name(m->type));
-    if (may & M_GEN)
+    if (may & M_GEN && m->gen)
         cJSON_AddNumberToObject(o, "gen", (double)m->gen);
     if (may & M_STEP && m->step >= 0)
         cJSON_AddNumberToObject(o, "step", (double)m->step);

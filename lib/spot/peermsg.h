@@ -11,8 +11,11 @@
  *   saved    a node's shard is in the store        gen, rank, step, sha256, bytes
  *   commit   coordinator: gen is committed         gen, step
  *   abort    coordinator: gen is given up          gen, reason
- *   resume   coordinator: start from gen           gen, world_size, master_addr, master_port
+ *   resume   coordinator: start from gen (none:    gen, world_size, master_addr, master_port
+ *            afresh)
  *   leave    a node goes (after a notice)          reason
+ *   ready    a node's command is not running: it   gen (the newest committed it knows)
+ *            waits for resume
  *
  * The handshake's hello/ack and heartbeats are peer.c's. */
 #ifndef SPOT_PEERMSG_H
@@ -34,12 +37,13 @@ enum peermsg_type {
     PEERMSG_ABORT,
     PEERMSG_RESUME,
     PEERMSG_LEAVE,
+    PEERMSG_READY,
     PEERMSG__COUNT
 };
 
 struct peermsg {
     enum peermsg_type type;
-    uint64_t gen;                  /* >= 1 where the type has one */
+    uint64_t gen;                  /* >= 1 where the type has one; 0: absent */
     int64_t step;                  /* >= 0, -1 when absent */
     uint32_t rank, world_size;
     int64_t deadline_ms;           /* 0: none */

@@ -128,8 +128,8 @@ TEST(control_checkpoint)
         return;
 
     /* Nobody connected by the deadline: a clear failure, from the loop. */
-    CHECK_INT(control_checkpoint(ctl, 1, ck, 0, on_saved, &r), -EINVAL);
-    CHECK_INT(control_checkpoint(ctl, 1, ck, notice_now_ms() + 300, on_saved, &r), 0);
+    CHECK_INT(control_checkpoint(ctl, 1, ck, 0, NULL, on_saved, &r), -EINVAL);
+    CHECK_INT(control_checkpoint(ctl, 1, ck, notice_now_ms() + 300, NULL, on_saved, &r), 0);
     CHECK_INT(r.calls, 0);
     run_until(base, got_result, &r);
     CHECK_INT(r.err, -ENOTCONN);
@@ -143,8 +143,8 @@ TEST(control_checkpoint)
     CHECK_INT(control_workers(ctl), 2);
     memset(&r, 0, sizeof(r));
     r.base = base;
-    CHECK_INT(control_checkpoint(ctl, 1, ck, notice_now_ms() + 10000, on_saved, &r), 0);
-    CHECK_INT(control_checkpoint(ctl, 1, ck, notice_now_ms() + 10000, on_saved, &r), -EBUSY);
+    CHECK_INT(control_checkpoint(ctl, 1, ck, notice_now_ms() + 10000, NULL, on_saved, &r), 0);
+    CHECK_INT(control_checkpoint(ctl, 1, ck, notice_now_ms() + 10000, NULL, on_saved, &r), -EBUSY);
     run_until(base, got_result, &r);
     CHECK_INT(r.calls, 1);
     CHECK_INT(r.err, 0);
@@ -185,7 +185,7 @@ TEST(control_checkpoint)
     run_until(base, enough_workers, NULL);
     memset(&r, 0, sizeof(r));
     r.base = base;
-    CHECK_INT(control_checkpoint(ctl, 2, ck, notice_now_ms() + 10000, on_saved, &r), 0);
+    CHECK_INT(control_checkpoint(ctl, 2, ck, notice_now_ms() + 10000, NULL, on_saved, &r), 0);
     run_until(base, got_result, &r);
     CHECK_INT(r.err, -EIO);
     CHECK_HAS(r.msg, "disk full");
@@ -199,7 +199,7 @@ TEST(control_checkpoint)
     run_until(base, enough_workers, NULL);
     memset(&r, 0, sizeof(r));
     r.base = base;
-    CHECK_INT(control_checkpoint(ctl, 3, ck, notice_now_ms() + 10000, on_saved, &r), 0);
+    CHECK_INT(control_checkpoint(ctl, 3, ck, notice_now_ms() + 10000, NULL, on_saved, &r), 0);
     run_until(base, got_result, &r);
     CHECK_INT(r.err, -EPIPE);
     CHECK_HAS(r.msg, "went away");

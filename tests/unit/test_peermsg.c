@@ -52,6 +52,13 @@ TEST(peermsg_parse)
     CHECK_INT(m.master_port, 29500);
     CHECK_INT(parse("{\"v\":1,\"type\":\"leave\"}", &m, &why), 0);
     CHECK_INT((int)m.step, -1);
+    /* A world's first start: resume with no generation. */
+    CHECK_INT(parse("{\"v\":1,\"type\":\"resume\",\"world_size\":2,"
+                    "\"master_addr\":\"127.0.0.1\",\"master_port\":29500}", &m, &why), 0);
+    CHECK_INT((int)m.gen, 0);
+    CHECK_INT(parse("{\"v\":1,\"type\":\"ready\",\"gen\":3}", &m, &why), 0);
+    CHECK_INT((int)m.type, PEERMSG_READY);
+    CHECK_INT((int)m.gen, 3);
 }
 
 TEST(peermsg_refused)
@@ -96,7 +103,7 @@ TEST(peermsg_round_trip)
         memset(&m, 0, sizeof(m));
         m.type = (enum peermsg_type)t;
         m.step = t == PEERMSG_LEAVE || t == PEERMSG_NOTICE || t == PEERMSG_QUERY ||
-                         t == PEERMSG_ABORT || t == PEERMSG_RESUME
+                         t == PEERMSG_ABORT || t == PEERMSG_RESUME || t == PEERMSG_READY
                      ? -1
                      : 1234;
         m.gen = t == PEERMSG_NOTICE || t == PEERMSG_LEAVE ? 0 : 9;
