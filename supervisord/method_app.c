@@ -20,6 +20,7 @@ struct method {
     char reason[160];
     uint64_t grace_ms;
     method_saved_fn done;
+    void (*ask)(void *arg, int64_t step);
     void *arg;
     char dir[4096];
 };
@@ -36,6 +37,13 @@ static void on_saved(void *arg, int err, const char *msg, int64_t step)
     struct method *m = arg;
 
     m->done(m->arg, err, msg, step, m->dir);
+}
+
+static void on_ask(void *arg, int64_t step)
+{
+    struct method *m = arg;
+
+    m->ask(m->arg, step);
 }
 
 static struct method *app_open(const struct method_ctx *ctx, char *err, size_t errlen)
@@ -68,9 +76,10 @@ static int app_query(struct method *m, uint64_t gen, const char *dir, int64_t de
     if (!m->ctx.control)
         return -ENOTCONN;
     m->done = done;
+    m->ask = ask;
     m->arg = arg;
     snprintf(m->dir, sizeof(m->dir), "%s", dir);
-    return control_checkpoint(m->ctx.control, gen, dir, deadline_ms, ask, on_saved, m);
+    return control_checkpoint(m->ctx.control, gen, dir, deadline_ms, on_ask, on_saved, m);
 }
 
 static int app_save_at(struct method *m, int64_t step)

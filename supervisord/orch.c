@@ -25,11 +25,15 @@
 #include "spot/pool.h"
 #include "spot/snap.h"
 #include "spot/store.h"
+#include "world.h"
 
-enum state { RESUMING, IDLE, SAVING, UPLOADING, COMMITTING, DRAINING };
+enum state { RESUMING, IDLE, SAVING, UPLOADING, COMMITTING, DRAINING, WAITING };
 
-static const char *const state_name[] = { "resuming", "idle", "saving", "uploading",
-                                          "committing", "draining" };
+static const char *const state_name[] = { "resuming", "idle",     "saving", "uploading",
+                                          "committing", "draining", "waiting" };
+
+/* Where a world's checkpoint is, in SAVING. */
+enum saving { SV_HOOK, SV_METHOD, SV_PREPARE };
 
 /* Without a notice's deadline, how long a trainer may take to save. */
 #define SAVE_LIMIT_MS (30 * 60 * 1000)
@@ -78,6 +82,20 @@ struct orch {
     bool finishing;                /* spotd is ending: start nothing new */
     bool collecting;               /* snap_gc under way */
     struct event *tick;            /* periodic checkpoints */
+    /* a world */
+    struct world *world;
+    enum saving saving;
+    bool aborted;                  /* the world gave the checkpoint under way up */
+    char abort_reason[128];
+    bool want_stop;                /* a terminating notice for this node */
+    bool pausing, parked;          /* the command is being stopped / is stopped */
+    bool resumed_once;             /* --resume applies to the first resume only */
+    uint64_t world_want;           /* the generation the world resumes from */
+    uint64_t commit_gen;           /* coordinator: the commit record being written */
+    char master_addr[64];
+    unsigned master_port;
+    char **argv;                   /* the command, substituted */
+    size_t argc;
 };
 
 static void set_state(struct orch *r, enum state s)
@@ -253,6 +271,8 @@ static void hook_env_now(const struct orch *r, struct hook_env *e, const char *r
  * saved, else the stop sequence at once. */
 static void stop_command(struct orch *r, bool saved)
 {
+    if (r->world)
+        world_leave(r->world, saved ? "preempted" : "preempted without a new checkpoint");
     set_state(r, DRAINING);
     if (r->finishing) {
         /* The command is gone already. */
@@ -269,11 +289,15 @@ static void stop_command(struct orch *r, bool saved)
     r->mops->stop(r->method, r->reason, r->o.grace_ms);
 }
 
+static void maybe_ready(struct orch *r);
+
 static void finish_checkpoint(struct orch *r, int err, const char *msg)
 {
     struct hook_env he;
     cJSON *e;
 
+    if (err && r->world && !r->aborted)
+        world_failed(r->world, r->gen, msg);
     if (err) {
         /* Objects of this generation may be in the store: the next one
          * takes the next number, and gc collects these. */
@@ -292,6 +316,8 @@ static void finish_checkpoint(struct orch *r, int err, const char *msg)
     set_state(r, IDLE);
     if (r->terminating)
         stop_command(r, err == 0);
+    else if (r->world)
+        maybe_ready(r);
 }
 
 static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g)
@@ -373,7 +399,7 @@ static void on_committed(void *arg, int err, const char *msg)
     prune_local(r, "restore", NULL);
     /* Retention: what the newest generations do not need goes, in the
      * background (snap_gc never deletes what they reference). */
-    if (!r->finishing) {
+    if (!r->finishing && (!r->world || world_is_coordinator(r->world))) {
         r->collecting = true;
         snap_gc(r->snap, SNAP_KEEP_DEFAULT, SNAP_GRACE_DEFAULT_MS, false, on_collected, r);
     }
@@ -387,6 +413,8 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     struct commit c;
     cJSON *e;
 
+    if (!err && r->aborted)
+        err = -ECANCELED, msg = r->abort_reason;
     if (err) {
         finish_checkpoint(r, err, msg);
         return;
@@ -404,6 +432,11 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     log_event(LOGL_INFO, e, "generation %llu uploaded: %llu bytes sent",
               (unsigned long long)r->gen, (unsigned long long)r->counters.bytes_sent);
     set_state(r, COMMITTING);
+    if (r->world) {
+        /* The coordinator commits once every rank's shard is in. */
+        world_saved(r->world, r->gen, r->step, s->sha256, s->bytes);
+        return;
+    }
     memset(&c, 0, sizeof(c));
     memset(&rank, 0, sizeof(rank));
     snprintf(c.job, sizeof(c.job), "%s", r->job);
@@ -423,9 +456,12 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
 static void on_method_saved(void *arg, int err, const char *msg, int64_t step, const char *dir)
 {
     struct orch *r = arg;
-    struct snap_save_req req = { .gen = r->gen, .rank = 0, .method = r->mops->name };
+    struct snap_save_req req = { .gen = r->gen, .rank = r->world ? world_rank(r->world) : 0,
+                                 .method = r->mops->name };
     cJSON *e;
 
+    if (!err && r->aborted)
+        err = -ECANCELED, msg = r->abort_reason;
     if (err) {
         finish_checkpoint(r, err, msg);
         return;
@@ -447,11 +483,49 @@ static void on_method_saved(void *arg, int err, const char *msg, int64_t step, c
     snap_save(r->snap, &req, &r->counters, on_uploaded, r);
 }
 
+/* World: the trainers' largest step, for the coordinator. */
+static void on_ask(void *arg, int64_t step)
+{
+    struct orch *r = arg;
+
+    world_step(r->world, r->gen, step);
+}
+
+/* World: ask the method for the node's step (or answer 0 for a method
+ * that cannot tell: it saves when the prepare comes). */
+static void ask_world(struct orch *r)
+{
+    char msg[4400];
+    int err = make_dirs(r->dir);
+
+    if (err == 0 && r->mops->query) {
+        r->saving = SV_METHOD;
+        err = r->mops->query(r->method, r->gen, r->dir, r->deadline_ms, on_ask,
+                             on_method_saved, r);
+    } else if (err == 0) {
+        r->saving = SV_PREPARE;
+        world_step(r->world, r->gen, r->control ? control_step(r->control) : 0);
+    }
+    if (err < 0) {
+        snprintf(msg, sizeof(msg), "cannot start it (%s method, '%s'): %s", r->mops->name,
+                 r->dir, strerror(-err));
+        finish_checkpoint(r, err, msg);
+    }
+}
+
 static void ask_method(struct orch *r)
 {
     char msg[4400];
     int err;
 
+    if (r->aborted) {
+        finish_checkpoint(r, -ECANCELED, r->abort_reason);
+        return;
+    }
+    if (r->world) {
+        ask_world(r);
+        return;
+    }
     err = make_dirs(r->dir);
     if (err == 0)
         err = r->mops->save(r->method, r->gen, r->dir, r->deadline_ms, on_method_saved, r);
@@ -565,12 +639,36 @@ static void notice_reason(const struct notice *n, char *buf, size_t size)
         snprintf(buf, size, "notice: %s %s", n->source, kind);
 }
 
-static void begin_checkpoint(struct orch *r, const struct notice *n, const char *why)
+/* The checkpoint set up in r begins: pre-checkpoint hook, then the method. */
+static void start_checkpoint(struct orch *r)
 {
     struct hook_env he;
     cJSON *e;
     int err;
 
+    r->t_begin = notice_now_ms();
+    r->aborted = false;
+    r->saving = SV_HOOK;
+    e = log_event_new("checkpoint_begin");
+    cJSON_AddNumberToObject(e, "gen", (double)r->gen);
+    cJSON_AddStringToObject(e, "reason", r->reason);
+    cJSON_AddStringToObject(e, "method", r->mops->name);
+    cJSON_AddNumberToObject(e, "trainers", r->control ? control_workers(r->control) : 0);
+    if (r->world)
+        cJSON_AddNumberToObject(e, "rank", world_rank(r->world));
+    log_event(LOGL_INFO, e, "checkpoint of generation %llu begins (%s)",
+              (unsigned long long)r->gen, r->reason);
+    set_state(r, SAVING);
+    hook_env_now(r, &he, NULL);
+    err = hooks_run(r->hooks, "pre-checkpoint", &he, on_pre_checkpoint, r);
+    if (err == -ENOENT)
+        ask_method(r);
+    else if (err < 0)
+        finish_checkpoint(r, err, "cannot run the pre-checkpoint hook");
+}
+
+static void begin_checkpoint(struct orch *r, const struct notice *n, const char *why)
+{
     r->gen = r->newest_gen + 1;
     r->why = n ? "notice" : why;
     r->terminating = n && n->terminating;
@@ -591,22 +689,10 @@ static void begin_checkpoint(struct orch *r, const struct notice *n, const char 
         stop_command(r, false);
         return;
     }
-    r->t_begin = notice_now_ms();
-    e = log_event_new("checkpoint_begin");
-    cJSON_AddNumberToObject(e, "gen", (double)r->gen);
-    cJSON_AddStringToObject(e, "reason", r->reason);
-    cJSON_AddStringToObject(e, "method", r->mops->name);
-    cJSON_AddNumberToObject(e, "trainers", r->control ? control_workers(r->control) : 0);
-    log_event(LOGL_INFO, e, "checkpoint of generation %llu begins (%s)",
-              (unsigned long long)r->gen, r->reason);
-    set_state(r, SAVING);
-    hook_env_now(r, &he, NULL);
-    err = hooks_run(r->hooks, "pre-checkpoint", &he, on_pre_checkpoint, r);
-    if (err == -ENOENT)
-        ask_method(r);
-    else if (err < 0)
-        finish_checkpoint(r, err, "cannot run the pre-checkpoint hook");
+    start_checkpoint(r);
 }
+
+static void world_notice(struct orch *r, const struct notice *n);
 
 void orch_notice(void *arg, const struct notice *n)
 {
@@ -618,6 +704,11 @@ void orch_notice(void *arg, const struct notice *n)
     snprintf(r->last_notice, sizeof(r->last_notice), "%s %s%s", n->source,
              notice_kind_name(n->kind), n->drill ? " (drill)" : "");
     hooks_run(r->hooks, "on-notice", &he, NULL, NULL);
+    if (r->world && (r->state == IDLE || r->state == WAITING || r->state == RESUMING ||
+                     r->pausing || r->parked)) {
+        world_notice(r, n);
+        return;
+    }
     if (r->state == IDLE) {
         begin_checkpoint(r, n, "notice");
         return;
@@ -635,10 +726,23 @@ void orch_notice(void *arg, const struct notice *n)
     }
 }
 
+/* A checkpoint wanted here: the world's coordinator runs it. */
+static void world_want(struct orch *r, const char *why, int64_t deadline_ms)
+{
+    if (r->state != IDLE || r->pausing || r->parked)
+        return;
+    world_trigger(r->world, "checkpoint", why, false, deadline_ms);
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct orch *r = arg;
 
+    if (r->world) {
+        if (world_is_coordinator(r->world))
+            world_want(r, "periodic", notice_now_ms() + (int64_t)r->o.interval_ms);
+        return;
+    }
     if (r->state == IDLE && (strcmp(r->mops->name, "app") != 0 || control_workers(r->control)))
         begin_checkpoint(r, NULL, "periodic");
 }
@@ -648,7 +752,9 @@ static void on_request(void *arg)
 {
     struct orch *r = arg;
 
-    if (r->state == IDLE)
+    if (r->world)
+        world_want(r, "request", 0);
+    else if (r->state == IDLE)
         begin_checkpoint(r, NULL, "request");
 }
 
@@ -699,7 +805,12 @@ static void on_command(void *arg, const char *cmd, const struct jsonl_msg *m, ch
         cJSON_AddBoolToObject(o, "ok", 1);
         cJSON_AddStringToObject(o, "job", r->job);
         cJSON_AddStringToObject(o, "store", r->store_url);
-        cJSON_AddNumberToObject(o, "rank", 0);
+        cJSON_AddNumberToObject(o, "rank", r->world ? world_rank(r->world) : 0);
+        if (r->world) {
+            cJSON_AddNumberToObject(o, "world_size", world_size(r->world));
+            cJSON_AddNumberToObject(o, "coordinator", world_coordinator(r->world));
+            cJSON_AddNumberToObject(o, "alive", world_alive(r->world));
+        }
         cJSON_AddStringToObject(o, "method", r->mops->name);
         cJSON_AddStringToObject(o, "state", state_name[r->state]);
         cJSON_AddNumberToObject(o, "workers", r->control ? control_workers(r->control) : 0);
@@ -723,12 +834,16 @@ static void on_command(void *arg, const char *cmd, const struct jsonl_msg *m, ch
     } else if (strcmp(cmd, "checkpoint") == 0) {
         bool idle = r->state == IDLE;
         bool nobody = r->mops == &method_app && r->control && !control_workers(r->control);
-        if (idle && !nobody)
+        if (idle && !nobody && r->world)
+            world_want(r, "manual", 0);
+        else if (idle && !nobody)
             begin_checkpoint(r, NULL, "manual");
         cJSON_AddBoolToObject(o, "ok", idle && !nobody);
         if (idle && nobody) {
             cJSON_AddStringToObject(o, "error", "no trainer is connected to the control "
                                     "socket (yet): is it linked with libckpt?");
+        } else if (idle && r->world) {
+            cJSON_AddStringToObject(o, "note", "asked the world's coordinator");
         } else if (idle) {
             cJSON_AddNumberToObject(o, "gen", (double)r->gen);
         } else {
@@ -777,6 +892,73 @@ static void refuse_start(struct orch *r)
     event_base_loopbreak(r->o.base);
 }
 
+/* "{name}" in the command line: rank, world_size, master_addr,
+ * master_port, gen.  Unknown names stay as they are. */
+static char *substitute(const struct orch *r, const char *arg)
+{
+    char num[4][24], out[8192];
+    const char *names[] = { "{rank}", "{world_size}", "{master_addr}", "{master_port}", "{gen}" };
+    const char *values[5];
+    size_t len = 0;
+
+    snprintf(num[0], sizeof(num[0]), "%u", world_rank(r->world));
+    snprintf(num[1], sizeof(num[1]), "%u", world_size(r->world));
+    snprintf(num[2], sizeof(num[2]), "%u", r->master_port);
+    snprintf(num[3], sizeof(num[3]), "%llu", (unsigned long long)r->resume_gen);
+    values[0] = num[0], values[1] = num[1], values[2] = r->master_addr, values[3] = num[2];
+    values[4] = num[3];
+    while (*arg && len < sizeof(out) - 1) {
+        size_t i = 0;
+        for (; i < 5; i++)
+            if (strncmp(arg, names[i], strlen(names[i])) == 0)
+                break;
+        if (i < 5) {
+            len += (size_t)snprintf(out + len, sizeof(out) - len, "%s", values[i]);
+            if (len >= sizeof(out))
+                len = sizeof(out) - 1;
+            arg += strlen(names[i]);
+        } else {
+            out[len++] = *arg++;
+        }
+    }
+    out[len] = '\0';
+    return strdup(out);
+}
+
+static void free_argv(struct orch *r)
+{
+    for (size_t i = 0; r->argv && i < r->argc; i++)
+        free(r->argv[i]);
+    free(r->argv);
+    r->argv = NULL;
+    r->argc = 0;
+}
+
+/* The world's environment and command line for the next start. */
+static int world_command(struct orch *r)
+{
+    char num[24];
+    size_t n = 0;
+
+    snprintf(num, sizeof(num), "%u", world_rank(r->world));
+    setenv("SPOT_NODE_RANK", num, 1);
+    snprintf(num, sizeof(num), "%u", world_size(r->world));
+    setenv("SPOT_WORLD_SIZE", num, 1);
+    setenv("SPOT_MASTER_ADDR", r->master_addr, 1);
+    snprintf(num, sizeof(num), "%u", r->master_port);
+    setenv("SPOT_MASTER_PORT", num, 1);
+    free_argv(r);
+    while (r->o.argv[n])
+        n++;
+    if (!(r->argv = calloc(n + 1, sizeof(*r->argv))))
+        return -ENOMEM;
+    for (r->argc = 0; r->argc < n; r->argc++)
+        if (!(r->argv[r->argc] = substitute(r, r->o.argv[r->argc])))
+            return -ENOMEM;
+    child_set_argv(r->o.child, r->argv);
+    return 0;
+}
+
 static void run_command(struct orch *r)
 {
     struct control_opts co = {
@@ -807,6 +989,19 @@ static void run_command(struct orch *r)
     if (r->finishing) {
         set_state(r, IDLE);
         return;
+    }
+    if (r->world) {
+        /* A new run after a pause: a method and a socket of its own. */
+        if (r->method)
+            r->mops->close(r->method);
+        r->method = NULL;
+        r->control = control_free(r->control);
+        r->parked = false;
+        if (world_command(r) < 0) {
+            log_msg(LOGL_ERROR, "out of memory: the command is not started");
+            refuse_start(r);
+            return;
+        }
     }
     if (r->o.socket)
         snprintf(path, sizeof(path), "%s", r->o.socket);
@@ -892,17 +1087,23 @@ static void on_pre_restore(void *arg, int code, const char *msg)
     restore(r);
 }
 
+static void restore_pick(struct orch *r, uint64_t gen, int64_t step);
+
 static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
 {
     struct orch *r = arg;
     const struct snap_gen *pick = NULL;
     bool never = strcmp(r->o.resume, "never") == 0, autom = strcmp(r->o.resume, "auto") == 0;
     uint64_t want = 0;
-    struct hook_env he;
 
     if (err) {
         log_msg(LOGL_ERROR, "cannot list the checkpoints of job '%s': %s; starting fresh",
                 r->job, msg);
+        if (r->world) {
+            r->parked = true;
+            maybe_ready(r);
+            return;
+        }
         run_command(r);
         return;
     }
@@ -925,16 +1126,37 @@ static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, 
     if (never && r->newest_gen)
         log_msg(LOGL_INFO, "--resume never: starting fresh; new generations follow %llu",
                 (unsigned long long)r->newest_gen);
+    if (r->world) {
+        /* The world decides when, and from what, the command starts. */
+        for (size_t i = 0; i < n; i++)
+            if (gens[i].committed && gens[i].gen > r->resume_gen) {
+                r->resume_gen = gens[i].gen;
+                r->resume_step = (int64_t)gens[i].commit.step;
+            }
+        snap_gens_free(gens, n);
+        r->parked = true;
+        maybe_ready(r);
+        return;
+    }
     if (!pick) {
         snap_gens_free(gens, n);
         run_command(r);
         return;
     }
-    r->resume_gen = pick->gen;
-    r->resume_step = (int64_t)pick->commit.step;
+    restore_pick(r, pick->gen, (int64_t)pick->commit.step);
+    snap_gens_free(gens, n);
+}
+
+/* Restore gen (holding step) and start the command from it. */
+static void restore_pick(struct orch *r, uint64_t gen, int64_t step)
+{
+    struct hook_env he;
+    int err;
+
+    r->resume_gen = gen;
+    r->resume_step = step;
     snprintf(r->resume_dir, sizeof(r->resume_dir), "%s/restore/gen-%08llu", r->state_dir,
              (unsigned long long)r->resume_gen);
-    snap_gens_free(gens, n);
     he = (struct hook_env){ .job = r->job, .dir = r->resume_dir, .gen = r->resume_gen,
                             .step = r->resume_step, .reason = "resume" };
     err = hooks_run(r->hooks, "pre-restore", &he, on_pre_restore, r);
@@ -943,6 +1165,267 @@ static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, 
     else if (err < 0)
         on_pre_restore(r, -1, "cannot run it");
 }
+
+
+/* ---- the world (world.h) ------------------------------------------------------ */
+
+/* The command is stopped (or never started) and nothing is under way:
+ * this node waits for the world's resume. */
+static void maybe_ready(struct orch *r)
+{
+    if (!r->world || !r->parked || (r->state != IDLE && r->state != WAITING &&
+                                    r->state != RESUMING))
+        return;
+    set_state(r, WAITING);
+    world_ready(r->world, r->resume_gen);
+}
+
+static void on_parked(void *arg)
+{
+    struct orch *r = arg;
+
+    r->pausing = false;
+    r->parked = true;
+    maybe_ready(r);
+}
+
+/* A notice that the world's round cannot serve now, or that starts one. */
+static void world_notice(struct orch *r, const struct notice *n)
+{
+    if (n->terminating)
+        r->want_stop = true;
+    if (r->state == IDLE && !r->pausing && !r->parked) {
+        r->gen = r->newest_gen + 1;
+        notice_reason(n, r->reason, sizeof(r->reason));
+        if (n->terminating && n->deadline_ms > 0) {
+            r->deadline_ms = notice_deadline(r, n);
+            if (!plan_fits(r)) {
+                stop_command(r, false);
+                return;
+            }
+        }
+        world_trigger(r->world, notice_kind_name(n->kind), "notice", n->terminating,
+                      n->deadline_ms > 0 ? notice_deadline(r, n) : 0);
+        return;
+    }
+    if (!n->terminating)
+        return;
+    /* The command is not running: nothing to save that the world's newest
+     * generation does not hold.  This node goes. */
+    log_msg(LOGL_INFO, "a terminating notice while the command is %s: leaving the world "
+            "(generation %llu is the newest)", r->pausing ? "stopping" : "not running",
+            (unsigned long long)r->resume_gen);
+    world_leave(r->world, "preempted while the world waited");
+    r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
+    if (r->pausing)
+        child_stop(r->o.child, "preempted", r->o.grace_ms);
+    else
+        child_end(r->o.child, ORCH_EXIT_PREEMPTED_SAVED, "preempted while the world waited");
+}
+
+static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *gens,
+                          size_t n);
+
+static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, const char *reason)
+{
+    struct orch *r = arg;
+    static const char *const whys[] = { "notice", "periodic", "request", "manual" };
+
+    if (gen > r->newest_gen)
+        r->newest_gen = gen;
+    if (r->state != IDLE || r->pausing || r->parked) {
+        char why[96];
+        snprintf(why, sizeof(why), "rank %u is %s", world_rank(r->world),
+                 r->pausing || r->parked ? "stopping its command" : state_name[r->state]);
+        world_failed(r->world, gen, why);
+        return;
+    }
+    r->gen = gen;
+    r->why = "world";
+    for (size_t i = 0; i < sizeof(whys) / sizeof(whys[0]); i++)
+        if (strcmp(reason, whys[i]) == 0)
+            r->why = whys[i];
+    r->terminating = r->want_stop;
+    r->step = -1;
+    r->deadline_ms = deadline_ms > 0 ? deadline_ms : notice_now_ms() + SAVE_LIMIT_MS;
+    if (strcmp(r->why, "notice") != 0 || !r->want_stop)
+        snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
+             (unsigned long long)r->gen);
+    start_checkpoint(r);
+}
+
+static void w_prepare(void *arg, uint64_t gen, int64_t step)
+{
+    struct orch *r = arg;
+    char msg[256];
+    int err;
+
+    if (gen != r->gen || r->state != SAVING || r->aborted)
+        return;
+    if (r->saving == SV_METHOD && r->mops->save_at)
+        err = r->mops->save_at(r->method, step);
+    else if (r->saving == SV_PREPARE)
+        err = r->mops->save(r->method, r->gen, r->dir, r->deadline_ms, on_method_saved, r);
+    else
+        return;
+    r->saving = SV_METHOD;
+    if (err < 0) {
+        snprintf(msg, sizeof(msg), "cannot save at step %lld (%s method): %s", (long long)step,
+                 r->mops->name, err == -EALREADY ? "nothing new to save" : strerror(-err));
+        finish_checkpoint(r, err, msg);
+    }
+}
+
+static void w_commit(void *arg, uint64_t gen, int64_t step)
+{
+    struct orch *r = arg;
+
+    if (gen > r->newest_gen)
+        r->newest_gen = gen;
+    if (gen == r->gen && r->state == COMMITTING)
+        on_committed(r, 0, "");
+}
+
+static void w_abort(void *arg, uint64_t gen, const char *reason)
+{
+    struct orch *r = arg;
+
+    if (gen > r->newest_gen)
+        r->newest_gen = gen;
+    if (gen != r->gen || r->state < SAVING || r->state > COMMITTING || r->aborted)
+        return;
+    r->aborted = true;
+    snprintf(r->abort_reason, sizeof(r->abort_reason), "the world gave it up: %s", reason);
+    if (r->state == COMMITTING || (r->state == SAVING && r->saving == SV_PREPARE))
+        finish_checkpoint(r, -ECANCELED, r->abort_reason);
+    else if (r->state == SAVING && r->saving == SV_METHOD && r->mops->cancel)
+        r->mops->cancel(r->method, r->abort_reason);
+    /* SV_HOOK: ask_method() sees it; UPLOADING: on_uploaded() does. */
+}
+
+static void w_pause(void *arg, const char *why)
+{
+    struct orch *r = arg;
+
+    if (r->parked || r->pausing || r->state == DRAINING)
+        return;
+    r->pausing = true;
+    if (r->method)
+        r->mops->stop(r->method, why, r->o.grace_ms);
+    child_park(r->o.child, on_parked, r);
+}
+
+static void w_resume(void *arg, uint64_t gen, const char *master_addr, unsigned master_port)
+{
+    struct orch *r = arg;
+    cJSON *e;
+
+    if (r->state != WAITING)
+        return;
+    r->resumed_once = true;
+    snprintf(r->master_addr, sizeof(r->master_addr), "%s", master_addr);
+    r->master_port = master_port;
+    e = log_event_new("world_resume");
+    cJSON_AddNumberToObject(e, "gen", (double)gen);
+    cJSON_AddNumberToObject(e, "rank", world_rank(r->world));
+    cJSON_AddNumberToObject(e, "world_size", world_size(r->world));
+    cJSON_AddStringToObject(e, "master_addr", master_addr);
+    log_event(LOGL_INFO, e, "the world resumes from generation %llu: starting the command as "
+              "rank %u of %u", (unsigned long long)gen, world_rank(r->world),
+              world_size(r->world));
+    set_state(r, RESUMING);
+    if (gen == 0) {
+        r->resume_dir[0] = '\0';
+        r->resume_gen = 0;
+        r->resume_step = -1;
+        run_command(r);
+    } else if (gen == r->resume_gen && r->resume_dir[0] && access(r->resume_dir, F_OK) == 0) {
+        run_command(r);
+    } else {
+        r->world_want = gen;
+        snap_gens(r->snap, on_world_gens, r);
+    }
+}
+
+static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
+{
+    struct orch *r = arg;
+    int64_t step = -1;
+
+    for (size_t i = 0; !err && i < n; i++)
+        if (gens[i].committed && gens[i].gen == r->world_want)
+            step = (int64_t)gens[i].commit.step;
+    snap_gens_free(gens, n);
+    if (step < 0) {
+        log_msg(LOGL_ERROR, "cannot resume the world from generation %llu: %s; this node "
+                "leaves", (unsigned long long)r->world_want,
+                err ? msg : "it is not committed in the store");
+        world_leave(r->world, "cannot restore");
+        refuse_start(r);
+        return;
+    }
+    restore_pick(r, r->world_want, step);
+}
+
+static void on_world_written(void *arg, int err, const char *msg)
+{
+    struct orch *r = arg;
+
+    world_committed(r->world, r->commit_gen, err, msg);
+}
+
+static void w_write_commit(void *arg, const struct commit *c)
+{
+    struct orch *r = arg;
+
+    r->commit_gen = c->gen;
+    snap_commit(r->snap, c, on_world_written, r);
+}
+
+static void on_pick(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
+{
+    struct orch *r = arg;
+    uint64_t pick = 0, want = 0;
+    bool first = !r->resumed_once;
+
+    if (err) {
+        log_msg(LOGL_ERROR, "cannot list the checkpoints of job '%s': %s; the world resumes "
+                "from generation %llu", r->job, msg, (unsigned long long)r->resume_gen);
+        world_resume_from(r->world, r->resume_gen);
+        return;
+    }
+    if (first && strcmp(r->o.resume, "auto") != 0 && strcmp(r->o.resume, "never") != 0)
+        parse_u64(r->o.resume, 1, UINT64_MAX, &want);
+    for (size_t i = 0; i < n; i++) {
+        if (gens[i].gen > r->newest_gen)
+            r->newest_gen = gens[i].gen;
+        if (gens[i].committed && (!want || gens[i].gen == want))
+            pick = gens[i].gen;
+    }
+    snap_gens_free(gens, n);
+    if (first && strcmp(r->o.resume, "never") == 0)
+        pick = 0;
+    world_resume_from(r->world, pick);
+}
+
+static void w_pick_resume(void *arg)
+{
+    struct orch *r = arg;
+
+    snap_gens(r->snap, on_pick, r);
+}
+
+static const struct world_ops world_ops = {
+    .query = w_query,
+    .prepare = w_prepare,
+    .commit = w_commit,
+    .abort = w_abort,
+    .pause = w_pause,
+    .resume = w_resume,
+    .write_commit = w_write_commit,
+    .pick_resume = w_pick_resume,
+};
 
 void orch_start(struct orch *r)
 {
@@ -967,6 +1450,15 @@ void orch_finish(struct orch *r)
     if (!r)
         return;
     r->finishing = true;
+    if (r->world) {
+        int code = child_exit_code(r->o.child);
+        struct timeval flush = { 0, 200 * 1000 };
+
+        world_leave(r->world, code == 0 ? "finished" : "its command failed");
+        /* Let the frames go out. */
+        event_base_loopexit(r->o.base, &flush);
+        event_base_dispatch(r->o.base);
+    }
     if (r->state == SAVING) {
         r->terminating = false;
         finish_checkpoint(r, -ECANCELED, "the command ended before its trainers saved");
@@ -1049,6 +1541,32 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
     so.job = r->job;
     if (!(r->snap = snap_new(&so, err, errlen)))
         return orch_free(r);
+    r->master_port = o->master_port;
+    snprintf(r->master_addr, sizeof(r->master_addr), "127.0.0.1");
+    if (o->world_size > 1) {
+        struct world_opts wo = {
+            .base = o->base,
+            .job = r->job,
+            .rank = o->rank,
+            .world_size = o->world_size,
+            .listen = o->listen ? o->listen : o->peers[o->rank],
+            .peers = o->peers,
+            .key = o->key,
+            .dead_ms = o->peer_timeout_ms,
+            .master_port = o->master_port,
+            .method = r->mops->name,
+            .ops = &world_ops,
+            .arg = r,
+        };
+        if (r->mops == &method_dir) {
+            snprintf(err, errlen, "the dir method cannot serve a world yet: its folders appear "
+                     "on each node's own schedule; use app (libckpt) or signal");
+            return orch_free(r);
+        }
+        if (!(r->world = world_new(&wo, err, errlen)))
+            return orch_free(r);
+        snprintf(r->master_addr, sizeof(r->master_addr), "%s", world_master_addr(r->world));
+    }
     return r;
 }
 
@@ -1056,6 +1574,8 @@ struct orch *orch_free(struct orch *r)
 {
     if (!r)
         return NULL;
+    r->world = world_free(r->world);
+    free_argv(r);
     if (r->tick)
         event_free(r->tick);
     if (r->mops && r->method)

@@ -21,13 +21,23 @@
  * and the command stopped at once.  After each commit, generations beyond
  * the newest three are collected, and a command restarted after a crash
  * resumes from the new one.  Every transition is an event-log record;
- * hooks (hooks.h) run at the documented points. */
+ * hooks (hooks.h) run at the documented points.
+ *
+ * In a world (world.h) the coordinator decides instead: a trigger goes to
+ * it, and this node's checkpoint runs when the world's round asks (query,
+ * prepare), its shard being this node's rank of the generation; the
+ * commit comes from the coordinator.  The command starts only at the
+ * world's resume, and stops (waiting) when a peer leaves or goes down:
+ *
+ *   resuming -> waiting -> (resume) -> idle -> saving -> ... -> idle
+ *                  ^------- (a peer gone: stop, park) ------/ */
 #ifndef SPOTD_ORCH_H
 #define SPOTD_ORCH_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "spot/frame.h"
 #include "spot/notice.h"
 
 struct event_base;
@@ -56,6 +66,16 @@ struct orch_opts {
     const char *hooks_dir;         /* NULL: none */
     uint64_t hook_timeout_ms;
     uint64_t drill_window_ms;      /* a drill's deadline when spotctl gives none */
+    /* The command line; {rank}, {world_size}, {master_addr}, {master_port}
+     * and {gen} in it are replaced at each start.  Borrowed. */
+    char *const *argv;
+    /* A world (world.h) when world_size > 1; else this node alone. */
+    uint32_t rank, world_size;
+    const char *listen;            /* NULL: peers[rank] */
+    const char *const *peers;      /* world_size "ADDR:PORT" */
+    const struct frame_key *key;   /* NULL: --insecure */
+    uint64_t peer_timeout_ms;
+    unsigned master_port;
     /* spotctl drill: simulate a notice of kind with that window. */
     void (*drill)(void *arg, int kind, uint64_t window_ms);
     void *drill_arg;

@@ -243,7 +243,7 @@ static int on_body(struct conn *c, const struct frame *f)
     } else if (strcmp(t->valuestring, "hello") == 0 || strcmp(t->valuestring, "ack") == 0) {
         why = "a second handshake";
     } else if (strcmp(t->valuestring, "heartbeat") != 0 && c->p->o.on_msg) {
-        c->p->o.on_msg(c->p->o.arg, (uint32_t)c->rank, m);
+        c->p->o.on_msg(c->p->o.arg, (uint32_t)c->rank, f->body, f->body_len);
     }
     cJSON_Delete(m);
     if (why) {

@@ -21,6 +21,7 @@
 #define SPOTD_PEER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "spot/frame.h"
@@ -41,8 +42,9 @@ struct peers_opts {
     uint64_t dead_ms;              /* 0: 5000 */
     uint64_t clock_window_ms;      /* 0: 30000 */
     /* A message from an up peer (type other than the handshake's and
-     * heartbeat); msg is valid during the call. */
-    void (*on_msg)(void *arg, uint32_t rank, const struct cJSON *msg);
+     * heartbeat): the frame's body, a version 1 JSON object, valid during
+     * the call (peermsg_parse() reads it). */
+    void (*on_msg)(void *arg, uint32_t rank, const char *body, size_t len);
     void (*on_up)(void *arg, uint32_t rank);
     void (*on_down)(void *arg, uint32_t rank, const char *why);
     void *arg;

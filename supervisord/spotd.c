@@ -12,7 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "child.h"
@@ -20,6 +23,7 @@
 #include "orch.h"
 #include "spot/config.h"
 #include "spot/dmi.h"
+#include "spot/frame.h"
 #include "spot/http.h"
 #include "spot/log.h"
 #include "spot/parse.h"
@@ -166,6 +170,11 @@ static int load_config(struct config *cfg, int argc, char **argv, int start)
                 "option (a command must follow '--' if it starts with '-')", flag);
             return -1;
         }
+        /* A switch may stand alone: --insecure is --insecure true. */
+        if (!value && id < OPT__COUNT && config_options[id].type == CONFIG_BOOL &&
+            (i + 1 >= argc ||
+             (strcmp(argv[i + 1], "true") != 0 && strcmp(argv[i + 1], "false") != 0)))
+            value = "true";
         if (!value) {
             if (i + 1 >= argc) {
                 say("option %s needs a value", flag);
@@ -303,6 +312,155 @@ static unsigned local_workers(const struct config *cfg)
     return 0;
 }
 
+/* A world: the static membership and the key. */
+struct world_cfg {
+    uint32_t rank, size;
+    char *list;                    /* peers, split in place */
+    const char *peers[1024];
+    struct frame_key key;
+    bool keyed;
+};
+
+/* The key from world_key_file or world_key.  Returns 0 or -1 after saying
+ * why. */
+static int read_world_key(const struct config *cfg, struct world_cfg *w)
+{
+    const char *file = config_str(cfg, OPT_WORLD_KEY_FILE), *why;
+    char buf[2 * FRAME_KEY_MAX + 64];
+    struct stat st;
+    ssize_t n = 0;
+    int fd;
+
+    if (!file && config_str(cfg, OPT_WORLD_KEY)) {
+        if (frame_key_parse(config_str(cfg, OPT_WORLD_KEY), strlen(config_str(cfg, OPT_WORLD_KEY)),
+                            &w->key, &why) < 0) {
+            say("invalid world_key (from %s): %s", cfg->v[OPT_WORLD_KEY].origin, why);
+            return -1;
+        }
+        w->keyed = true;
+        return 0;
+    }
+    if (!file)
+        return 0;
+    if ((fd = open(file, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0 ||
+        (n = read(fd, buf, sizeof(buf))) < 0) {
+        say("cannot read the world key file '%s' (from %s): %s", file,
+            cfg->v[OPT_WORLD_KEY_FILE].origin, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    if ((size_t)n == sizeof(buf)) {
+        say("the world key file '%s' is too long: a key is at most %d bytes (or %d hex digits)",
+            file, FRAME_KEY_MAX, 2 * FRAME_KEY_MAX);
+        return -1;
+    }
+    if (frame_key_parse(buf, (size_t)n, &w->key, &why) < 0) {
+        say("invalid world key in '%s': %s", file, why);
+        memset(buf, 0, sizeof(buf));
+        return -1;
+    }
+    memset(buf, 0, sizeof(buf));
+    if (st.st_mode & 077)
+        log_msg(LOGL_WARN, "the world key file '%s' can be read by other users (mode %04o): "
+                "chmod 600 it", file, (unsigned)(st.st_mode & 07777));
+    w->keyed = true;
+    return 0;
+}
+
+/* "ADDR:PORT" or "[V6]:PORT", numeric, port 1 to 65535. */
+static bool numeric_addr(const char *text)
+{
+    const char *colon = strrchr(text, ':');
+    unsigned char sa[sizeof(struct in6_addr)];
+    char host[64];
+    uint64_t port;
+    size_t len;
+
+    if (!colon || parse_u64(colon + 1, 1, 65535, &port) < 0)
+        return false;
+    len = (size_t)(colon - text);
+    if (len >= 2 && text[0] == '[' && text[len - 1] == ']')
+        text++, len -= 2;
+    if (len == 0 || len >= sizeof(host))
+        return false;
+    memcpy(host, text, len);
+    host[len] = '\0';
+    return inet_pton(AF_INET, host, sa) == 1 || inet_pton(AF_INET6, host, sa) == 1;
+}
+
+/* rank, world_size, peers: all or none.  Returns 0 (w->size 0: no world)
+ * or -1 after saying why. */
+static int world_config(const struct config *cfg, struct world_cfg *w)
+{
+    bool any = config_str(cfg, OPT_RANK) || config_str(cfg, OPT_WORLD_SIZE) ||
+               config_str(cfg, OPT_PEERS);
+    uint32_t n = 0;
+
+    memset(w, 0, sizeof(*w));
+    if (!any)
+        return 0;
+    if (!config_str(cfg, OPT_RANK) || !config_str(cfg, OPT_WORLD_SIZE) ||
+        !config_str(cfg, OPT_PEERS)) {
+        say("a world needs --rank, --world-size and --peers together (%s is missing)",
+            !config_str(cfg, OPT_RANK) ? "--rank" : !config_str(cfg, OPT_WORLD_SIZE)
+                                                        ? "--world-size" : "--peers");
+        return -1;
+    }
+    if (!config_str(cfg, OPT_JOB)) {
+        say("a world needs --job and --store: its nodes agree on checkpoints of one job");
+        return -1;
+    }
+    w->rank = (uint32_t)config_num(cfg, OPT_RANK);
+    w->size = (uint32_t)config_num(cfg, OPT_WORLD_SIZE);
+    if (w->rank >= w->size) {
+        say("--rank %u does not fit --world-size %u: ranks are 0 to %u", w->rank, w->size,
+            w->size - 1);
+        return -1;
+    }
+    if (!(w->list = strdup(config_str(cfg, OPT_PEERS)))) {
+        say("out of memory");
+        return -1;
+    }
+    for (char *p = w->list, *comma; p; p = comma ? comma + 1 : NULL) {
+        if ((comma = strchr(p, ',')))
+            *comma = '\0';
+        if (n < w->size)
+            w->peers[n] = p;
+        n++;
+    }
+    if (n != w->size) {
+        say("--peers lists %u addresses for --world-size %u: give one ADDR:PORT per rank, in "
+            "rank order", n, w->size);
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (!numeric_addr(w->peers[i])) {
+            say("invalid address '%s' for rank %u in --peers: expected ADDR:PORT, numeric "
+                "(like 10.0.0.5:7400 or [fd00::5]:7400)", w->peers[i], i);
+            return -1;
+        }
+    if (config_num(cfg, OPT_METHOD) == 2) {
+        say("the dir method cannot serve a world yet: its folders appear on each node's own "
+            "schedule; use app (libckpt) or signal");
+        return -1;
+    }
+    if (read_world_key(cfg, w) < 0)
+        return -1;
+    if (w->size > 1 && !w->keyed && !config_num(cfg, OPT_INSECURE)) {
+        say("a world of %u nodes needs a shared key: --world-key-file FILE (64 hex digits, "
+            "from 'openssl rand -hex 32') or SPOTD_WORLD_KEY; --insecure runs without one",
+            w->size);
+        return -1;
+    }
+    if (w->size > 1 && !w->keyed)
+        log_msg(LOGL_WARN, "INSECURE: this world runs without a key (--insecure): anyone who "
+                "can reach %s can join it, stop its training and write its checkpoints",
+                config_str(cfg, OPT_LISTEN) ? config_str(cfg, OPT_LISTEN) : w->peers[w->rank]);
+    return 0;
+}
+
 static void on_notice_signal(void *arg, int sig)
 {
     struct run *run = arg;
@@ -344,6 +502,7 @@ static int cmd_run(int argc, char **argv)
     struct config cfg;
     struct child *child;
     struct orch *orch = NULL;
+    struct world_cfg wc = { 0 };
     sigset_t orig_mask, notice_sigs;
     char err[1024], url[1024];
     int cmd, code = EXIT_USAGE, r, drill_kind = -1;
@@ -405,6 +564,8 @@ static int cmd_run(int argc, char **argv)
             strerror(-r));
         goto out_config;
     }
+    if (world_config(&cfg, &wc) < 0)
+        goto out_log;
     drop_secret_env();
 
     /* The command gets the mask spotd was given; its dispositions are reset
@@ -475,6 +636,14 @@ static int cmd_run(int argc, char **argv)
                             .hooks_dir = config_str(&cfg, OPT_HOOKS_DIR),
                             .hook_timeout_ms = config_num(&cfg, OPT_HOOK_TIMEOUT),
                             .drill_window_ms = config_num(&cfg, OPT_SIGNAL_DEADLINE),
+                            .argv = argv + cmd,
+                            .rank = wc.rank,
+                            .world_size = wc.size,
+                            .listen = config_str(&cfg, OPT_LISTEN),
+                            .peers = wc.peers,
+                            .key = wc.keyed ? &wc.key : NULL,
+                            .peer_timeout_ms = config_num(&cfg, OPT_PEER_TIMEOUT),
+                            .master_port = (unsigned)config_num(&cfg, OPT_MASTER_PORT),
                             .drill = on_drill,
                             .drill_arg = &run,
                         },
@@ -560,6 +729,8 @@ out_child:
 out_base:
     event_base_free(base);
 out_log:
+    free(wc.list);
+    memset(&wc.key, 0, sizeof(wc.key));
     log_close();
 out_config:
     config_release(&cfg);

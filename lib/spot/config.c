@@ -22,8 +22,6 @@ static const char *const cloud_choices[] = { "auto", "none", "aws", "gcp", "azur
                                              "alibaba", "tencent", NULL };
 static const char *const method_choices[] = { "app", "signal", "dir", "criu", NULL };
 
-#define LATER_WORLD "the multi-node world (issue 6)"
-
 const struct config_option config_options[OPT__COUNT] = {
     [OPT_RESTART] = { "restart", CONFIG_ENUM, "never", restart_choices, 0, 0, false, NULL,
                       "restart the command when it exits: never, on-failure, always" },
@@ -89,18 +87,28 @@ const struct config_option config_options[OPT__COUNT] = {
                         "post-checkpoint, pre-restore, post-restore" },
     [OPT_HOOK_TIMEOUT] = { "hook_timeout", CONFIG_DURATION, "30s", NULL, 0, 0, false, NULL,
                            "a hook still running after this long is killed (and failed)" },
-    [OPT_RANK] = { "rank", CONFIG_UINT, NULL, NULL, 0, 65535, false, LATER_WORLD,
-                   "this node's rank in the world" },
-    [OPT_WORLD_SIZE] = { "world_size", CONFIG_UINT, NULL, NULL, 1, 65536, false, LATER_WORLD,
-                         "number of nodes in the world" },
-    [OPT_PEERS] = { "peers", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_WORLD,
-                    "host:port of every node, comma separated, in rank order" },
-    [OPT_LISTEN] = { "listen", CONFIG_STRING, NULL, NULL, 0, 0, false, LATER_WORLD,
-                     "ADDR:PORT of this node's peer protocol listener" },
-    [OPT_WORLD_KEY_FILE] = { "world_key_file", CONFIG_STRING, NULL, NULL, 0, 0, false,
-                             LATER_WORLD, "file holding the world's shared key" },
-    [OPT_WORLD_KEY] = { "world_key", CONFIG_STRING, NULL, NULL, 0, 0, true, LATER_WORLD,
+    [OPT_RANK] = { "rank", CONFIG_UINT, NULL, NULL, 0, 65535, false, NULL,
+                   "this node's rank in the world, 0 to world_size - 1" },
+    [OPT_WORLD_SIZE] = { "world_size", CONFIG_UINT, NULL, NULL, 1, 1024, false, NULL,
+                         "number of nodes in the world (with rank and peers)" },
+    [OPT_PEERS] = { "peers", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                    "ADDR:PORT of every node's peer listener, comma separated, in rank "
+                    "order (numeric addresses)" },
+    [OPT_LISTEN] = { "listen", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                     "ADDR:PORT this node's peer listener binds (default: its entry in "
+                     "peers)" },
+    [OPT_WORLD_KEY_FILE] = { "world_key_file", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                             "file holding the world's shared key (64+ hex digits, or 16+ "
+                             "bytes)" },
+    [OPT_WORLD_KEY] = { "world_key", CONFIG_STRING, NULL, NULL, 0, 0, true, NULL,
                         "the world's shared key itself (prefer world_key_file)" },
+    [OPT_INSECURE] = { "insecure", CONFIG_BOOL, "false", NULL, 0, 0, false, NULL,
+                       "let a world run without a key: anyone who reaches the port can "
+                       "join it (tests only)" },
+    [OPT_PEER_TIMEOUT] = { "peer_timeout", CONFIG_DURATION, "5s", NULL, 0, 0, false, NULL,
+                           "a peer silent this long is down" },
+    [OPT_MASTER_PORT] = { "master_port", CONFIG_UINT, "29500", NULL, 1, 65535, false, NULL,
+                          "SPOT_MASTER_PORT given to the command (torchrun's --master_port)" },
     [OPT_SOCKET] = { "socket", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                      "path of the control socket for libckpt and spotctl" },
 };

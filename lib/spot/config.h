@@ -55,6 +55,9 @@ enum config_id {
     OPT_LISTEN,
     OPT_WORLD_KEY_FILE,
     OPT_WORLD_KEY,
+    OPT_INSECURE,
+    OPT_PEER_TIMEOUT,
+    OPT_MASTER_PORT,
     OPT_SOCKET,
     OPT__COUNT
 };

@@ -5,7 +5,7 @@
  * and ignores unknown ones, so that a later minor revision may add some:
  *
  *   notice   a node's notice, to the coordinator   kind, terminating, deadline_ms, reason
- *   query    coordinator: say your step            gen, deadline_ms
+ *   query    coordinator: say your step            gen, deadline_ms, reason
  *   step     the answer                            gen, step
  *   prepare  coordinator: save at step for gen     gen, step, deadline_ms, reason
  *   saved    a node's shard is in the store        gen, rank, step, sha256, bytes

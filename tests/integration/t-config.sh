@@ -204,20 +204,37 @@ check "spotd run records the file in its start record" \
 check "spotd run records the effective grace in its start record" \
     has '"grace":"20s"' "$T/set.events"
 
-# --- options of later issues: run refuses them, config shows them ---
+# --- a world: its options go together ---
 run_spotd run --rank 1 -- touch "$T/ran"
-usage_error "--rank: spotd run says not implemented yet" "rank" "not implemented yet"
-no_run "--rank: the command does not run"
+usage_error "--rank alone: spotd run says what a world needs" "--rank, --world-size and --peers"
+no_run "--rank alone: the command does not run"
 run_spotd config --rank 1
 expect_eq "--rank: spotd config still succeeds" 0 "$RC"
 check "--rank: spotd config shows it" grep -q '"rank":[[:space:]]*1' "$T/stdout"
+run_spotd run --job j --store "file://$T/ws" --rank 0 --world-size 2 \
+    --peers 127.0.0.1:1,127.0.0.1:2 -- touch "$T/ran"
+usage_error "a world without a key: refused, saying how to make one" "needs a shared key" \
+    "openssl rand -hex 32" "--insecure"
+no_run "a world without a key: the command does not run"
+run_spotd run --job j --store "file://$T/ws" --rank 2 --world-size 2 \
+    --peers 127.0.0.1:1,127.0.0.1:2 --insecure -- touch "$T/ran"
+usage_error "--rank beyond --world-size: refused" "ranks are 0 to 1"
+run_spotd run --job j --store "file://$T/ws" --rank 0 --world-size 3 \
+    --peers 127.0.0.1:1,127.0.0.1:2 --insecure -- touch "$T/ran"
+usage_error "--peers of the wrong length: refused" "lists 2 addresses for --world-size 3"
+run_spotd run --job j --store "file://$T/ws" --rank 0 --world-size 2 \
+    --peers 127.0.0.1:1,host.example:2 --insecure -- touch "$T/ran"
+usage_error "--peers with a name instead of an address: refused" "host.example:2" "numeric"
+run_spotd run --job j --store "file://$T/ws" --rank 0 --world-size 2 --method dir \
+    --ckpt-dir "$T" --peers 127.0.0.1:1,127.0.0.1:2 --insecure -- touch "$T/ran"
+usage_error "the dir method in a world: refused, saying what to use" "dir method" "app"
 
 run_spotd run --interval 10m -- touch "$T/ran"
 usage_error "--interval without a store: spotd run says what it needs" "--job and --store"
 no_run "--interval without a store: the command does not run"
 
 SPOTD_PEERS=a:1 run_spotd run -- true
-usage_error "SPOTD_PEERS: spotd run says not implemented yet" "peers" "SPOTD_PEERS" "not implemented yet"
+usage_error "SPOTD_PEERS alone: spotd run says what a world needs" "--rank, --world-size and --peers"
 SPOTD_PEERS=a:1 run_spotd config
 expect_eq "SPOTD_PEERS: spotd config still succeeds" 0 "$RC"
 check "SPOTD_PEERS: spotd config shows it" grep -q '"peers":[[:space:]]*"a:1"' "$T/stdout"
@@ -239,9 +256,10 @@ expect_eq "SPOTD_WORLD_KEY: spotd config succeeds" 0 "$RC"
 check "SPOTD_WORLD_KEY: shown as <redacted>" grep -q '"world_key":[[:space:]]*"<redacted>"' "$T/stdout"
 check "SPOTD_WORLD_KEY: the secret appears nowhere in the output" \
     eval '! grep -q s3cr3t-value-x9 "$T/stdout" "$T/stderr"'
-SPOTD_WORLD_KEY=s3cr3t-value-x9 run_spotd run -- true
-check "SPOTD_WORLD_KEY: spotd run's refusal does not show the secret" \
-    eval '[ "$RC" -eq 125 ] && ! grep -q s3cr3t-value-x9 "$T/stdout" "$T/stderr"'
+SPOTD_WORLD_KEY=s3cr3t-value-x9 run_spotd run --job j --store "file://$T/ws" --rank 0 \
+    --world-size 2 --peers 127.0.0.1:1,127.0.0.1:2 -- true
+check "SPOTD_WORLD_KEY: spotd run's refusal of a short key does not show the secret" \
+    eval '[ "$RC" -eq 125 ] && grep -q "invalid world_key" "$T/stderr" && ! grep -q s3cr3t-value-x9 "$T/stdout" "$T/stderr"'
 
 # --- spotd config prints valid JSON: an object, one "key": value a line ---
 run_spotd config
@@ -277,8 +295,6 @@ expect_eq "spotd help lists every option with key, flag and variable" "" "$missi
 check "spotd help: max_restarts --max-restarts SPOTD_MAX_RESTARTS" \
     grep -qE '^max_restarts +--max-restarts +SPOTD_MAX_RESTARTS ' "$T/stdout"
 check "spotd help: --config and SPOTD_CONFIG" grep -qE -- '--config +SPOTD_CONFIG' "$T/stdout"
-check "spotd help: later options say not implemented yet" \
-    grep -qE '^rank .*not implemented yet' "$T/stdout"
 
 # Every option spelled as a flag and as a variable is accepted by config.
 bad=""

@@ -198,16 +198,16 @@ TEST(config_later)
 
     config_init(&c);
     CHECK_INT(config_check_implemented(&c, err, sizeof(err)), 0);
+    /* Implemented since the world: no longer refused. */
     CHECK_INT(config_set(&c, OPT_PEERS, "a:1", CONFIG_FLAG, "--peers", err, sizeof(err)), 0);
-    CHECK_INT(config_check_implemented(&c, err, sizeof(err)), -ENOTSUP);
-    CHECK_HAS(err, "option peers (from --peers) is not implemented yet");
+    CHECK_INT(config_check_implemented(&c, err, sizeof(err)), 0);
     CHECK_INT(config_set(&c, OPT_PEERS, NULL, CONFIG_DEFAULT, "default", err, sizeof(err)), 0);
     /* Implemented since the orchestrator: no longer refused. */
     CHECK_INT(config_set(&c, OPT_STORE, "s3://b/p", CONFIG_FLAG, "--store", err, sizeof(err)), 0);
     CHECK_INT(config_check_implemented(&c, err, sizeof(err)), 0);
     CHECK_INT(config_set(&c, OPT_STORE, NULL, CONFIG_DEFAULT, "default", err, sizeof(err)), 0);
     CHECK_INT(config_check_implemented(&c, err, sizeof(err)), 0);
-    /* Later options are still checked: a bad rank is a bad rank. */
+    /* A bad rank is a bad rank. */
     CHECK_INT(config_set(&c, OPT_RANK, "x", CONFIG_FLAG, "--rank", err, sizeof(err)), -EINVAL);
     CHECK_INT(config_set(&c, OPT_CLOUD, "oracle", CONFIG_FLAG, "--cloud", err, sizeof(err)),
               -EINVAL);

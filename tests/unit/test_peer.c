@@ -22,14 +22,12 @@ struct node {
     char last[256];
 };
 
-static void on_msg(void *arg, uint32_t rank, const cJSON *m)
+static void on_msg(void *arg, uint32_t rank, const char *body, size_t len)
 {
     struct node *n = arg;
-    char *text = cJSON_PrintUnformatted(m);
 
     n->msgs++;
-    snprintf(n->last, sizeof(n->last), "%u %s", rank, text ? text : "?");
-    free(text);
+    snprintf(n->last, sizeof(n->last), "%u %.*s", rank, (int)len, body);
 }
 
 static void on_up(void *arg, uint32_t rank)

@@ -1,0 +1,747 @@
+/* world: membership, the coordinator's rounds, pause and resume (world.h).
+ *
+ * DESIGN.  Every node runs the same code; what a node does with a message
+ * depends on whether it is the coordinator at that moment.  Messages to
+ * this node itself (the coordinator is one of the ranks) go through a
+ * queue drained on the loop, so a node talks to itself exactly as to the
+ * others, and no world_* call re-enters the orchestrator.  A one-second
+ * tick re-sends what a change of coordinator could have lost (ready) and
+ * retries the resume. */
+#include "world.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "peer.h"
+#include "spot/log.h"
+#include "spot/manifest.h"
+#include "spot/notice.h"
+#include "spot/peermsg.h"
+
+#define TICK_MS 1000
+/* Without a deadline from the trigger, how long a round may take. */
+#define ROUND_LIMIT_MS (30 * 60 * 1000)
+
+enum phase { R_NONE, R_QUERY, R_PREPARE, R_COMMITTING };
+
+struct member {
+    bool ready;                    /* coordinator: it waits for resume */
+    bool left;                     /* it said leave */
+    char left_why[128];
+    /* the round */
+    bool answered, saved;
+    int64_t step;
+    uint8_t sha256[32];
+    uint64_t bytes;
+};
+
+struct queued {
+    uint32_t from;
+    struct peermsg m;
+    struct queued *next;
+};
+
+struct world {
+    struct world_opts o;
+    char *job, *method;
+    struct peers *peers;
+    char master_addr[64];
+    struct member *m;              /* world_size */
+    bool waiting;                  /* our command is not running: ready to resume */
+    bool pausing;                  /* our command is being stopped */
+    bool leaving;
+    uint64_t newest;               /* newest committed generation known */
+    uint64_t max_gen;              /* highest generation number seen */
+    uint32_t coordinator;
+    bool resuming;                 /* coordinator: pick_resume under way */
+    /* the round, as this node saw it */
+    enum phase phase;
+    uint64_t gen;
+    int64_t step;                  /* prepared */
+    int64_t deadline_ms;
+    char reason[128];
+    bool running;                  /* this node runs it as coordinator (it sent the query) */
+    struct event *timer;           /* coordinator: the round's deadline */
+    struct event *tick;
+    struct event *drain;           /* the queue to ourselves */
+    struct queued *q, **q_tail;
+};
+
+static void handle(struct world *w, uint32_t from, const struct peermsg *m);
+
+static uint32_t lowest_up(const struct world *w)
+{
+    for (uint32_t r = 0; r < w->o.world_size; r++)
+        if (r == w->o.rank || peers_up(w->peers, r))
+            return r;
+    return w->o.rank;
+}
+
+static bool all_up(const struct world *w)
+{
+    for (uint32_t r = 0; r < w->o.world_size; r++)
+        if (r != w->o.rank && !peers_up(w->peers, r))
+            return false;
+    return true;
+}
+
+/* ---- sending ---------------------------------------------------------------- */
+
+static void post_self(struct world *w, const struct peermsg *m)
+{
+    struct queued *q = calloc(1, sizeof(*q));
+
+    if (!q) {
+        log_msg(LOGL_ERROR, "world: out of memory; a %s message to ourselves is lost",
+                peermsg_type_name(m->type));
+        return;
+    }
+    q->from = w->o.rank;
+    q->m = *m;
+    *w->q_tail = q;
+    w->q_tail = &q->next;
+    event_active(w->drain, EV_TIMEOUT, 0);
+}
+
+static void send_to(struct world *w, uint32_t rank, const struct peermsg *m)
+{
+    cJSON *o;
+    int r;
+
+    if (rank == w->o.rank) {
+        post_self(w, m);
+        return;
+    }
+    if (!(o = peermsg_to_json(m)))
+        return;
+    r = peers_send(w->peers, rank, o);
+    cJSON_Delete(o);
+    if (r < 0 && r != -ENOTCONN)
+        log_msg(LOGL_WARN, "world: cannot send %s to rank %u: %s", peermsg_type_name(m->type),
+                rank, strerror(-r));
+}
+
+static void broadcast(struct world *w, const struct peermsg *m)
+{
+    for (uint32_t r = 0; r < w->o.world_size; r++)
+        send_to(w, r, m);
+}
+
+static void on_drain(evutil_socket_t fd, short what, void *arg)
+{
+    struct world *w = arg;
+
+    while (w->q) {
+        struct queued *q = w->q;
+        w->q = q->next;
+        if (!w->q)
+            w->q_tail = &w->q;
+        handle(w, q->from, &q->m);
+        free(q);
+    }
+}
+
+/* ---- the coordinator's round ------------------------------------------------ */
+
+static void round_clear(struct world *w)
+{
+    w->phase = R_NONE;
+    w->running = false;
+    evtimer_del(w->timer);
+    for (uint32_t r = 0; r < w->o.world_size; r++) {
+        w->m[r].answered = w->m[r].saved = false;
+        w->m[r].step = -1;
+    }
+}
+
+static void abort_round(struct world *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void abort_round(struct world *w, const char *fmt, ...)
+{
+    struct peermsg m = { .type = PEERMSG_ABORT, .gen = w->gen, .step = -1 };
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(m.reason, sizeof(m.reason), fmt, ap);
+    va_end(ap);
+    log_msg(LOGL_WARN, "world: generation %llu is given up: %s", (unsigned long long)w->gen,
+            m.reason);
+    broadcast(w, &m);
+    /* Our own copy ends the round here; make sure no later saved of this
+     * generation revives it. */
+    w->phase = R_NONE;
+    w->running = false;
+    evtimer_del(w->timer);
+}
+
+static void start_round(struct world *w, const struct peermsg *n)
+{
+    struct peermsg q = { .type = PEERMSG_QUERY, .step = -1 };
+    int64_t now = notice_now_ms();
+    struct timeval tv;
+    int64_t left;
+
+    round_clear(w);
+    w->gen = (w->max_gen > w->newest ? w->max_gen : w->newest) + 1;
+    w->max_gen = w->gen;
+    w->deadline_ms = n->deadline_ms > 0 ? n->deadline_ms : now + ROUND_LIMIT_MS;
+    snprintf(w->reason, sizeof(w->reason), "%s", n->reason[0] ? n->reason : n->kind);
+    w->phase = R_QUERY;
+    w->running = true;
+    log_msg(LOGL_INFO, "world: round for generation %llu begins (%s), %lld ms to the deadline",
+            (unsigned long long)w->gen, w->reason, (long long)(w->deadline_ms - now));
+    q.gen = w->gen;
+    q.deadline_ms = w->deadline_ms;
+    snprintf(q.reason, sizeof(q.reason), "%s", w->reason);
+    left = w->deadline_ms - now;
+    tv = (struct timeval){ left > 0 ? left / 1000 : 0, left > 0 ? (left % 1000) * 1000 : 0 };
+    evtimer_add(w->timer, &tv);
+    broadcast(w, &q);
+}
+
+/* Every rank answered its step: the step all of them can reach. */
+static void maybe_prepare(struct world *w)
+{
+    struct peermsg p = { .type = PEERMSG_PREPARE, .gen = w->gen, .step = 0,
+                         .deadline_ms = w->deadline_ms };
+
+    for (uint32_t r = 0; r < w->o.world_size; r++) {
+        if (!w->m[r].answered)
+            return;
+        if (w->m[r].step + 1 > p.step)
+            p.step = w->m[r].step + 1;
+    }
+    snprintf(p.reason, sizeof(p.reason), "%s", w->reason);
+    log_msg(LOGL_INFO, "world: every rank answered; generation %llu saves at step %lld",
+            (unsigned long long)w->gen, (long long)p.step);
+    broadcast(w, &p);
+}
+
+/* The coordinator, in a prepared round: commit once every shard is in;
+ * give the round up when a rank that has not saved is down. */
+static void maybe_commit(struct world *w)
+{
+    struct commit c;
+    int64_t step = -1;
+
+    if (w->phase != R_PREPARE || w->coordinator != w->o.rank)
+        return;
+    for (uint32_t r = 0; r < w->o.world_size; r++) {
+        if (w->m[r].saved)
+            continue;
+        if (r != w->o.rank && !peers_up(w->peers, r)) {
+            abort_round(w, "rank %u went down before it saved its shard", r);
+            return;
+        }
+        return;
+    }
+    for (uint32_t r = 0; r < w->o.world_size; r++) {
+        if (step >= 0 && w->m[r].step != step) {
+            abort_round(w, "the ranks saved different steps (%lld and %lld): the trainers "
+                        "must save when the world asks", (long long)step,
+                        (long long)w->m[r].step);
+            return;
+        }
+        step = w->m[r].step;
+    }
+    memset(&c, 0, sizeof(c));
+    if (!(c.ranks = calloc(w->o.world_size, sizeof(*c.ranks)))) {
+        abort_round(w, "out of memory");
+        return;
+    }
+    snprintf(c.job, sizeof(c.job), "%s", w->job);
+    c.gen = w->gen;
+    c.step = (uint64_t)step;
+    c.world_size = w->o.world_size;
+    snprintf(c.reason, sizeof(c.reason), "%s", w->reason);
+    snprintf(c.method, sizeof(c.method), "%s", w->method);
+    c.created_ms = notice_now_ms();
+    snprintf(c.version, sizeof(c.version), "%s", SPOT_VERSION);
+    for (uint32_t r = 0; r < w->o.world_size; r++) {
+        c.ranks[r].rank = r;
+        memcpy(c.ranks[r].sha256, w->m[r].sha256, 32);
+        c.ranks[r].bytes = w->m[r].bytes;
+    }
+    w->phase = R_COMMITTING;
+    w->step = step;
+    log_msg(LOGL_INFO, "world: every rank saved step %lld; committing generation %llu",
+            (long long)step, (unsigned long long)w->gen);
+    w->o.ops->write_commit(w->o.arg, &c);
+    free(c.ranks);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct world *w = arg;
+    char who[256] = "";
+    size_t len = 0;
+
+    if (w->phase == R_NONE || w->phase == R_COMMITTING)
+        return;
+    for (uint32_t r = 0; r < w->o.world_size && len < sizeof(who) - 16; r++)
+        if (w->phase == R_QUERY ? !w->m[r].answered : !w->m[r].saved)
+            len += (size_t)snprintf(who + len, sizeof(who) - len, "%s%u", len ? ", " : "", r);
+    abort_round(w, "the deadline passed before rank %s %s", who,
+                w->phase == R_QUERY ? "said its step" : "saved its shard");
+}
+
+/* The coordinator: when the whole world waits, resume it. */
+static void maybe_resume(struct world *w)
+{
+    if (w->coordinator != w->o.rank || !w->waiting || w->leaving || w->resuming ||
+        w->phase != R_NONE || !all_up(w))
+        return;
+    for (uint32_t r = 0; r < w->o.world_size; r++)
+        if (r != w->o.rank && !w->m[r].ready)
+            return;
+    w->resuming = true;
+    log_msg(LOGL_INFO, "world: all %u ranks are up and waiting; resuming", w->o.world_size);
+    w->o.ops->pick_resume(w->o.arg);
+}
+
+/* The coordinator changed (up, down): the new one takes over what it can. */
+static void take_over(struct world *w)
+{
+    uint32_t was = w->coordinator;
+
+    w->coordinator = lowest_up(w);
+    if (w->coordinator == was)
+        return;
+    log_msg(LOGL_INFO, "world: rank %u coordinates%s", w->coordinator,
+            w->coordinator == w->o.rank ? " (this node)" : "");
+    if (w->coordinator != w->o.rank) {
+        w->resuming = false;
+        return;
+    }
+    if (w->phase == R_QUERY && !w->running)
+        abort_round(w, "the coordinator (rank %u) went away before the step was chosen", was);
+    else if (w->phase == R_PREPARE) {
+        int64_t left = w->deadline_ms - notice_now_ms();
+        struct timeval tv = { left > 0 ? left / 1000 : 0, left > 0 ? (left % 1000) * 1000 : 0 };
+        w->running = true;
+        evtimer_add(w->timer, &tv);
+        maybe_commit(w);
+    }
+    maybe_resume(w);
+}
+
+/* ---- messages ------------------------------------------------------------------ */
+
+static void pause_world(struct world *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void pause_world(struct world *w, const char *fmt, ...)
+{
+    char why[160];
+    va_list ap;
+
+    if (w->waiting || w->pausing || w->leaving)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    log_msg(LOGL_WARN, "world: %s; stopping the command until the world is whole again", why);
+    w->pausing = true; /* no new round; world_ready() follows the stop */
+    w->o.ops->pause(w->o.arg, why);
+}
+
+static void handle(struct world *w, uint32_t from, const struct peermsg *m)
+{
+    bool coord = w->coordinator == w->o.rank;
+
+    switch (m->type) {
+    case PEERMSG_NOTICE:
+        if (!coord) {
+            /* It thought we coordinate: pass it on (towards lower ranks,
+             * so this ends). */
+            send_to(w, w->coordinator, m);
+        } else if (w->waiting || w->pausing || !all_up(w)) {
+            log_msg(LOGL_INFO, "world: rank %u wants a checkpoint (%s), but the world is not "
+                    "running; the newest committed generation stands", from, m->kind);
+        } else if (w->phase != R_NONE) {
+            if (m->deadline_ms > 0 && m->deadline_ms < w->deadline_ms && w->phase != R_COMMITTING)
+                w->deadline_ms = m->deadline_ms;
+            log_msg(LOGL_INFO, "world: rank %u wants a checkpoint (%s) during generation "
+                    "%llu's: that one serves", from, m->kind, (unsigned long long)w->gen);
+        } else {
+            start_round(w, m);
+        }
+        break;
+    case PEERMSG_QUERY:
+        /* Our own query: start_round() set the round up already. */
+        if (from != w->o.rank) {
+            round_clear(w);
+            w->gen = m->gen;
+            if (m->gen > w->max_gen)
+                w->max_gen = m->gen;
+            w->deadline_ms = m->deadline_ms;
+            snprintf(w->reason, sizeof(w->reason), "%s", m->reason);
+            w->phase = R_QUERY;
+        } else if (!w->running || m->gen != w->gen) {
+            break;
+        }
+        w->o.ops->query(w->o.arg, m->gen, m->deadline_ms, w->reason);
+        break;
+    case PEERMSG_STEP:
+        if (!coord || !w->running || w->phase != R_QUERY || m->gen != w->gen)
+            break;
+        w->m[from].answered = true;
+        w->m[from].step = m->step;
+        maybe_prepare(w);
+        break;
+    case PEERMSG_PREPARE:
+        if (m->gen != w->gen || w->phase != R_QUERY)
+            break;
+        w->phase = R_PREPARE;
+        w->step = m->step;
+        snprintf(w->reason, sizeof(w->reason), "%s", m->reason);
+        w->o.ops->prepare(w->o.arg, m->gen, m->step);
+        break;
+    case PEERMSG_SAVED:
+        if (m->gen != w->gen || (w->phase != R_PREPARE && w->phase != R_QUERY))
+            break;
+        w->m[from].saved = true;
+        w->m[from].step = m->step;
+        memcpy(w->m[from].sha256, m->sha256, 32);
+        w->m[from].bytes = m->bytes;
+        if (coord)
+            maybe_commit(w);
+        break;
+    case PEERMSG_COMMIT:
+        if (m->gen > w->newest)
+            w->newest = m->gen;
+        if (m->gen > w->max_gen)
+            w->max_gen = m->gen;
+        if (m->gen == w->gen && w->phase != R_NONE)
+            round_clear(w);
+        w->o.ops->commit(w->o.arg, m->gen, m->step);
+        break;
+    case PEERMSG_ABORT:
+        if (from != w->o.rank && coord && from != w->coordinator && m->gen == w->gen &&
+            w->running && w->phase != R_NONE && w->phase != R_COMMITTING) {
+            /* A rank could not save: the round is over for everyone. */
+            abort_round(w, "rank %u: %s", from, m->reason[0] ? m->reason : "failed");
+            break;
+        }
+        if (m->gen > w->max_gen)
+            w->max_gen = m->gen;
+        if (m->gen == w->gen)
+            round_clear(w);
+        w->o.ops->abort(w->o.arg, m->gen, m->reason[0] ? m->reason : "given up");
+        break;
+    case PEERMSG_RESUME:
+        if (!w->waiting || w->leaving)
+            break;
+        w->waiting = false;
+        w->resuming = false;
+        for (uint32_t r = 0; r < w->o.world_size; r++)
+            w->m[r].ready = false;
+        w->o.ops->resume(w->o.arg, m->gen, m->master_addr, m->master_port);
+        break;
+    case PEERMSG_LEAVE:
+        w->m[from].left = true;
+        snprintf(w->m[from].left_why, sizeof(w->m[from].left_why), "%s", m->reason);
+        if (from == w->o.rank)
+            break;
+        log_msg(LOGL_INFO, "world: rank %u leaves (%s)", from,
+                m->reason[0] ? m->reason : "no reason given");
+        if (strcmp(m->reason, "finished") != 0)
+            pause_world(w, "rank %u left (%s)", from, m->reason);
+        break;
+    case PEERMSG_READY:
+        if (m->gen > w->newest)
+            w->newest = m->gen;
+        if (!coord)
+            break;
+        w->m[from].ready = true;
+        maybe_resume(w);
+        break;
+    default:
+        break;
+    }
+}
+
+static void on_msg(void *arg, uint32_t rank, const char *body, size_t len)
+{
+    struct world *w = arg;
+    struct peermsg m;
+    const char *why;
+
+    if (peermsg_parse(body, len, &m, &why) < 0) {
+        log_msg(LOGL_WARN, "world: a message from rank %u is refused: %s", rank, why);
+        return;
+    }
+    if (m.type == PEERMSG_SAVED && m.rank != rank) {
+        log_msg(LOGL_WARN, "world: rank %u reports rank %u's shard: refused", rank, m.rank);
+        return;
+    }
+    handle(w, rank, &m);
+}
+
+static void send_ready(struct world *w)
+{
+    struct peermsg m = { .type = PEERMSG_READY, .gen = w->newest, .step = -1 };
+
+    if (w->waiting && !w->leaving)
+        send_to(w, w->coordinator, &m);
+}
+
+static void on_up(void *arg, uint32_t rank)
+{
+    struct world *w = arg;
+
+    w->m[rank].left = false;
+    w->m[rank].ready = false;
+    take_over(w);
+    send_ready(w);
+}
+
+static void on_down(void *arg, uint32_t rank, const char *why)
+{
+    struct world *w = arg;
+    bool left = w->m[rank].left;
+
+    w->m[rank].ready = false;
+    take_over(w);
+    if (w->coordinator == w->o.rank && w->phase == R_PREPARE)
+        maybe_commit(w);
+    else if (w->coordinator == w->o.rank && w->phase == R_QUERY && w->running)
+        abort_round(w, "rank %u went down (%s) before it said its step", rank, why);
+    if (!left)
+        pause_world(w, "rank %u is down (%s)", rank, why);
+    send_ready(w);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct world *w = arg;
+
+    send_ready(w);
+    maybe_resume(w);
+}
+
+/* ---- the API ------------------------------------------------------------------ */
+
+void world_ready(struct world *w, uint64_t newest)
+{
+    if (newest > w->newest)
+        w->newest = newest;
+    w->waiting = true;
+    w->pausing = false;
+    send_ready(w);
+}
+
+void world_trigger(struct world *w, const char *kind, const char *reason, bool terminating,
+                   int64_t deadline_ms)
+{
+    struct peermsg m = { .type = PEERMSG_NOTICE, .step = -1, .terminating = terminating,
+                         .deadline_ms = deadline_ms > 0 ? deadline_ms : 0 };
+
+    snprintf(m.kind, sizeof(m.kind), "%s", kind);
+    snprintf(m.reason, sizeof(m.reason), "%s", reason);
+    send_to(w, w->coordinator, &m);
+}
+
+void world_step(struct world *w, uint64_t gen, int64_t step)
+{
+    struct peermsg m = { .type = PEERMSG_STEP, .gen = gen, .step = step < 0 ? 0 : step };
+
+    send_to(w, w->coordinator, &m);
+}
+
+void world_saved(struct world *w, uint64_t gen, int64_t step, const uint8_t sha256[32],
+                 uint64_t bytes)
+{
+    struct peermsg m = { .type = PEERMSG_SAVED, .gen = gen, .step = step, .rank = w->o.rank,
+                         .bytes = bytes };
+
+    memcpy(m.sha256, sha256, 32);
+    broadcast(w, &m);
+}
+
+void world_failed(struct world *w, uint64_t gen, const char *reason)
+{
+    struct peermsg m = { .type = PEERMSG_ABORT, .gen = gen, .step = -1 };
+
+    snprintf(m.reason, sizeof(m.reason), "%s", reason);
+    if (w->coordinator == w->o.rank) {
+        if (gen == w->gen && w->running && w->phase != R_NONE && w->phase != R_COMMITTING)
+            abort_round(w, "rank %u: %s", w->o.rank, reason);
+        return;
+    }
+    send_to(w, w->coordinator, &m);
+}
+
+void world_committed(struct world *w, uint64_t gen, int err, const char *msg)
+{
+    struct peermsg m = { .type = PEERMSG_COMMIT, .gen = gen, .step = w->step };
+
+    if (gen != w->gen || w->phase != R_COMMITTING)
+        return;
+    if (err) {
+        abort_round(w, "the commit record could not be written: %s", msg);
+        return;
+    }
+    broadcast(w, &m);
+}
+
+void world_resume_from(struct world *w, uint64_t gen)
+{
+    struct peermsg m = { .type = PEERMSG_RESUME, .gen = gen, .step = -1,
+                         .world_size = w->o.world_size,
+                         .master_port = (uint16_t)w->o.master_port };
+
+    if (!w->resuming)
+        return;
+    snprintf(m.master_addr, sizeof(m.master_addr), "%s", w->master_addr);
+    /* Only if nothing changed while the store was read. */
+    w->resuming = false;
+    if (w->coordinator != w->o.rank || !all_up(w))
+        return;
+    for (uint32_t r = 0; r < w->o.world_size; r++)
+        if (r != w->o.rank && !w->m[r].ready)
+            return;
+    log_msg(LOGL_INFO, "world: resume from generation %llu%s", (unsigned long long)gen,
+            gen ? "" : " (none: a fresh start)");
+    broadcast(w, &m);
+}
+
+void world_leave(struct world *w, const char *reason)
+{
+    struct peermsg m = { .type = PEERMSG_LEAVE, .step = -1 };
+
+    if (w->leaving)
+        return;
+    snprintf(m.reason, sizeof(m.reason), "%s", reason);
+    w->leaving = true;
+    for (uint32_t r = 0; r < w->o.world_size; r++)
+        if (r != w->o.rank)
+            send_to(w, r, &m);
+}
+
+bool world_is_coordinator(const struct world *w)
+{
+    return w->coordinator == w->o.rank;
+}
+
+uint32_t world_rank(const struct world *w)
+{
+    return w->o.rank;
+}
+
+uint32_t world_size(const struct world *w)
+{
+    return w->o.world_size;
+}
+
+uint32_t world_coordinator(const struct world *w)
+{
+    return w->coordinator;
+}
+
+uint32_t world_alive(const struct world *w)
+{
+    uint32_t n = 0;
+
+    for (uint32_t r = 0; r < w->o.world_size; r++)
+        n += r == w->o.rank || peers_up(w->peers, r);
+    return n;
+}
+
+const char *world_master_addr(const struct world *w)
+{
+    return w->master_addr;
+}
+
+uint64_t world_refused(const struct world *w)
+{
+    return peers_refused(w->peers);
+}
+
+/* The host of "ADDR:PORT" or "[V6]:PORT". */
+static void host_of(const char *addr, char *out, size_t size)
+{
+    const char *colon = strrchr(addr, ':');
+    size_t len = colon ? (size_t)(colon - addr) : strlen(addr);
+
+    if (len >= 2 && addr[0] == '[' && addr[len - 1] == ']')
+        addr++, len -= 2;
+    snprintf(out, size, "%.*s", (int)len, addr);
+}
+
+struct world *world_new(const struct world_opts *o, char *err, size_t errlen)
+{
+    struct world *w = calloc(1, sizeof(*w));
+    struct frame_key none = { .len = 0 };
+    struct peers_opts po = {
+        .base = o->base,
+        .key = o->key ? o->key : &none,
+        .job = o->job,
+        .rank = o->rank,
+        .world_size = o->world_size,
+        .dead_ms = o->dead_ms,
+        .on_msg = on_msg,
+        .on_up = on_up,
+        .on_down = on_down,
+    };
+    struct timeval tv = { TICK_MS / 1000, (TICK_MS % 1000) * 1000 };
+
+    if (!w) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    w->o = *o;
+    w->q_tail = &w->q;
+    w->coordinator = o->rank;
+    po.arg = w;
+    w->job = strdup(o->job);
+    w->method = strdup(o->method ? o->method : "app");
+    w->m = calloc(o->world_size ? o->world_size : 1, sizeof(*w->m));
+    w->timer = evtimer_new(o->base, on_timer, w);
+    w->tick = event_new(o->base, -1, EV_PERSIST, on_tick, w);
+    w->drain = event_new(o->base, -1, 0, on_drain, w);
+    if (!w->job || !w->method || !w->m || !w->timer || !w->tick || !w->drain) {
+        snprintf(err, errlen, "out of memory");
+        return world_free(w);
+    }
+    round_clear(w);
+    if (!(w->peers = peers_new(&po, err, errlen)))
+        return world_free(w);
+    if (peers_listen(w->peers, o->listen, err, errlen) < 0)
+        return world_free(w);
+    for (uint32_t r = 0; r < o->world_size; r++)
+        if (r != o->rank && peers_set_addr(w->peers, r, o->peers[r], err, errlen) < 0)
+            return world_free(w);
+    host_of(o->peers[0], w->master_addr, sizeof(w->master_addr));
+    event_add(w->tick, &tv);
+    return w;
+}
+
+struct world *world_free(struct world *w)
+{
+    if (!w)
+        return NULL;
+    w->peers = peers_free(w->peers);
+    while (w->q) {
+        struct queued *q = w->q;
+        w->q = q->next;
+        free(q);
+    }
+    if (w->timer)
+        event_free(w->timer);
+    if (w->tick)
+        event_free(w->tick);
+    if (w->drain)
+        event_free(w->drain);
+    free(w->m);
+    free(w->job);
+    free(w->method);
+    free(w);
+    return NULL;
+}

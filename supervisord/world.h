@@ -1,0 +1,118 @@
+/* world: the nodes of one job agree on checkpoints and resume together
+ * (docs/protocols.md, "the world").
+ *
+ * Membership is static: world_size ranks, each node knows every peer's
+ * address (peer.h dials and authenticates them).  The coordinator is the
+ * lowest rank that is up, this node included; when it goes, the next one
+ * is, without an election: every node sees the same connections go.
+ *
+ * A checkpoint is one round, run by the coordinator for a generation G:
+ *
+ *   trigger (any node: notice, periodic, request, manual) -> coordinator
+ *   coordinator -> all: query G          each node asks its trainers their step
+ *   all -> coordinator: step G s         (the trainers wait at s meanwhile)
+ *   coordinator -> all: prepare G S      S = the largest s + 1, reachable by all
+ *   all -> all: saved G rank digest      each node uploaded its shard
+ *   coordinator: writes COMMIT.json once every rank's saved is in
+ *   coordinator -> all: commit G         (or abort G, and G is never used)
+ *
+ * saved goes to every node, so that a coordinator that takes over in the
+ * middle of a round knows what the old one knew: it commits G when every
+ * shard is in, aborts it when a rank that has not saved is down, and
+ * otherwise waits for the rest until the round's deadline.  A round whose
+ * query or prepare it did not see is aborted.
+ *
+ * The command runs only while the world is whole.  A node starts waiting;
+ * when every rank is up and waiting (ready), the coordinator announces
+ * resume with the newest committed generation, and every node restores its
+ * shard and starts its command.  When a peer leaves (after its last
+ * commit) or goes down, every other node stops its command and waits
+ * again, until a replacement has taken the vacant rank. */
+#ifndef SPOTD_WORLD_H
+#define SPOTD_WORLD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spot/frame.h"
+
+struct event_base;
+struct commit;
+struct world;
+
+/* What the world asks of its node (the orchestrator); every call is on the
+ * loop, never inside the world_* call that caused it unless said so. */
+struct world_ops {
+    /* Round gen begins: say the trainers' step with world_step() (or
+     * world_failed()). */
+    void (*query)(void *arg, uint64_t gen, int64_t deadline_ms, const char *reason);
+    /* Save at step, upload, then world_saved(). */
+    void (*prepare)(void *arg, uint64_t gen, int64_t step);
+    /* gen is committed (step: what it holds). */
+    void (*commit)(void *arg, uint64_t gen, int64_t step);
+    /* gen is given up. */
+    void (*abort)(void *arg, uint64_t gen, const char *reason);
+    /* A peer is gone: stop the command, then world_ready(). */
+    void (*pause)(void *arg, const char *why);
+    /* Start the command from gen (0: afresh). */
+    void (*resume)(void *arg, uint64_t gen, const char *master_addr, unsigned master_port);
+    /* Coordinator only: write gen's commit record, then world_committed(). */
+    void (*write_commit)(void *arg, const struct commit *c);
+    /* Coordinator only: which generation to resume from?  Answer with
+     * world_resume_from(). */
+    void (*pick_resume)(void *arg);
+};
+
+struct world_opts {
+    struct event_base *base;
+    const char *job;
+    uint32_t rank, world_size;
+    const char *listen;            /* "ADDR:PORT" */
+    const char *const *peers;      /* world_size "ADDR:PORT", ours included */
+    const struct frame_key *key;   /* NULL: --insecure */
+    uint64_t dead_ms;              /* a silent peer is down; 0: 5000 */
+    unsigned master_port;          /* SPOT_MASTER_PORT */
+    const char *method;            /* for the commit record */
+    const struct world_ops *ops;
+    void *arg;
+};
+
+/* Returns NULL with the reason in err (listening included). */
+struct world *world_new(const struct world_opts *o, char *err, size_t errlen);
+/* Takes NULL, returns NULL. */
+struct world *world_free(struct world *w);
+
+/* The node waits for the world (its command is not running); newest is the
+ * newest committed generation it knows (0: none). */
+void world_ready(struct world *w, uint64_t newest);
+
+/* A checkpoint is wanted (kind: a notice's, or "checkpoint" for the other
+ * triggers; deadline_ms 0: the default).  It goes to the coordinator. */
+void world_trigger(struct world *w, const char *kind, const char *reason, bool terminating,
+                   int64_t deadline_ms);
+
+/* Answers and reports for round gen. */
+void world_step(struct world *w, uint64_t gen, int64_t step);
+void world_saved(struct world *w, uint64_t gen, int64_t step, const uint8_t sha256[32],
+                 uint64_t bytes);
+void world_failed(struct world *w, uint64_t gen, const char *reason);
+void world_committed(struct world *w, uint64_t gen, int err, const char *msg);
+void world_resume_from(struct world *w, uint64_t gen);
+
+/* This node goes (its last checkpoint is committed, or its command ended
+ * for good): the others are told why. */
+void world_leave(struct world *w, const char *reason);
+
+bool world_is_coordinator(const struct world *w);
+uint32_t world_rank(const struct world *w);
+uint32_t world_size(const struct world *w);
+/* The coordinator's rank; how many ranks are up (this one included). */
+uint32_t world_coordinator(const struct world *w);
+uint32_t world_alive(const struct world *w);
+/* The master address of the training (rank 0's host). */
+const char *world_master_addr(const struct world *w);
+/* Frames refused so far. */
+uint64_t world_refused(const struct world *w);
+
+#endif
