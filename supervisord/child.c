@@ -363,7 +363,8 @@ static void begin_stop(struct child *c, int sig, const char *reason, uint64_t gr
     }
     if (c->state == CHILD_BACKOFF || c->state == CHILD_PARKED) {
         evtimer_del(c->backoff_timer);
-        c->exit_code = 128 + sig;
+        if (c->state == CHILD_PARKED)
+            c->exit_code = 128 + sig;
         done(c, "stopped");
         return;
     }

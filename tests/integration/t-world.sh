@@ -1,0 +1,206 @@
+# The world: several spotd on 127.0.0.1 (own ports, own state directories),
+# each running the C example trainer.  One node's metadata (the AWS mock)
+# announces termination at a random moment; every rank saves the same
+# step, the coordinator writes the commit once, the preempted node leaves,
+# the others stop and wait; a replacement takes the vacant rank, the world
+# resumes from the generation, and every final hash equals an
+# uninterrupted run's.  Then: the coordinator itself preempted, a
+# coordinator killed in the middle of a round, a peer that goes silent,
+# and hostile frames.
+. "$(dirname "$0")/lib.sh"
+. "$TOP/tests/mocks/lib.sh"
+
+TRAINER="$TOP/$O/examples/c-trainer/trainer"
+STEPS=4000 MIB=1
+export TRAINER_STEP_US=1500
+ref=$(TRAINER_STEP_US=0 "$TRAINER" $STEPS $MIB | tail -n 1)
+KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+printf '%s\n' "$KEY" >"$T/key"
+chmod 600 "$T/key"
+mkdir -p "$T/store"
+
+# free_ports N: N ports nobody listens on now.
+free_ports() {
+    python3 -c 'import socket,sys
+ss=[socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1",0))
+print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))' "$1"
+}
+
+declare -A PID
+# node NAME RANK SIZE PEERS [ARGS...]: start one node in the background.
+node() {
+    local name=$1 rank=$2 size=$3 peers=$4
+    shift 4
+    "$SPOTD" run --job "$JOB" --store "file://$T/store" --state-dir "$T/$name" \
+        --rank "$rank" --world-size "$size" --peers "$peers" --world-key-file "$T/key" \
+        --events "$T/$name.ev" --grace 5s "$@" -- "$TRAINER" $STEPS $MIB \
+        >"$T/$name.out" 2>"$T/$name.err" &
+    PID[$name]=$!
+    _bg_pids+=("$!")
+}
+
+# wait_node NAME [SECONDS]: sets RC.
+wait_node() {
+    wait_exit "${PID[$1]}" "${2:-60}"
+}
+
+# saved_step NAME GEN: the step NAME's trainers saved for GEN.
+saved_step() {
+    jget "$(ev "$T/$1.ev" checkpoint_saved | grep "\"gen\":$2," | head -n 1)" step
+}
+
+ran() { grep -q '^step\|resumed at\|^done' "$T/$1.out" 2>/dev/null || has child_start "$T/$1.ev"; }
+
+# ---- 1. three nodes, a notice on rank 1 -----------------------------------
+JOB=w3
+P=$(free_ports 3)
+mock_start aws || { fail "world: the aws mock starts"; exit 1; }
+node a0 0 3 "$P" --cloud none
+node a1 1 3 "$P" --cloud aws --metadata-url "$MOCK_URL" --poll-interval 200ms
+node a2 2 3 "$P" --cloud none
+check "world: the three nodes start their trainers together" \
+    wait_for 20 eval 'has child_start "$T/a0.ev" && has child_start "$T/a1.ev" && has child_start "$T/a2.ev"'
+check "world: none of them started before the world was whole" \
+    eval '[ "$(ev "$T/a0.ev" world_resume | wc -l)" = 1 ]'
+sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.1f", 0.8 + (r % 20) / 10 }')"
+mock_state "{\"notice\":{\"action\":\"terminate\",\"time\":\"$(date -u -d '+40 sec' +%Y-%m-%dT%H:%M:%SZ)\"}}" >/dev/null
+wait_node a1 30
+expect_eq "world: the preempted node exits 75 after the world's commit" 75 "$RC"
+s0=$(saved_step a0 1) s1=$(saved_step a1 1) s2=$(saved_step a2 1)
+expect_ge "world: rank 0 saved generation 1" 1 "$s0"
+check "world: all three ranks saved the same step ($s0 $s1 $s2)" \
+    eval '[ "$s0" = "$s1" ] && [ "$s1" = "$s2" ]'
+check "world: the coordinator (rank 0) wrote the commit, once" \
+    eval '[ "$(grep -c "committing generation 1" "$T/a0.err")" = 1 ] && ! grep -q "committing generation" "$T/a1.err" "$T/a2.err"'
+check "world: the commit record names three ranks" \
+    grep -q '"world_size":3' "$T/store/$JOB/gens/00000001/COMMIT.json"
+"$SPOTCTL" verify --store "file://$T/store" --job "$JOB" --gen 1 >"$T/verify" 2>&1
+expect_eq "world: spotctl verify passes generation 1 (every rank's chunks)" 0 "$?"
+check "world: the survivors stop their trainers and wait" \
+    wait_for 15 eval 'has "\"event\":\"parked\"" "$T/a0.ev" && has "\"event\":\"parked\"" "$T/a2.ev"'
+check "world: ... and say why" grep -q "rank 1 left (preempted)" "$T/a0.err"
+check "world: ... with their trainers stopped over the control socket (exit 75)" \
+    grep -q '"event":"parked","code":75' "$T/a2.ev"
+mock_stop
+node a1b 1 3 "$P" --cloud none
+for n in a0 a1b a2; do
+    wait_node $n 60
+    expect_eq "world: $n finishes the run" 0 "$RC"
+    check "world: $n resumed from generation 1 at the step after the checkpoint" \
+        grep -q "resumed at step $((s0 + 1)) " "$T/$n.out"
+    expect_eq "world: $n ends with the hash of an uninterrupted run" "$ref" "$(tail -n 1 "$T/$n.out")"
+done
+check "world: the replacement restored rank 1's shard" \
+    grep -q '"event":"resume","gen":1' "$T/a1b.ev"
+check "world: the peers connected with the key (nothing refused)" \
+    eval '! grep -q "refused\|wrong MAC" "$T/a0.err" "$T/a2.err" "$T/a1b.err"'
+
+# ---- 2. the coordinator is the one preempted --------------------------------
+JOB=wc
+P=$(free_ports 2)
+node b0 0 2 "$P" --cloud none --drill-after 1500ms
+node b1 1 2 "$P" --cloud none
+wait_node b0 30
+expect_eq "world: a preempted coordinator commits, then exits 75" 75 "$RC"
+check "world: rank 1 coordinates once rank 0 is gone" \
+    wait_for 10 grep -q "rank 1 coordinates (this node)" "$T/b1.err"
+node b0b 0 2 "$P" --cloud none
+for n in b0b b1; do
+    wait_node $n 60
+    expect_eq "world: $n (after the coordinator's preemption) finishes" 0 "$RC"
+    expect_eq "world: $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
+done
+check "world: the new rank 0 coordinates again" grep -q "rank 0 coordinates" "$T/b1.err"
+
+# ---- 3. the coordinator killed in the middle of a round -------------------------
+# A pre-checkpoint hook on rank 0 holds the round; rank 0 is killed with
+# SIGKILL meanwhile: rank 1 takes over, gives the generation up (the step
+# was never chosen), and nothing is committed; the newest stays none.
+JOB=wk
+P=$(free_ports 2)
+mkdir -p "$T/hooks"
+printf '#!/bin/sh\nsleep 30\n' >"$T/hooks/pre-checkpoint"
+chmod +x "$T/hooks/pre-checkpoint"
+node k0 0 2 "$P" --cloud none --hooks-dir "$T/hooks" --hook-timeout 60s
+node k1 1 2 "$P" --cloud none --peer-timeout 2s
+check "world: both trainers run" wait_for 20 eval 'has child_start "$T/k0.ev" && has child_start "$T/k1.ev"'
+SPOTD_SOCK="$T/k1/control.sock"
+"$SPOTCTL" checkpoint --socket "$SPOTD_SOCK" >/dev/null 2>&1
+check "world: the round begins on both" \
+    wait_for 10 eval 'has checkpoint_begin "$T/k0.ev" && has checkpoint_begin "$T/k1.ev"'
+k0_tree="${PID[k0]} $(descendants "${PID[k0]}")"
+kill -KILL $k0_tree
+check "world: rank 1 takes over and gives the round up" \
+    wait_for 15 grep -q "generation 1 is given up: the coordinator (rank 0) went away" "$T/k1.err"
+check "world: ... its own checkpoint fails, saying so" \
+    wait_for 10 grep -q '"event":"checkpoint_failed","gen":1' "$T/k1.ev"
+check "world: ... nothing is committed" test ! -e "$T/store/$JOB/gens/00000001/COMMIT.json"
+check "world: ... and rank 1 stops its trainer to wait for the world" \
+    wait_for 15 has '"event":"parked"' "$T/k1.ev"
+kill -TERM "${PID[k1]}"
+wait_node k1 20
+
+# ---- 4. a peer that goes silent (SIGSTOP) ---------------------------------------
+JOB=ws
+P=$(free_ports 2)
+export TRAINER_STEP_US=2500
+node s0 0 2 "$P" --cloud none --peer-timeout 2s
+node s1 1 2 "$P" --cloud none --peer-timeout 2s
+check "world: both trainers run (silent peer)" \
+    wait_for 20 eval 'has child_start "$T/s0.ev" && has child_start "$T/s1.ev"'
+kill -STOP "${PID[s1]}"
+check "world: a silent peer is found down after --peer-timeout" \
+    wait_for 10 grep -q "peer rank 1 is down: silent for" "$T/s0.err"
+check "world: ... and the other node stops its trainer and waits" \
+    wait_for 15 has '"event":"parked"' "$T/s0.ev"
+kill -CONT "${PID[s1]}"
+check "world: the peer back, the world resumes (from nothing committed: afresh)" \
+    wait_for 20 eval '[ "$(ev "$T/s0.ev" world_resume | wc -l)" = 2 ]'
+for n in s0 s1; do
+    wait_node $n 60
+    expect_eq "world: $n finishes after the silence" 0 "$RC"
+    expect_eq "world: $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
+done
+
+export TRAINER_STEP_US=1500
+
+# ---- 5. hostile frames ---------------------------------------------------------------
+JOB=wh
+P=$(free_ports 2)
+node h0 0 2 "$P" --cloud none
+port0=${P%%,*}
+port0=${port0##*:}
+for mode in garbage big wrongkey stale flood; do
+    python3 "$TOP/tests/integration/peerframe.py" "$port0" "$mode" "$KEY"
+    expect_eq "world: a $mode connection is closed" 0 "$?"
+done
+check "world: refused frames are logged, rate-limited" \
+    eval '[ "$(grep -c "peer connection: .*connection closed" "$T/h0.err")" -le 6 ]'
+check "world: ... saying why (not a frame, over 64 KiB, wrong MAC, clock)" \
+    eval 'grep -q "not a frame of the peer protocol\|over 64 KiB\|wrong MAC\|outside the window" "$T/h0.err"'
+node h1 1 2 "$P" --cloud none
+for n in h0 h1; do
+    wait_node $n 60
+    expect_eq "world: $n still runs its world after the hostile frames" 0 "$RC"
+done
+# A node with another key never joins: its hello is refused.
+JOB=wx
+P=$(free_ports 2)
+node x0 0 2 "$P" --cloud none
+printf '%s\n' "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$T/key2"
+"$SPOTD" run --job "$JOB" --store "file://$T/store" --state-dir "$T/x1" --rank 1 --world-size 2 \
+    --peers "$P" --world-key-file "$T/key2" --events "$T/x1.ev" -- "$TRAINER" 10 \
+    >"$T/x1.out" 2>"$T/x1.err" &
+PID[x1]=$!
+_bg_pids+=("$!")
+check "world: a node with another key is refused" \
+    wait_for 10 eval 'grep -q "wrong MAC" "$T/x0.err" "$T/x1.err"'
+sleep 1
+check "world: ... and no trainer starts" \
+    eval '! has child_start "$T/x0.ev" && ! has child_start "$T/x1.ev"'
+kill -TERM "${PID[x0]}" "${PID[x1]}"
+wait_node x0 10
+wait_node x1 10
+
+check "world: nothing of this test is left running" wait_for 10 none_left
