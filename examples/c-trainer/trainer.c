@@ -28,7 +28,9 @@
  * Faults, for the tests: TRAINER_CRASH_AT=N exits 3 at step N unless the
  * file TRAINER_CRASH_FLAG exists (it is created: one crash);
  * TRAINER_SAVE_CRASH=1 dies in the middle of a save; TRAINER_IGNORE_SAVE=1
- * never answers a save request; TRAINER_STEP_US=N sleeps N us per step. */
+ * never answers a save request; TRAINER_SAVE_SLEEP_MS=N takes N ms more
+ * over each libckpt save; TRAINER_IGNORE_STOP=1 trains on when told to
+ * stop; TRAINER_STEP_US=N sleeps N us per step. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -265,6 +267,9 @@ int main(int argc, char **argv)
             _exit(4);
         }
         if (a == CKPT_SAVE) {
+            /* A slow disk, for the tests of the world's takeover. */
+            if (env_ll("TRAINER_SAVE_SLEEP_MS", 0) > 0)
+                usleep((useconds_t)env_ll("TRAINER_SAVE_SLEEP_MS", 0) * 1000);
             /* The state as it is before this step: steps 0..step-1 ran. */
             if (save(ckpt_save_dir(c), step - 1) == 0)
                 r = ckpt_saved(c, step - 1);
@@ -274,6 +279,8 @@ int main(int argc, char **argv)
                 fprintf(stderr, "trainer: libckpt: %s\n", ckpt_strerror(r));
             a = ckpt_step(c, step);
         }
+        if (a == CKPT_STOP && getenv("TRAINER_IGNORE_STOP"))
+            a = CKPT_CONTINUE;
         if (a == CKPT_STOP) {
             printf("stopped at step %lld\n", step);
             ckpt_close(c);

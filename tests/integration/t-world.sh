@@ -165,6 +165,64 @@ done
 
 export TRAINER_STEP_US=1500
 
+# ---- 6. the coordinator killed once its shard is in -------------------------------
+# Rank 1's trainer takes 3 s to save; rank 0 (the coordinator) is killed
+# with SIGKILL after its upload: rank 1 takes over, knows rank 0's saved,
+# and commits the generation itself when its own shard is in.
+JOB=wd
+P=$(free_ports 2)
+node d0 0 2 "$P" --cloud none
+TRAINER_SAVE_SLEEP_MS=3000 node d1 1 2 "$P" --cloud none --peer-timeout 2s
+check "world: both trainers run (takeover)" \
+    wait_for 20 eval 'has child_start "$T/d0.ev" && has child_start "$T/d1.ev"'
+"$SPOTCTL" checkpoint --socket "$T/d1/control.sock" >/dev/null 2>&1
+check "world: rank 0's shard is uploaded first" wait_for 15 has upload_done "$T/d0.ev"
+d0_tree="${PID[d0]} $(descendants "${PID[d0]}")"
+kill -KILL $d0_tree
+check "world: rank 1 coordinates after the kill" \
+    wait_for 10 grep -q "rank 1 coordinates (this node)" "$T/d1.err"
+check "world: ... and commits generation 1 with both shards" \
+    wait_for 15 eval 'grep -q "every rank saved step .*committing generation 1" "$T/d1.err" && has "\"event\":\"commit\",\"gen\":1" "$T/d1.ev"'
+check "world: ... a whole commit record" grep -q '"world_size":2' "$T/store/$JOB/gens/00000001/COMMIT.json"
+check "world: ... then waits for rank 0" wait_for 15 has '"event":"parked"' "$T/d1.ev"
+node d0b 0 2 "$P" --cloud none
+for n in d0b d1; do
+    wait_node $n 60
+    expect_eq "world: $n (after the takeover's commit) finishes" 0 "$RC"
+    expect_eq "world: $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
+done
+check "world: the replacement resumed from the generation the new coordinator committed" \
+    grep -q '"event":"world_resume","gen":1' "$T/d0b.ev"
+
+# ---- 7. two notices at once; replacements before a survivor has stopped ------
+# Ranks 1 and 2 get their notices together: one round serves both, both
+# leave.  Rank 0's trainer ignores the stop (the drain timer ends it); the
+# replacements come at once, and the world resumes only after rank 0 has
+# stopped.
+JOB=w2n
+P=$(free_ports 3)
+TRAINER_IGNORE_STOP=1 node t0 0 3 "$P" --cloud none
+node t1 1 3 "$P" --cloud none --drill-after 2s
+node t2 2 3 "$P" --cloud none --drill-after 2s
+wait_node t1 30
+expect_eq "world: two notices at once: rank 1 exits 75" 75 "$RC"
+wait_node t2 30
+expect_eq "world: two notices at once: rank 2 exits 75" 75 "$RC"
+expect_eq "world: ... one generation served both" "1 1" \
+    "$(ev "$T/t1.ev" commit | wc -l) $(ev "$T/t2.ev" commit | wc -l)"
+check "world: ... at one step" eval '[ "$(saved_step t1 1)" = "$(saved_step t2 1)" ] && [ "$(saved_step t0 1)" = "$(saved_step t1 1)" ]'
+node t1b 1 3 "$P" --cloud none
+node t2b 2 3 "$P" --cloud none
+for n in t0 t1b t2b; do
+    wait_node $n 90
+    expect_eq "world: $n finishes after the double preemption" 0 "$RC"
+    expect_eq "world: $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
+done
+parked=$(ts_ms "$(jget "$(ev "$T/t0.ev" parked)" ts)")
+resumed=$(ts_ms "$(jget "$(ev "$T/t1b.ev" world_resume)" ts)")
+check "world: the replacements waited for the slow survivor to stop" \
+    test -n "$parked" -a -n "$resumed" -a "$resumed" -ge "${parked:-0}"
+
 # ---- 5. hostile frames ---------------------------------------------------------------
 JOB=wh
 P=$(free_ports 2)
