@@ -93,7 +93,7 @@ UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c
               tests/unit/test_log.c tests/unit/test_ckpt.c \
               tests/unit/test_timeparse.c tests/unit/test_cloudparse.c tests/unit/test_s3xml.c tests/unit/test_awscreds.c \
               tests/unit/test_manifest.c tests/unit/test_control.c tests/unit/test_frame.c \
-              tests/unit/test_peer.c tests/unit/test_peermsg.c
+              tests/unit/test_peer.c tests/unit/test_peermsg.c tests/unit/test_snap.c
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)
 FUZZ_NAMES := config duration aws azure gcp time termination chunk s3xml awscreds manifest zipgrid jsonl \
               frame peermsg

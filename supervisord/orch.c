@@ -92,6 +92,7 @@ struct orch {
     bool resumed_once;             /* --resume applies to the first resume only */
     uint64_t world_want;           /* the generation the world resumes from */
     uint64_t commit_gen;           /* coordinator: the commit record being written */
+    struct snap_split *split;      /* the upload waits for the world's split */
     char master_addr[64];
     unsigned master_port;
     char **argv;                   /* the command, substituted */
@@ -426,6 +427,8 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     cJSON_AddNumberToObject(e, "bytes", (double)s->bytes);
     cJSON_AddNumberToObject(e, "bytes_sent", (double)r->counters.bytes_sent);
     cJSON_AddNumberToObject(e, "bytes_skipped", (double)r->counters.bytes_skipped);
+    if (r->counters.bytes_split)
+        cJSON_AddNumberToObject(e, "bytes_split", (double)r->counters.bytes_split);
     cJSON_AddNumberToObject(e, "ms", (double)(r->t_uploaded - r->t_saved));
     cJSON_AddNumberToObject(e, "hash_ms", (double)(r->counters.cpu_hash_ns / 1000000));
     cJSON_AddNumberToObject(e, "encode_ms", (double)(r->counters.cpu_encode_ns / 1000000));
@@ -451,6 +454,30 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     rank.bytes = s->bytes;
     c.ranks = &rank;
     snap_commit(r->snap, &c, on_committed, r);
+}
+
+/* The node's shard is hashed and its share stored: the world compares. */
+static void on_split(void *arg, struct snap_split *sp, const uint8_t fingerprint[32])
+{
+    struct orch *r = arg;
+
+    r->split = sp;
+    if (r->aborted || r->finishing) {
+        r->split = NULL;
+        snap_save_split(sp, false);
+        return;
+    }
+    world_hashed(r->world, r->gen, fingerprint);
+}
+
+/* The upload waiting for the world goes on, with the rest or without. */
+static void release_split(struct orch *r, bool rest)
+{
+    struct snap_split *sp = r->split;
+
+    r->split = NULL;
+    if (sp)
+        snap_save_split(sp, rest);
 }
 
 static void on_method_saved(void *arg, int err, const char *msg, int64_t step, const char *dir)
@@ -479,6 +506,13 @@ static void on_method_saved(void *arg, int err, const char *msg, int64_t step, c
     set_state(r, UPLOADING);
     req.dir = r->dir;
     req.step = (uint64_t)step;
+    if (r->world && world_size(r->world) > 1) {
+        /* Replicated state goes up once, split across the nodes. */
+        req.share_index = world_rank(r->world);
+        req.share_count = world_size(r->world);
+        req.split = on_split;
+        req.split_arg = r;
+    }
     memset(&r->counters, 0, sizeof(r->counters));
     snap_save(r->snap, &req, &r->counters, on_uploaded, r);
 }
@@ -1277,6 +1311,14 @@ static void w_prepare(void *arg, uint64_t gen, int64_t step)
     }
 }
 
+static void w_split(void *arg, uint64_t gen, bool same)
+{
+    struct orch *r = arg;
+
+    if (gen == r->gen && r->state == UPLOADING)
+        release_split(r, !same);
+}
+
 static void w_commit(void *arg, uint64_t gen, int64_t step)
 {
     struct orch *r = arg;
@@ -1301,6 +1343,8 @@ static void w_abort(void *arg, uint64_t gen, const char *reason)
         finish_checkpoint(r, -ECANCELED, r->abort_reason);
     else if (r->state == SAVING && r->saving == SV_METHOD && r->mops->cancel)
         r->mops->cancel(r->method, r->abort_reason);
+    else if (r->state == UPLOADING)
+        release_split(r, false);
     /* SV_HOOK: ask_method() sees it; UPLOADING: on_uploaded() does. */
 }
 
@@ -1419,6 +1463,7 @@ static void w_pick_resume(void *arg)
 static const struct world_ops world_ops = {
     .query = w_query,
     .prepare = w_prepare,
+    .split = w_split,
     .commit = w_commit,
     .abort = w_abort,
     .pause = w_pause,
@@ -1463,6 +1508,9 @@ void orch_finish(struct orch *r)
         r->terminating = false;
         finish_checkpoint(r, -ECANCELED, "the command ended before its trainers saved");
     }
+    /* An upload waiting for the other nodes' word stores what it has: the
+     * world gives the generation up without this node. */
+    release_split(r, false);
     /* A checkpoint whose files are saved is worth finishing: nothing in
      * it depends on the command any more. */
     if (r->state == UPLOADING || r->state == COMMITTING)

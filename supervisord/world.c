@@ -34,8 +34,9 @@ struct member {
     bool left;                     /* it said leave */
     char left_why[128];
     /* the round */
-    bool answered, saved;
+    bool answered, saved, hashed;
     int64_t step;
+    uint8_t fingerprint[32];
     uint8_t sha256[32];
     uint64_t bytes;
 };
@@ -154,7 +155,7 @@ static void round_clear(struct world *w)
     w->running = false;
     evtimer_del(w->timer);
     for (uint32_t r = 0; r < w->o.world_size; r++) {
-        w->m[r].answered = w->m[r].saved = false;
+        w->m[r].answered = w->m[r].saved = w->m[r].hashed = false;
         w->m[r].step = -1;
     }
 }
@@ -333,6 +334,23 @@ static void take_over(struct world *w)
 
 /* ---- messages ------------------------------------------------------------------ */
 
+/* Every rank's fingerprint is in: the same everywhere, or not. */
+static void maybe_split(struct world *w)
+{
+    bool same = true;
+
+    for (uint32_t r = 0; r < w->o.world_size; r++) {
+        if (!w->m[r].hashed)
+            return;
+        same = same && memcmp(w->m[r].fingerprint, w->m[0].fingerprint, 32) == 0;
+    }
+    log_msg(LOGL_INFO, "world: every rank hashed generation %llu: %s",
+            (unsigned long long)w->gen,
+            same ? "the same content everywhere, each stores its share"
+                 : "contents differ, each stores all of its own");
+    w->o.ops->split(w->o.arg, w->gen, same);
+}
+
 static void pause_world(struct world *w, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -413,6 +431,14 @@ static void handle(struct world *w, uint32_t from, const struct peermsg *m)
         if (coord)
             maybe_commit(w);
         break;
+    case PEERMSG_HASHED:
+        if (m->gen != w->gen || (w->phase != R_PREPARE && w->phase != R_QUERY) ||
+            w->m[from].hashed)
+            break;
+        w->m[from].hashed = true;
+        memcpy(w->m[from].fingerprint, m->sha256, 32);
+        maybe_split(w);
+        break;
     case PEERMSG_COMMIT:
         if (m->gen > w->newest)
             w->newest = m->gen;
@@ -477,7 +503,7 @@ static void on_msg(void *arg, uint32_t rank, const char *body, size_t len)
         log_msg(LOGL_WARN, "world: a message from rank %u is refused: %s", rank, why);
         return;
     }
-    if (m.type == PEERMSG_SAVED && m.rank != rank) {
+    if ((m.type == PEERMSG_SAVED || m.type == PEERMSG_HASHED) && m.rank != rank) {
         log_msg(LOGL_WARN, "world: rank %u reports rank %u's shard: refused", rank, m.rank);
         return;
     }
@@ -553,6 +579,14 @@ void world_step(struct world *w, uint64_t gen, int64_t step)
     struct peermsg m = { .type = PEERMSG_STEP, .gen = gen, .step = step < 0 ? 0 : step };
 
     send_to(w, w->coordinator, &m);
+}
+
+void world_hashed(struct world *w, uint64_t gen, const uint8_t fingerprint[32])
+{
+    struct peermsg m = { .type = PEERMSG_HASHED, .gen = gen, .step = -1, .rank = w->o.rank };
+
+    memcpy(m.sha256, fingerprint, 32);
+    broadcast(w, &m);
 }
 
 void world_saved(struct world *w, uint64_t gen, int64_t step, const uint8_t sha256[32],

@@ -12,6 +12,10 @@
  *   coordinator -> all: query G          each node asks its trainers their step
  *   all -> coordinator: step G s         (the trainers wait at s meanwhile)
  *   coordinator -> all: prepare G S      S = the largest s + 1, reachable by all
+ *   all -> all: hashed G rank fingerprint  each node hashed its shard and stored
+ *                                        its share of the chunks; when every
+ *                                        fingerprint is the same, the others
+ *                                        store the rest, else each does
  *   all -> all: saved G rank digest      each node uploaded its shard
  *   coordinator: writes COMMIT.json once every rank's saved is in
  *   coordinator -> all: commit G         (or abort G, and G is never used)
@@ -49,6 +53,9 @@ struct world_ops {
     void (*query)(void *arg, uint64_t gen, int64_t deadline_ms, const char *reason);
     /* Save at step, upload, then world_saved(). */
     void (*prepare)(void *arg, uint64_t gen, int64_t step);
+    /* Every rank's shard of gen is hashed (world_hashed()): same when all
+     * hold the same content, so that each stores only its share. */
+    void (*split)(void *arg, uint64_t gen, bool same);
     /* gen is committed (step: what it holds). */
     void (*commit)(void *arg, uint64_t gen, int64_t step);
     /* gen is given up. */
@@ -94,6 +101,7 @@ void world_trigger(struct world *w, const char *kind, const char *reason, bool t
 
 /* Answers and reports for round gen. */
 void world_step(struct world *w, uint64_t gen, int64_t step);
+void world_hashed(struct world *w, uint64_t gen, const uint8_t fingerprint[32]);
 void world_saved(struct world *w, uint64_t gen, int64_t step, const uint8_t sha256[32],
                  uint64_t bytes);
 void world_failed(struct world *w, uint64_t gen, const char *reason);

@@ -10,7 +10,7 @@
 
 static const char *const names[PEERMSG__COUNT] = {
     "notice", "query", "step", "prepare", "saved", "commit", "abort", "resume", "leave",
-    "ready",
+    "ready", "hashed",
 };
 
 /* Which members each type must have, and which it may have; the others
@@ -29,6 +29,7 @@ static const unsigned allowed[PEERMSG__COUNT] = {
     [PEERMSG_RESUME] = M_GEN | M_WORLD | M_MASTER,
     [PEERMSG_LEAVE] = M_REASON,
     [PEERMSG_READY] = M_GEN,
+    [PEERMSG_HASHED] = M_GEN | M_RANK | M_SHA,
 };
 
 static const unsigned required[PEERMSG__COUNT] = {
@@ -42,6 +43,7 @@ static const unsigned required[PEERMSG__COUNT] = {
     [PEERMSG_RESUME] = M_WORLD | M_MASTER,
     [PEERMSG_LEAVE] = 0,
     [PEERMSG_READY] = 0,
+    [PEERMSG_HASHED] = M_GEN | M_RANK | M_SHA,
 };
 
 const char *peermsg_type_name(enum peermsg_type t)

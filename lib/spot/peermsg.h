@@ -16,6 +16,8 @@
  *   leave    a node goes (after a notice)          reason
  *   ready    a node's command is not running: it   gen (the newest committed it knows)
  *            waits for resume
+ *   hashed   a node's shard is hashed, its own     gen, rank, sha256 (the fingerprint of
+ *            share of the chunks stored             its whole content)
  *
  * The handshake's hello/ack and heartbeats are peer.c's. */
 #ifndef SPOT_PEERMSG_H
@@ -38,6 +40,7 @@ enum peermsg_type {
     PEERMSG_RESUME,
     PEERMSG_LEAVE,
     PEERMSG_READY,
+    PEERMSG_HASHED,
     PEERMSG__COUNT
 };
 

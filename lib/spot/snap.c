@@ -737,6 +737,15 @@ struct save {
     struct save *next_waiter;    /* in s->known_waiters */
     struct save *prev_active, *next_active;
     bool is_active;
+    /* a split save: the chunks left to other ranks, and whether they are
+     * being stored here after all (redo) */
+    struct deferred {
+        size_t file, idx;
+        uint64_t off;
+        uint32_t len;
+    } *def;
+    size_t n_def, cap_def, next_def;
+    bool split_wait, split_done, redo;
 };
 
 static void save_pump(struct save *sv);
@@ -748,6 +757,7 @@ static void save_report(struct save *sv)
     else
         sv->done(sv->arg, 0, "", &sv->result);
     manifest_release(&sv->m);
+    free(sv->def);
     free(sv->json);
     free(sv->dir);
     free(sv->method);
@@ -1177,6 +1187,29 @@ static void on_put(void *arg, int err, const char *msg)
     settle(arg, err, msg);
 }
 
+/* A split save stores the chunks whose hash it owns. */
+static bool owns(const struct save *sv, const uint8_t *hash)
+{
+    uint32_t v = (uint32_t)hash[0] << 24 | (uint32_t)hash[1] << 16 | (uint32_t)hash[2] << 8 |
+                 hash[3];
+
+    return v % sv->req.share_count == sv->req.share_index;
+}
+
+static int defer(struct save *sv, const struct task *t)
+{
+    if (sv->n_def == sv->cap_def) {
+        size_t cap = sv->cap_def ? 2 * sv->cap_def : 64;
+        struct deferred *d = realloc(sv->def, cap * sizeof(*d));
+        if (!d)
+            return -ENOMEM;
+        sv->def = d;
+        sv->cap_def = cap;
+    }
+    sv->def[sv->n_def++] = (struct deferred){ t->file, t->idx, t->off, t->len };
+    return 0;
+}
+
 static void task_done(struct pool_job *job)
 {
     struct task *t = (struct task *)job;
@@ -1215,6 +1248,15 @@ static void task_done(struct pool_job *job)
     if (hset_find(&s->known, t->hash) || (slot && slot->state == SLOT_KNOWN)) {
         sv->c->bytes_skipped += t->len;
         sv->c->chunks_skipped++;
+        task_end(t, 0, "");
+        return;
+    }
+    if (sv->req.share_count > 1 && !sv->redo && !owns(sv, t->hash)) {
+        if (defer(sv, t) < 0) {
+            task_end(t, -ENOMEM, "out of memory");
+            return;
+        }
+        sv->c->bytes_split += t->len;
         task_end(t, 0, "");
         return;
     }
@@ -1277,6 +1319,61 @@ static void save_manifest(struct save *sv)
 }
 
 /* Start chunk tasks while the window allows; finish when all are done. */
+static bool save_more(const struct save *sv)
+{
+    return sv->redo ? sv->next_def < sv->n_def : sv->next_file < sv->m.n_files;
+}
+
+/* The fingerprint of what a split save holds: every file's path, type
+ * and size, and its chunks' hashes and lengths, in manifest order. */
+static int fingerprint(const struct save *sv, uint8_t out[CHUNK_HASH_LEN])
+{
+    size_t cap = 0, len = 0;
+    uint8_t *buf;
+    int r;
+
+    for (size_t i = 0; i < sv->m.n_files; i++)
+        cap += strlen(sv->m.files[i].path) + 10 + sv->m.files[i].n_chunks * (CHUNK_HASH_LEN + 5);
+    if (!(buf = malloc(cap ? cap : 1)))
+        return -ENOMEM;
+    for (size_t i = 0; i < sv->m.n_files; i++) {
+        const struct mf_file *f = &sv->m.files[i];
+        size_t pl = strlen(f->path) + 1;
+
+        memcpy(buf + len, f->path, pl);
+        len += pl;
+        buf[len++] = (uint8_t)f->type;
+        for (int b = 0; b < 8; b++)
+            buf[len++] = (uint8_t)(f->size >> (8 * b));
+        for (size_t c = 0; c < f->n_chunks; c++) {
+            memcpy(buf + len, f->chunks[c].hash, CHUNK_HASH_LEN);
+            len += CHUNK_HASH_LEN;
+            for (int b = 0; b < 4; b++)
+                buf[len++] = (uint8_t)(f->chunks[c].len >> (8 * b));
+            buf[len++] = f->chunks[c].zero;
+        }
+    }
+    r = chunk_sha256(buf, len, out);
+    free(buf);
+    return r;
+}
+
+void snap_save_split(struct snap_split *sp, bool rest)
+{
+    struct save *sv = (struct save *)sp;
+
+    if (!sv->split_wait)
+        return;
+    sv->split_wait = false;
+    sv->split_done = true;
+    sv->manifest_sent = false;
+    if (rest && !sv->err) {
+        sv->redo = true;
+        sv->c->bytes_split = 0;
+    }
+    save_pump(sv);
+}
+
 static void save_pump(struct save *sv)
 {
     struct snap *s = sv->s;
@@ -1284,10 +1381,29 @@ static void save_pump(struct save *sv)
     if (!sv->scanned || sv->manifest_sent)
         return;
     set_active(sv, true);
-    while (!sv->err && s->alive < s->max_tasks && sv->next_file < sv->m.n_files) {
-        struct mf_file *f = &sv->m.files[sv->next_file];
+    while (!sv->err && s->alive < s->max_tasks && save_more(sv)) {
+        struct mf_file *f;
         struct task *t;
 
+        if (sv->redo) {
+            const struct deferred *d = &sv->def[sv->next_def++];
+
+            t = calloc(1, sizeof(*t));
+            if (t && !(t->buf = buf_get(s))) {
+                free(t);
+                t = NULL;
+            }
+            if (!t) {
+                save_fail(sv, -ENOMEM, "out of memory");
+                break;
+            }
+            t->off = d->off;
+            t->len = d->len;
+            t->file = d->file;
+            t->idx = d->idx;
+            goto submit;
+        }
+        f = &sv->m.files[sv->next_file];
         if (f->type != MF_FILE || sv->next_chunk >= f->n_chunks) {
             sv->next_file++;
             sv->next_chunk = 0;
@@ -1305,10 +1421,11 @@ static void save_pump(struct save *sv)
             save_fail(sv, -ENOMEM, "out of memory");
             break;
         }
-        t->sv = sv;
         t->file = sv->next_file;
         t->idx = sv->next_chunk++;
         sv->next_off += t->len;
+submit:
+        t->sv = sv;
         t->stage = 1;
         t->job.work = task_work;
         t->job.done = task_done;
@@ -1319,12 +1436,24 @@ static void save_pump(struct save *sv)
     /* Done when every chunk was started (or an error stops the rest) and
      * every task has ended; a save waiting for a slot that other saves
      * hold stays active, with none of its own running. */
-    if (!sv->err && sv->next_file < sv->m.n_files)
+    if (!sv->err && save_more(sv))
         return;
     set_active(sv, false);
     if (sv->alive > 0)
         return;
     sv->manifest_sent = true;
+    if (!sv->err && sv->req.share_count > 1 && !sv->split_done) {
+        uint8_t fp[CHUNK_HASH_LEN];
+
+        if (fingerprint(sv, fp) < 0) {
+            save_fail(sv, -ENOMEM, "out of memory");
+            save_report(sv);
+            return;
+        }
+        sv->split_wait = true;
+        sv->req.split(sv->req.split_arg, (struct snap_split *)sv, fp);
+        return;
+    }
     if (sv->err)
         save_report(sv);
     else
@@ -1414,7 +1543,8 @@ void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_coun
     const char *method = req->method ? req->method : "app";
 
     if (req->gen == 0 || req->gen > GEN_MAX || req->rank >= WORLD_MAX || !req->dir ||
-        !*req->dir || strlen(method) > MANIFEST_NAME_MAX) {
+        !*req->dir || strlen(method) > MANIFEST_NAME_MAX ||
+        (req->share_count > 1 && (req->share_index >= req->share_count || !req->split))) {
         early(s, early_saved, (union snap_cb){ .saved = done }, arg, -EINVAL,
               "invalid save request (generation 1..%llu, rank below %d, a directory)",
               GEN_MAX, WORLD_MAX);

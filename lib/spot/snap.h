@@ -65,6 +65,7 @@ struct snap_counters {
     uint64_t bytes_hashed;
     uint64_t bytes_zero;           /* runs of zeros, not stored */
     uint64_t bytes_skipped;        /* already in the store (deduplicated) */
+    uint64_t bytes_split;          /* left to the other ranks of a split save */
     uint64_t bytes_compressed;     /* encoded size of the new chunks */
     uint64_t bytes_sent;           /* put into the store */
     uint64_t bytes_received;       /* got from the store */
@@ -130,15 +131,31 @@ void snap_gens_free(struct snap_gen *gens, size_t n);
  * directories and symbolic links (anything else is refused), then the
  * rank's manifest.  The files must not change meanwhile (a file whose
  * size or mtime moves fails the save).  c may be NULL. */
+struct snap_split;
 struct snap_save_req {
     const char *dir;
     uint64_t gen;
     uint32_t rank;
     uint64_t step;
     const char *method;            /* "app", "criu", "manual" */
+    /* A checkpoint that may be the same on every rank (data parallel)
+     * is uploaded once, split across them: with share_count > 1 this save
+     * stores only the chunks it owns (the first four bytes of a chunk's
+     * hash, modulo share_count, equal share_index).  Once every chunk is
+     * hashed and its own are stored, split() gets the fingerprint of the
+     * rank's whole content (files and chunk hashes, not times), and the
+     * save waits for snap_save_split(): when every rank's fingerprint is
+     * the same, the others own and store the rest (rest false); else this
+     * save stores them too (rest true).  Then the manifest. */
+    uint32_t share_index, share_count;
+    void (*split)(void *arg, struct snap_split *sp, const uint8_t fingerprint[32]);
+    void *split_arg;
 };
 void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_counters *c,
                snap_saved_fn done, void *arg);
+
+/* After a split save's split(): go on (see struct snap_save_req). */
+void snap_save_split(struct snap_split *sp, bool rest);
 
 /* Write gen's commit record after checking that every rank's manifest is
  * in the store with the digest given in ranks[r].  c->job and c->gen must

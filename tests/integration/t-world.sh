@@ -75,6 +75,15 @@ check "world: the coordinator (rank 0) wrote the commit, once" \
     eval '[ "$(grep -c "committing generation 1" "$T/a0.err")" = 1 ] && ! grep -q "committing generation" "$T/a1.err" "$T/a2.err"'
 check "world: the commit record names three ranks" \
     grep -q '"world_size":3' "$T/store/$JOB/gens/00000001/COMMIT.json"
+total=0
+for n in a0 a1 a2; do
+    total=$((total + $(jget "$(ev "$T/$n.ev" upload_done | head -n 1)" bytes_sent)))
+done
+size=$(jget "$(ev "$T/a0.ev" upload_done | head -n 1)" bytes)
+check "world: the replicated state went up once in all ($total bytes sent for $size)" \
+    test "$total" -lt $((size * 12 / 10))
+check "world: ... the nodes compared their fingerprints" \
+    grep -q "the same content everywhere, each stores its share" "$T/a2.err"
 "$SPOTCTL" verify --store "file://$T/store" --job "$JOB" --gen 1 >"$T/verify" 2>&1
 expect_eq "world: spotctl verify passes generation 1 (every rank's chunks)" 0 "$?"
 check "world: the survivors stop their trainers and wait" \

@@ -103,10 +103,15 @@ TEST(peermsg_round_trip)
         memset(&m, 0, sizeof(m));
         m.type = (enum peermsg_type)t;
         m.step = t == PEERMSG_LEAVE || t == PEERMSG_NOTICE || t == PEERMSG_QUERY ||
-                         t == PEERMSG_ABORT || t == PEERMSG_RESUME || t == PEERMSG_READY
+                         t == PEERMSG_ABORT || t == PEERMSG_RESUME || t == PEERMSG_READY ||
+                         t == PEERMSG_HASHED
                      ? -1
                      : 1234;
         m.gen = t == PEERMSG_NOTICE || t == PEERMSG_LEAVE ? 0 : 9;
+        if (t == PEERMSG_HASHED) {
+            m.rank = 3;
+            memset(m.sha256, 0xa5, sizeof(m.sha256));
+        }
         if (t == PEERMSG_SAVED) {
             m.rank = 5;
             m.bytes = 1ull << 40;
