@@ -93,6 +93,7 @@ struct orch {
     uint64_t world_want;           /* the generation the world resumes from */
     uint64_t commit_gen;           /* coordinator: the commit record being written */
     struct snap_split *split;      /* the upload waits for the world's split */
+    bool split_upload;             /* the round's prepare said split */
     char master_addr[64];
     unsigned master_port;
     char **argv;                   /* the command, substituted */
@@ -506,7 +507,7 @@ static void on_method_saved(void *arg, int err, const char *msg, int64_t step, c
     set_state(r, UPLOADING);
     req.dir = r->dir;
     req.step = (uint64_t)step;
-    if (r->world && world_size(r->world) > 1) {
+    if (r->world && world_size(r->world) > 1 && r->split_upload) {
         /* Replicated state goes up once, split across the nodes. */
         req.share_index = world_rank(r->world);
         req.share_count = world_size(r->world);
@@ -1289,7 +1290,7 @@ static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, const char *re
     start_checkpoint(r);
 }
 
-static void w_prepare(void *arg, uint64_t gen, int64_t step)
+static void w_prepare(void *arg, uint64_t gen, int64_t step, bool split)
 {
     struct orch *r = arg;
     char msg[256];
@@ -1297,6 +1298,7 @@ static void w_prepare(void *arg, uint64_t gen, int64_t step)
 
     if (gen != r->gen || r->state != SAVING || r->aborted)
         return;
+    r->split_upload = split;
     if (r->saving == SV_METHOD && r->mops->save_at)
         err = r->mops->save_at(r->method, step);
     else if (r->saving == SV_PREPARE)
@@ -1602,6 +1604,7 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
             .key = o->key,
             .dead_ms = o->peer_timeout_ms,
             .master_port = o->master_port,
+            .split = o->split_upload,
             .method = r->mops->name,
             .ops = &world_ops,
             .arg = r,

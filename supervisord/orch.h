@@ -76,6 +76,7 @@ struct orch_opts {
     const struct frame_key *key;   /* NULL: --insecure */
     uint64_t peer_timeout_ms;
     unsigned master_port;
+    bool split_upload;             /* replicated state uploaded once, split */
     /* spotctl drill: simulate a notice of kind with that window. */
     void (*drill)(void *arg, int kind, uint64_t window_ms);
     void *drill_arg;

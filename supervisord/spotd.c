@@ -644,6 +644,7 @@ static int cmd_run(int argc, char **argv)
                             .key = wc.keyed ? &wc.key : NULL,
                             .peer_timeout_ms = config_num(&cfg, OPT_PEER_TIMEOUT),
                             .master_port = (unsigned)config_num(&cfg, OPT_MASTER_PORT),
+                            .split_upload = config_num(&cfg, OPT_SPLIT_UPLOAD) != 0,
                             .drill = on_drill,
                             .drill_arg = &run,
                         },

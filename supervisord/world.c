@@ -219,6 +219,7 @@ static void maybe_prepare(struct world *w)
             p.step = w->m[r].step + 1;
     }
     snprintf(p.reason, sizeof(p.reason), "%s", w->reason);
+    p.split = w->o.split;
     log_msg(LOGL_INFO, "world: every rank answered; generation %llu saves at step %lld",
             (unsigned long long)w->gen, (long long)p.step);
     broadcast(w, &p);
@@ -419,7 +420,7 @@ static void handle(struct world *w, uint32_t from, const struct peermsg *m)
         w->phase = R_PREPARE;
         w->step = m->step;
         snprintf(w->reason, sizeof(w->reason), "%s", m->reason);
-        w->o.ops->prepare(w->o.arg, m->gen, m->step);
+        w->o.ops->prepare(w->o.arg, m->gen, m->step, m->split);
         break;
     case PEERMSG_SAVED:
         if (m->gen != w->gen || (w->phase != R_PREPARE && w->phase != R_QUERY))

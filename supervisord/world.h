@@ -51,8 +51,9 @@ struct world_ops {
     /* Round gen begins: say the trainers' step with world_step() (or
      * world_failed()). */
     void (*query)(void *arg, uint64_t gen, int64_t deadline_ms, const char *reason);
-    /* Save at step, upload, then world_saved(). */
-    void (*prepare)(void *arg, uint64_t gen, int64_t step);
+    /* Save at step, upload, then world_saved(); split: store the share
+     * of the chunks this rank owns, then world_hashed() (see split). */
+    void (*prepare)(void *arg, uint64_t gen, int64_t step, bool split);
     /* Every rank's shard of gen is hashed (world_hashed()): same when all
      * hold the same content, so that each stores only its share. */
     void (*split)(void *arg, uint64_t gen, bool same);
@@ -80,6 +81,7 @@ struct world_opts {
     const struct frame_key *key;   /* NULL: --insecure */
     uint64_t dead_ms;              /* a silent peer is down; 0: 5000 */
     unsigned master_port;          /* SPOT_MASTER_PORT */
+    bool split;                    /* a coordinator's rounds split uploads */
     const char *method;            /* for the commit record */
     const struct world_ops *ops;
     void *arg;

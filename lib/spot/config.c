@@ -107,6 +107,9 @@ const struct config_option config_options[OPT__COUNT] = {
                        "join it (tests only)" },
     [OPT_PEER_TIMEOUT] = { "peer_timeout", CONFIG_DURATION, "5s", NULL, 0, 0, false, NULL,
                            "a peer silent this long is down" },
+    [OPT_SPLIT_UPLOAD] = { "split_upload", CONFIG_BOOL, "true", NULL, 0, 0, false, NULL,
+                           "upload state that is the same on every node once, each node "
+                           "its share (the coordinator's setting rules)" },
     [OPT_MASTER_PORT] = { "master_port", CONFIG_UINT, "29500", NULL, 1, 65535, false, NULL,
                           "SPOT_MASTER_PORT given to the command (torchrun's --master_port)" },
     [OPT_SOCKET] = { "socket", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,

@@ -58,6 +58,7 @@ enum config_id {
     OPT_INSECURE,
     OPT_PEER_TIMEOUT,
     OPT_MASTER_PORT,
+    OPT_SPLIT_UPLOAD,
     OPT_SOCKET,
     OPT__COUNT
 };

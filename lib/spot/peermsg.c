@@ -16,13 +16,14 @@ static const char *const names[PEERMSG__COUNT] = {
 /* Which members each type must have, and which it may have; the others
  * are ignored, like unknown members. */
 enum { M_GEN = 1, M_STEP = 2, M_RANK = 4, M_DEADLINE = 8, M_SHA = 16, M_BYTES = 32,
-       M_KIND = 64, M_MASTER = 128, M_WORLD = 256, M_TERM = 512, M_REASON = 1024 };
+       M_KIND = 64, M_MASTER = 128, M_WORLD = 256, M_TERM = 512, M_REASON = 1024,
+       M_SPLIT = 2048 };
 
 static const unsigned allowed[PEERMSG__COUNT] = {
     [PEERMSG_NOTICE] = M_KIND | M_DEADLINE | M_TERM | M_REASON,
     [PEERMSG_QUERY] = M_GEN | M_DEADLINE | M_REASON,
     [PEERMSG_STEP] = M_GEN | M_STEP,
-    [PEERMSG_PREPARE] = M_GEN | M_STEP | M_DEADLINE | M_REASON,
+    [PEERMSG_PREPARE] = M_GEN | M_STEP | M_DEADLINE | M_REASON | M_SPLIT,
     [PEERMSG_SAVED] = M_GEN | M_RANK | M_STEP | M_SHA | M_BYTES,
     [PEERMSG_COMMIT] = M_GEN | M_STEP,
     [PEERMSG_ABORT] = M_GEN | M_REASON,
@@ -150,6 +151,14 @@ int peermsg_parse(const char *body, size_t len, struct peermsg *ret, const char 
         }
         m.terminating = cJSON_IsTrue(term);
     }
+    if (allowed[m.type] & M_SPLIT) {
+        const cJSON *split = cJSON_GetObjectItemCaseSensitive(o, "split");
+        if (split && !cJSON_IsBool(split)) {
+            *why = "member 'split' is not a boolean";
+            goto out;
+        }
+        m.split = cJSON_IsTrue(split);
+    }
     r = allowed[m.type] & M_SHA ? get_str(o, "sha256", sha, sizeof(sha)) : 0;
     if (r < 0 || (r && chunk_parse_hex(sha, m.sha256) < 0)) {
         *why = "member 'sha256' is not 64 lowercase hex digits";
@@ -197,6 +206,8 @@ cJSON *peermsg_to_json(const struct peermsg *m)
         cJSON_AddStringToObject(o, "kind", m->kind);
     if (may & M_TERM)
         cJSON_AddBoolToObject(o, "terminating", m->terminating);
+    if (may & M_SPLIT)
+        cJSON_AddBoolToObject(o, "split", m->split);
     if (may & M_MASTER) {
         cJSON_AddStringToObject(o, "master_addr", m->master_addr);
         cJSON_AddNumberToObject(o, "master_port", m->master_port);

@@ -7,7 +7,7 @@
  *   notice   a node's notice, to the coordinator   kind, terminating, deadline_ms, reason
  *   query    coordinator: say your step            gen, deadline_ms, reason
  *   step     the answer                            gen, step
- *   prepare  coordinator: save at step for gen     gen, step, deadline_ms, reason
+ *   prepare  coordinator: save at step for gen     gen, step, deadline_ms, reason, split
  *   saved    a node's shard is in the store        gen, rank, step, sha256, bytes
  *   commit   coordinator: gen is committed         gen, step
  *   abort    coordinator: gen is given up          gen, reason
@@ -51,6 +51,7 @@ struct peermsg {
     uint32_t rank, world_size;
     int64_t deadline_ms;           /* 0: none */
     bool terminating;
+    bool split;                    /* prepare: split the upload (hashed) */
     uint8_t sha256[32];
     uint64_t bytes;
     uint16_t master_port;

@@ -177,11 +177,12 @@ export TRAINER_STEP_US=1500
 # ---- 6. the coordinator killed once its shard is in -------------------------------
 # Rank 1's trainer takes 3 s to save; rank 0 (the coordinator) is killed
 # with SIGKILL after its upload: rank 1 takes over, knows rank 0's saved,
-# and commits the generation itself when its own shard is in.
+# and commits the generation itself when its own shard is in.  (Without
+# the split upload: with it, rank 0's shard waits for rank 1's fingerprint.)
 JOB=wd
 P=$(free_ports 2)
-node d0 0 2 "$P" --cloud none
-TRAINER_SAVE_SLEEP_MS=3000 node d1 1 2 "$P" --cloud none --peer-timeout 2s
+node d0 0 2 "$P" --cloud none --split-upload false
+TRAINER_SAVE_SLEEP_MS=3000 node d1 1 2 "$P" --cloud none --peer-timeout 2s --split-upload false
 check "world: both trainers run (takeover)" \
     wait_for 20 eval 'has child_start "$T/d0.ev" && has child_start "$T/d1.ev"'
 "$SPOTCTL" checkpoint --socket "$T/d1/control.sock" >/dev/null 2>&1
