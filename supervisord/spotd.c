@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -27,6 +26,7 @@
 #include "spot/http.h"
 #include "spot/log.h"
 #include "spot/parse.h"
+#include "spot/worldrec.h"
 #include "watch.h"
 
 /* spotd's own failures, distinct from 126/127 (see docs/events.md). */
@@ -369,27 +369,6 @@ static int read_world_key(const struct config *cfg, struct world_cfg *w)
     return 0;
 }
 
-/* "ADDR:PORT" or "[V6]:PORT", numeric, port 1 to 65535. */
-static bool numeric_addr(const char *text)
-{
-    const char *colon = strrchr(text, ':');
-    unsigned char sa[sizeof(struct in6_addr)];
-    char host[64];
-    uint64_t port;
-    size_t len;
-
-    if (!colon || parse_u64(colon + 1, 1, 65535, &port) < 0)
-        return false;
-    len = (size_t)(colon - text);
-    if (len >= 2 && text[0] == '[' && text[len - 1] == ']')
-        text++, len -= 2;
-    if (len == 0 || len >= sizeof(host))
-        return false;
-    memcpy(host, text, len);
-    host[len] = '\0';
-    return inet_pton(AF_INET, host, sa) == 1 || inet_pton(AF_INET6, host, sa) == 1;
-}
-
 /* rank, world_size, peers: all or none.  Returns 0 (w->size 0: no world)
  * or -1 after saying why. */
 static int world_config(const struct config *cfg, struct world_cfg *w)
@@ -436,7 +415,7 @@ static int world_config(const struct config *cfg, struct world_cfg *w)
         return -1;
     }
     for (uint32_t i = 0; i < n; i++)
-        if (!numeric_addr(w->peers[i])) {
+        if (!worldrec_addr_valid(w->peers[i])) {
             say("invalid address '%s' for rank %u in --peers: expected ADDR:PORT, numeric "
                 "(like 10.0.0.5:7400 or [fd00::5]:7400)", w->peers[i], i);
             return -1;
