@@ -25,6 +25,7 @@
 #include "spot/pool.h"
 #include "spot/snap.h"
 #include "spot/store.h"
+#include "rendezvous.h"
 #include "world.h"
 
 enum state { RESUMING, IDLE, SAVING, UPLOADING, COMMITTING, DRAINING, WAITING };
@@ -84,6 +85,7 @@ struct orch {
     struct event *tick;            /* periodic checkpoints */
     /* a world */
     struct world *world;
+    struct rendezvous *rv;         /* --rendezvous store */
     enum saving saving;
     bool aborted;                  /* the world gave the checkpoint under way up */
     char abort_reason[128];
@@ -468,6 +470,8 @@ static void on_split(void *arg, struct snap_split *sp, const uint8_t fingerprint
         snap_save_split(sp, false);
         return;
     }
+    log_msg(LOGL_INFO, "generation %llu: this node's share of the chunks is stored; waiting "
+            "for the other nodes' fingerprints", (unsigned long long)r->gen);
     world_hashed(r->world, r->gen, fingerprint);
 }
 
@@ -1106,7 +1110,7 @@ static void restore(struct orch *r)
         on_restored(r, 0, "");
         return;
     }
-    snap_restore(r->snap, r->resume_gen, 0, r->resume_dir, NULL, on_restored, r);
+    snap_restore(r->snap, r->resume_gen, r->world ? world_rank(r->world) : 0, r->resume_dir, NULL, on_restored, r);
 }
 
 static void on_pre_restore(void *arg, int code, const char *msg)
@@ -1474,11 +1478,69 @@ static const struct world_ops world_ops = {
     .pick_resume = w_pick_resume,
 };
 
+/* ---- rendezvous (rendezvous.h) ---- */
+
+static int make_world(struct orch *r, uint32_t rank, char *err, size_t errlen);
+
+static void rv_addr(void *arg, uint32_t rank, const char *addr)
+{
+    struct orch *r = arg;
+
+    if (r->world && !world_up(r->world, rank))
+        world_set_addr(r->world, rank, addr);
+}
+
+static bool rv_up(void *arg, uint32_t rank)
+{
+    struct orch *r = arg;
+
+    return r->world && world_up(r->world, rank);
+}
+
+static bool rv_coordinates(void *arg)
+{
+    struct orch *r = arg;
+
+    return r->world && world_is_coordinator(r->world);
+}
+
+static void start_listing(struct orch *r);
+
+static void rv_assigned(void *arg, uint32_t rank)
+{
+    struct orch *r = arg;
+    char err[512];
+
+    if (make_world(r, rank, err, sizeof(err)) < 0) {
+        log_msg(LOGL_ERROR, "%s", err);
+        refuse_start(r);
+        return;
+    }
+    start_listing(r);
+}
+
+static const struct rendezvous_ops rv_ops = {
+    .addr = rv_addr,
+    .up = rv_up,
+    .coordinates = rv_coordinates,
+    .assigned = rv_assigned,
+};
+
 void orch_start(struct orch *r)
+{
+    set_state(r, RESUMING);
+    if (r->o.world_size > 1 && !r->world) {
+        /* A rank first, from the coordinator. */
+        rendezvous_join(r->rv, r->o.listen);
+        return;
+    }
+    start_listing(r);
+}
+
+static void start_listing(struct orch *r)
 {
     char work[4200];
 
-    set_state(r, RESUMING);
     /* What an earlier spotd left half-saved here is of no use. */
     snprintf(work, sizeof(work), "%s/work", r->state_dir);
     remove_tree(work);
@@ -1518,7 +1580,7 @@ void orch_finish(struct orch *r)
     if (r->state == UPLOADING || r->state == COMMITTING)
         log_msg(LOGL_INFO, "the command ended; finishing generation %llu before exiting",
                 (unsigned long long)r->gen);
-    while (busy(r) && event_base_loop(r->o.base, EVLOOP_ONCE) == 0)
+    while ((busy(r) || rendezvous_stop(r->rv)) && event_base_loop(r->o.base, EVLOOP_ONCE) == 0)
         ;
     hooks_drain(r->hooks);
 }
@@ -1593,32 +1655,47 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
         return orch_free(r);
     r->master_port = o->master_port;
     snprintf(r->master_addr, sizeof(r->master_addr), "127.0.0.1");
-    if (o->world_size > 1) {
-        struct world_opts wo = {
-            .base = o->base,
-            .job = r->job,
-            .rank = o->rank,
-            .world_size = o->world_size,
-            .listen = o->listen ? o->listen : o->peers[o->rank],
-            .peers = o->peers,
-            .key = o->key,
-            .dead_ms = o->peer_timeout_ms,
-            .master_port = o->master_port,
-            .split = o->split_upload,
-            .method = r->mops->name,
-            .ops = &world_ops,
-            .arg = r,
-        };
-        if (r->mops == &method_dir) {
-            snprintf(err, errlen, "the dir method cannot serve a world yet: its folders appear "
-                     "on each node's own schedule; use app (libckpt) or signal");
-            return orch_free(r);
-        }
-        if (!(r->world = world_new(&wo, err, errlen)))
-            return orch_free(r);
-        snprintf(r->master_addr, sizeof(r->master_addr), "%s", world_master_addr(r->world));
+    if (o->world_size > 1 && r->mops == &method_dir) {
+        snprintf(err, errlen, "the dir method cannot serve a world yet: its folders appear on "
+                 "each node's own schedule; use app (libckpt) or signal");
+        return orch_free(r);
     }
+    if (o->world_size > 1 && o->rendezvous &&
+        !(r->rv = rendezvous_new(o->base, r->store, r->job, o->world_size, &rv_ops, r))) {
+        snprintf(err, errlen, "out of memory");
+        return orch_free(r);
+    }
+    if (o->world_size > 1 && !o->rank_unknown && make_world(r, o->rank, err, errlen) < 0)
+        return orch_free(r);
     return r;
+}
+
+/* The world, once this node's rank is known. */
+static int make_world(struct orch *r, uint32_t rank, char *err, size_t errlen)
+{
+    const struct orch_opts *o = &r->o;
+    struct world_opts wo = {
+        .base = o->base,
+        .job = r->job,
+        .rank = rank,
+        .world_size = o->world_size,
+        .listen = o->listen ? o->listen : o->peers[rank],
+        .peers = o->peers,
+        .key = o->key,
+        .dead_ms = o->peer_timeout_ms,
+        .master_port = o->master_port,
+        .split = o->split_upload,
+        .method = r->mops->name,
+        .ops = &world_ops,
+        .arg = r,
+    };
+
+    if (!(r->world = world_new(&wo, err, errlen)))
+        return -EINVAL;
+    snprintf(r->master_addr, sizeof(r->master_addr), "%s", world_master_addr(r->world));
+    if (r->rv)
+        rendezvous_publish(r->rv, rank, world_listen_addr(r->world));
+    return 0;
 }
 
 struct orch *orch_free(struct orch *r)
@@ -1626,6 +1703,7 @@ struct orch *orch_free(struct orch *r)
     if (!r)
         return NULL;
     r->world = world_free(r->world);
+    r->rv = rendezvous_free(r->rv);
     free_argv(r);
     if (r->tick)
         event_free(r->tick);

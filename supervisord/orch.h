@@ -71,8 +71,10 @@ struct orch_opts {
     char *const *argv;
     /* A world (world.h) when world_size > 1; else this node alone. */
     uint32_t rank, world_size;
+    bool rank_unknown;             /* rendezvous: ask the coordinator for one */
+    bool rendezvous;               /* through the store (rendezvous.h), not peers */
     const char *listen;            /* NULL: peers[rank] */
-    const char *const *peers;      /* world_size "ADDR:PORT" */
+    const char *const *peers;      /* world_size "ADDR:PORT"; NULL with rendezvous */
     const struct frame_key *key;   /* NULL: --insecure */
     uint64_t peer_timeout_ms;
     unsigned master_port;

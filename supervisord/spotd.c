@@ -315,6 +315,7 @@ static unsigned local_workers(const struct config *cfg)
 /* A world: the static membership and the key. */
 struct world_cfg {
     uint32_t rank, size;
+    bool rendezvous, rank_unknown;
     char *list;                    /* peers, split in place */
     const char *peers[1024];
     struct frame_key key;
@@ -369,19 +370,46 @@ static int read_world_key(const struct config *cfg, struct world_cfg *w)
     return 0;
 }
 
+/* A numeric ADDR:PORT to listen on, port 0 (any) allowed. */
+static bool listen_valid(const char *addr)
+{
+    const char *colon = strrchr(addr, ':');
+    char buf[96];
+
+    if (colon && strcmp(colon, ":0") == 0 &&
+        snprintf(buf, sizeof(buf), "%.*s:1", (int)(colon - addr), addr) < (int)sizeof(buf))
+        return worldrec_addr_valid(buf);
+    return worldrec_addr_valid(addr);
+}
+
 /* rank, world_size, peers: all or none.  Returns 0 (w->size 0: no world)
  * or -1 after saying why. */
 static int world_config(const struct config *cfg, struct world_cfg *w)
 {
     bool any = config_str(cfg, OPT_RANK) || config_str(cfg, OPT_WORLD_SIZE) ||
-               config_str(cfg, OPT_PEERS);
+               config_str(cfg, OPT_PEERS), store = config_num(cfg, OPT_RENDEZVOUS) == 1;
+    const char *listen = config_str(cfg, OPT_LISTEN);
     uint32_t n = 0;
 
     memset(w, 0, sizeof(*w));
-    if (!any)
+    if (!any && !store)
         return 0;
-    if (!config_str(cfg, OPT_RANK) || !config_str(cfg, OPT_WORLD_SIZE) ||
-        !config_str(cfg, OPT_PEERS)) {
+    if (store && (!config_str(cfg, OPT_WORLD_SIZE) || !listen || config_str(cfg, OPT_PEERS))) {
+        say("--rendezvous store needs --world-size and --listen (the address the other nodes "
+            "dial), and no --peers: the nodes find each other in the store");
+        return -1;
+    }
+    if (store && !listen_valid(listen)) {
+        say("invalid --listen '%s': expected ADDR:PORT, numeric (port 0: any free port)", listen);
+        return -1;
+    }
+    if (store && (strncmp(listen, "0.0.0.0:", 8) == 0 || strncmp(listen, "[::]:", 5) == 0)) {
+        say("--listen %s: with --rendezvous store the address is what the other nodes dial; "
+            "give this node's own address", listen);
+        return -1;
+    }
+    if (!store && (!config_str(cfg, OPT_RANK) || !config_str(cfg, OPT_WORLD_SIZE) ||
+                   !config_str(cfg, OPT_PEERS))) {
         say("a world needs --rank, --world-size and --peers together (%s is missing)",
             !config_str(cfg, OPT_RANK) ? "--rank" : !config_str(cfg, OPT_WORLD_SIZE)
                                                         ? "--world-size" : "--peers");
@@ -393,11 +421,15 @@ static int world_config(const struct config *cfg, struct world_cfg *w)
     }
     w->rank = (uint32_t)config_num(cfg, OPT_RANK);
     w->size = (uint32_t)config_num(cfg, OPT_WORLD_SIZE);
-    if (w->rank >= w->size) {
+    w->rendezvous = store;
+    w->rank_unknown = !config_str(cfg, OPT_RANK);
+    if (!w->rank_unknown && w->rank >= w->size) {
         say("--rank %u does not fit --world-size %u: ranks are 0 to %u", w->rank, w->size,
             w->size - 1);
         return -1;
     }
+    if (store)
+        goto keyed;
     if (!(w->list = strdup(config_str(cfg, OPT_PEERS)))) {
         say("out of memory");
         return -1;
@@ -420,6 +452,7 @@ static int world_config(const struct config *cfg, struct world_cfg *w)
                 "(like 10.0.0.5:7400 or [fd00::5]:7400)", w->peers[i], i);
             return -1;
         }
+keyed:
     if (config_num(cfg, OPT_METHOD) == 2) {
         say("the dir method cannot serve a world yet: its folders appear on each node's own "
             "schedule; use app (libckpt) or signal");
@@ -436,7 +469,7 @@ static int world_config(const struct config *cfg, struct world_cfg *w)
     if (w->size > 1 && !w->keyed)
         log_msg(LOGL_WARN, "INSECURE: this world runs without a key (--insecure): anyone who "
                 "can reach %s can join it, stop its training and write its checkpoints",
-                config_str(cfg, OPT_LISTEN) ? config_str(cfg, OPT_LISTEN) : w->peers[w->rank]);
+                listen ? listen : w->peers[w->rank]);
     return 0;
 }
 
@@ -617,9 +650,11 @@ static int cmd_run(int argc, char **argv)
                             .drill_window_ms = config_num(&cfg, OPT_SIGNAL_DEADLINE),
                             .argv = argv + cmd,
                             .rank = wc.rank,
+                            .rank_unknown = wc.rank_unknown,
+                            .rendezvous = wc.rendezvous,
                             .world_size = wc.size,
                             .listen = config_str(&cfg, OPT_LISTEN),
-                            .peers = wc.peers,
+                            .peers = wc.rendezvous ? NULL : wc.peers,
                             .key = wc.keyed ? &wc.key : NULL,
                             .peer_timeout_ms = config_num(&cfg, OPT_PEER_TIMEOUT),
                             .master_port = (unsigned)config_num(&cfg, OPT_MASTER_PORT),

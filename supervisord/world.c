@@ -52,6 +52,7 @@ struct world {
     char *job, *method;
     struct peers *peers;
     char master_addr[64];
+    char listen_addr[96];
     struct member *m;              /* world_size */
     bool waiting;                  /* our command is not running: ready to resume */
     bool pausing;                  /* our command is being stopped */
@@ -660,6 +661,33 @@ void world_leave(struct world *w, const char *reason)
             send_to(w, r, &m);
 }
 
+static void host_of(const char *addr, char *out, size_t size);
+
+int world_set_addr(struct world *w, uint32_t rank, const char *addr)
+{
+    char err[256];
+
+    if (rank >= w->o.world_size || rank == w->o.rank)
+        return -EINVAL;
+    if (peers_set_addr(w->peers, rank, addr, err, sizeof(err)) < 0) {
+        log_msg(LOGL_WARN, "world: %s", err);
+        return -EINVAL;
+    }
+    if (rank == 0)
+        host_of(addr, w->master_addr, sizeof(w->master_addr));
+    return 0;
+}
+
+const char *world_listen_addr(const struct world *w)
+{
+    return w->listen_addr;
+}
+
+bool world_up(const struct world *w, uint32_t rank)
+{
+    return rank == w->o.rank || (rank < w->o.world_size && peers_up(w->peers, rank));
+}
+
 bool world_is_coordinator(const struct world *w)
 {
     return w->coordinator == w->o.rank;
@@ -750,10 +778,16 @@ struct world *world_new(const struct world_opts *o, char *err, size_t errlen)
         return world_free(w);
     if (peers_listen(w->peers, o->listen, err, errlen) < 0)
         return world_free(w);
+    host_of(o->listen, w->master_addr, sizeof(w->master_addr));
+    snprintf(w->listen_addr, sizeof(w->listen_addr), "%s%s%s:%d",
+             strchr(w->master_addr, ':') ? "[" : "", w->master_addr,
+             strchr(w->master_addr, ':') ? "]" : "", peers_port(w->peers));
     for (uint32_t r = 0; r < o->world_size; r++)
-        if (r != o->rank && peers_set_addr(w->peers, r, o->peers[r], err, errlen) < 0)
+        if (r != o->rank && o->peers && o->peers[r] &&
+            peers_set_addr(w->peers, r, o->peers[r], err, errlen) < 0)
             return world_free(w);
-    host_of(o->peers[0], w->master_addr, sizeof(w->master_addr));
+    if (o->peers && o->peers[0])
+        host_of(o->peers[0], w->master_addr, sizeof(w->master_addr));
     event_add(w->tick, &tv);
     return w;
 }

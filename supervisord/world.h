@@ -77,7 +77,8 @@ struct world_opts {
     const char *job;
     uint32_t rank, world_size;
     const char *listen;            /* "ADDR:PORT" */
-    const char *const *peers;      /* world_size "ADDR:PORT", ours included */
+    const char *const *peers;      /* world_size "ADDR:PORT", ours included; NULL,
+                                      or NULL entries: learnt later (world_set_addr) */
     const struct frame_key *key;   /* NULL: --insecure */
     uint64_t dead_ms;              /* a silent peer is down; 0: 5000 */
     unsigned master_port;          /* SPOT_MASTER_PORT */
@@ -113,6 +114,12 @@ void world_resume_from(struct world *w, uint64_t gen);
 /* This node goes (its last checkpoint is committed, or its command ended
  * for good): the others are told why. */
 void world_leave(struct world *w, const char *reason);
+
+/* Where rank listens (rendezvous): new, or changed. */
+int world_set_addr(struct world *w, uint32_t rank, const char *addr);
+/* Where this node listens: "ADDR:PORT", the port the listener got. */
+const char *world_listen_addr(const struct world *w);
+bool world_up(const struct world *w, uint32_t rank);
 
 bool world_is_coordinator(const struct world *w);
 uint32_t world_rank(const struct world *w);

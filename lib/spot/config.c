@@ -21,6 +21,7 @@ static const char *const log_level_choices[] = { "debug", "info", "warn", "error
 static const char *const cloud_choices[] = { "auto", "none", "aws", "gcp", "azure",
                                              "alibaba", "tencent", NULL };
 static const char *const method_choices[] = { "app", "signal", "dir", "criu", NULL };
+static const char *const rendezvous_choices[] = { "static", "store", NULL };
 
 const struct config_option config_options[OPT__COUNT] = {
     [OPT_RESTART] = { "restart", CONFIG_ENUM, "never", restart_choices, 0, 0, false, NULL,
@@ -107,6 +108,10 @@ const struct config_option config_options[OPT__COUNT] = {
                        "join it (tests only)" },
     [OPT_PEER_TIMEOUT] = { "peer_timeout", CONFIG_DURATION, "5s", NULL, 0, 0, false, NULL,
                            "a peer silent this long is down" },
+    [OPT_RENDEZVOUS] = { "rendezvous", CONFIG_ENUM, "static", rendezvous_choices, 0, 0, false,
+                         NULL, "how the nodes find each other: static (--peers) or store "
+                         "(records under the job's world/ prefix; a node without --rank "
+                         "takes a vacant one)" },
     [OPT_SPLIT_UPLOAD] = { "split_upload", CONFIG_BOOL, "true", NULL, 0, 0, false, NULL,
                            "upload state that is the same on every node once, each node "
                            "its share (the coordinator's setting rules)" },

@@ -59,6 +59,7 @@ enum config_id {
     OPT_PEER_TIMEOUT,
     OPT_MASTER_PORT,
     OPT_SPLIT_UPLOAD,
+    OPT_RENDEZVOUS,
     OPT_SOCKET,
     OPT__COUNT
 };

@@ -95,8 +95,10 @@ int worldrec_parse(const char *text, size_t len, struct worldrec *ret, const cha
              (!cJSON_IsNumber(rank) || rank->valuedouble < 0 || rank->valuedouble > 65535 ||
               rank->valuedouble != (double)(uint32_t)rank->valuedouble))
         *why = "a record without a valid rank";
-    else if (r.type != WORLDREC_ASSIGN &&
-             (get_str(o, "addr", r.addr, sizeof(r.addr)) != 1 || !worldrec_addr_valid(r.addr)))
+    else if ((r.type == WORLDREC_RANK &&
+              (get_str(o, "addr", r.addr, sizeof(r.addr)) != 1 || !worldrec_addr_valid(r.addr))) ||
+             (r.type == WORLDREC_JOIN && (get_str(o, "addr", r.addr, sizeof(r.addr)) < 0 ||
+                                          (r.addr[0] && !worldrec_addr_valid(r.addr)))))
         *why = "a record without a numeric ADDR:PORT";
     if (*why)
         goto out;
@@ -122,7 +124,7 @@ char *worldrec_to_json(const struct worldrec *r, size_t *ret_len)
     cJSON_AddStringToObject(o, "node", r->node);
     if (r->type != WORLDREC_JOIN)
         cJSON_AddNumberToObject(o, "rank", r->rank);
-    if (r->type != WORLDREC_ASSIGN)
+    if (r->type == WORLDREC_RANK || (r->type == WORLDREC_JOIN && r->addr[0]))
         cJSON_AddStringToObject(o, "addr", r->addr);
     cJSON_AddNumberToObject(o, "ts_ms", (double)r->ts_ms);
     text = cJSON_PrintUnformatted(o);

@@ -6,7 +6,7 @@
  *
  * One JSON object each: {"v":1, "type":"rank"|"join"|"assign", "job",
  * "node" (16 to 64 lowercase hex digits, a node's random name), "rank"
- * (rank, assign), "addr" (rank, join: numeric ADDR:PORT), "ts_ms"}.  What
+ * (rank, assign), "addr" (rank; join, where known: numeric ADDR:PORT), "ts_ms"}.  What
  * is read comes from a store: every member is checked, unknown ones are
  * ignored, and a record of another job or a newer version is refused. */
 #ifndef SPOT_WORLDREC_H

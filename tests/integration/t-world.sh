@@ -233,6 +233,42 @@ resumed=$(ts_ms "$(jget "$(ev "$T/t1b.ev" world_resume)" ts)")
 check "world: the replacements waited for the slow survivor to stop" \
     test -n "$parked" -a -n "$resumed" -a "$resumed" -ge "${parked:-0}"
 
+# ---- 8. rendezvous through the store; a replacement without a rank -----------
+# No --peers: each node writes its listener's address (port 0: any) under
+# the job's world/ prefix; the replacement of rank 1 is started without
+# --rank and is given the vacant rank by the coordinator.
+JOB=wr
+rdv() {
+    local name=$1
+    shift
+    "$SPOTD" run --job "$JOB" --store "file://$T/store" --state-dir "$T/$name" \
+        --rendezvous store --world-size 3 --listen 127.0.0.1:0 --world-key-file "$T/key" \
+        --events "$T/$name.ev" --grace 5s --cloud none "$@" -- "$TRAINER" $STEPS $MIB \
+        >"$T/$name.out" 2>"$T/$name.err" &
+    PID[$name]=$!
+    _bg_pids+=("$!")
+}
+rdv r0 --rank 0
+rdv r1 --rank 1 --drill-after 2s
+rdv r2 --rank 2
+wait_node r1 40
+expect_eq "world (rendezvous): the preempted node exits 75" 75 "$RC"
+check "world (rendezvous): each rank's record is in the store" \
+    test -e "$T/store/$JOB/world/rank-0.json" -a -e "$T/store/$JOB/world/rank-2.json"
+rdv r1b
+for n in r0 r1b r2; do
+    wait_node $n 60
+    expect_eq "world (rendezvous): $n finishes" 0 "$RC"
+    expect_eq "world (rendezvous): $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
+done
+check "world (rendezvous): the rank-less replacement was given rank 1" \
+    grep -q "this node takes rank 1" "$T/r1b.err"
+check "world (rendezvous): ... by the coordinator" grep -q "it takes vacant rank 1" "$T/r0.err"
+check "world (rendezvous): ... and restored rank 1's shard" \
+    grep -q '"event":"world_resume","gen":1,"rank":1' "$T/r1b.ev"
+check "world (rendezvous): the join and assign records are gone" \
+    eval '[ -z "$(ls "$T/store/$JOB/world" | grep -v "^rank-")" ]'
+
 # ---- 5. hostile frames ---------------------------------------------------------------
 JOB=wh
 P=$(free_ports 2)
