@@ -9,7 +9,8 @@ An MLP learns a fixed random function of its input; the data, the batches
 and the dropout masks all come from seeded generators, and every kernel is
 deterministic on one thread, so the model after STEPS steps is the same bit
 for bit whether the run was interrupted and resumed or not.  The last line
-is "done STEPS sha256 HEX", HEX the SHA-256 of the model's tensors.
+is "done STEPS sha256 HEX", HEX the SHA-256 of the model's tensors (the other
+ranks print "rank R sha256 HEX" on stderr).
 
 Under spotd (SPOT_SOCKET set): it resumes from ck.resume_dir (spotd gives
 each local worker a directory of its own, .../w<LOCAL_RANK>, and resume_dir
@@ -200,6 +201,8 @@ def main():
         h.update(t.detach().contiguous().numpy().tobytes())
     if rank == 0:
         log("done %d sha256 %s" % (steps, h.hexdigest()))
+    else:
+        print("rank %d sha256 %s" % (rank, h.hexdigest()), file=sys.stderr, flush=True)
     ck.close()
     if world > 1:
         dist.destroy_process_group()
