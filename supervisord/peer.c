@@ -115,7 +115,14 @@ static int send_obj(struct conn *c, cJSON *msg)
     free(text);
     if (n < 0)
         return n;
-    return bufferevent_write(c->bev, buf, (size_t)n) < 0 ? -EIO : 0;
+    if (bufferevent_write(c->bev, buf, (size_t)n) < 0)
+        return -EIO;
+    /* Out now, not at the loop's next turn: a coordinator's commit must
+     * not wait behind its own bookkeeping of the commit.  What the socket
+     * does not take stays queued for the bufferevent. */
+    if (c->hs == HS_UP)
+        evbuffer_write(bufferevent_get_output(c->bev), bufferevent_getfd(c->bev));
+    return 0;
 }
 
 static int send_hello(struct conn *c, const char *echo)
