@@ -91,6 +91,7 @@ struct orch {
     char abort_reason[128];
     bool want_stop;                /* a terminating notice for this node */
     bool pausing, parked;          /* the command is being stopped / is stopped */
+    bool ending;                   /* this node goes once the command is not running */
     bool resumed_once;             /* --resume applies to the first resume only */
     uint64_t world_want;           /* the generation the world resumes from */
     uint64_t commit_gen;           /* coordinator: the commit record being written */
@@ -273,11 +274,18 @@ static void hook_env_now(const struct orch *r, struct hook_env *e, const char *r
 
 /* After a terminating notice: the method's stop when the checkpoint was
  * saved, else the stop sequence at once. */
+static void world_end(struct orch *r, int code);
+
 static void stop_command(struct orch *r, bool saved)
 {
     if (r->world)
         world_leave(r->world, saved ? "preempted" : "preempted without a new checkpoint");
     set_state(r, DRAINING);
+    if (r->world && (r->parked || r->pausing)) {
+        /* A world's pause stopped the command already, or is stopping it. */
+        world_end(r, saved ? ORCH_EXIT_PREEMPTED_SAVED : child_exit_code(r->o.child));
+        return;
+    }
     if (r->finishing) {
         /* The command is gone already. */
         if (saved)
@@ -1029,6 +1037,11 @@ static void run_command(struct orch *r)
         set_state(r, IDLE);
         return;
     }
+    if (r->ending) {
+        set_state(r, DRAINING);
+        child_end(r->o.child, r->exit_code, "preempted while the world waited");
+        return;
+    }
     if (r->world) {
         /* A new run after a pause: a method and a socket of its own. */
         if (r->method)
@@ -1212,8 +1225,8 @@ static void restore_pick(struct orch *r, uint64_t gen, int64_t step)
  * this node waits for the world's resume. */
 static void maybe_ready(struct orch *r)
 {
-    if (!r->world || !r->parked || (r->state != IDLE && r->state != WAITING &&
-                                    r->state != RESUMING))
+    if (!r->world || !r->parked || r->ending ||
+        (r->state != IDLE && r->state != WAITING && r->state != RESUMING))
         return;
     set_state(r, WAITING);
     world_ready(r->world, r->resume_gen);
@@ -1225,7 +1238,10 @@ static void on_parked(void *arg)
 
     r->pausing = false;
     r->parked = true;
-    maybe_ready(r);
+    if (r->ending)
+        child_end(r->o.child, r->exit_code, "preempted while the world waited");
+    else
+        maybe_ready(r);
 }
 
 /* A notice that the world's round cannot serve now, or that starts one. */
@@ -1255,11 +1271,17 @@ static void world_notice(struct orch *r, const struct notice *n)
             "(generation %llu is the newest)", r->pausing ? "stopping" : "not running",
             (unsigned long long)r->resume_gen);
     world_leave(r->world, "preempted while the world waited");
-    r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
-    if (r->pausing)
-        child_stop(r->o.child, "preempted", r->o.grace_ms);
-    else
-        child_end(r->o.child, ORCH_EXIT_PREEMPTED_SAVED, "preempted while the world waited");
+    world_end(r, ORCH_EXIT_PREEMPTED_SAVED);
+}
+
+/* This node goes, with its command not running: now, once the pause's
+ * stop has ended it, or instead of starting it. */
+static void world_end(struct orch *r, int code)
+{
+    r->exit_code = code;
+    r->ending = true;
+    if (!r->pausing && r->state != RESUMING)
+        child_end(r->o.child, code, "preempted while the world waited");
 }
 
 static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *gens,
