@@ -137,13 +137,17 @@ static void on_record(void *arg, int err, const char *msg, void *data, size_t le
     struct op *o = arg;
     struct rendezvous *rv = o->rv;
     struct worldrec r;
-    const char *why;
+    const char *why = NULL;
+    int bad;
 
     if (err || rv->stopped) {
+        free(data);
         op_free(o);
         return;
     }
-    if (worldrec_parse(data, len, &r, &why) < 0 || strcmp(r.job, rv->job) != 0) {
+    bad = worldrec_parse(data, len, &r, &why) < 0 || strcmp(r.job, rv->job) != 0;
+    free(data);
+    if (bad) {
         log_msg(LOGL_WARN, "rendezvous: '%s' is not a record of job '%s' (%s); ignored", o->key,
                 rv->job, why ? why : "another job");
         op_free(o);
