@@ -21,6 +21,7 @@
 # of its own too, out of reach of the host's firewall), so they clash with
 # nothing.  Everything is removed on exit.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/world_lib.sh"
 
 if [ "$(id -u)" != 0 ]; then
     echo "SKIP: world-netns (network namespaces need root)"
@@ -109,7 +110,6 @@ peers() {
     echo "$p"
 }
 
-declare -A PID
 # node NAME I RANK SIZE [SPOTD ARGS...] -- COMMAND...: start spotd in node
 # I's namespace, in the background; state in $T/NAME, events in
 # $T/NAME.ev, its stdout (the command's) in $T/NAME.out.
@@ -120,18 +120,7 @@ node() {
         --state-dir "$T/$name" --rank "$rank" --world-size "$size" --peers "$(peers "$size")" \
         --world-key-file "$T/key" --events "$T/$name.ev" --grace 5s "$@" \
         >"$T/$name.out" 2>"$T/$name.err" &
-    PID[$name]=$!
-    _bg_pids+=("$!")
-}
-
-# wait_node NAME [SECONDS]: sets RC.
-wait_node() {
-    wait_exit "${PID[$1]}" "${2:-60}"
-}
-
-# saved_step NAME GEN: the step NAME's trainers saved for GEN.
-saved_step() {
-    jget "$(ev "$T/$1.ev" checkpoint_saved | grep "\"gen\":$2," | head -n 1)" step
+    node_started "$name" $!
 }
 
 # netns_of PID: the network namespace PID is in (like net:[4026532...]).
@@ -149,12 +138,6 @@ own_netns() {
         [ -n "$n" ] && [[ $seen != *" $n "* ]] || return 1
         seen+="$n "
     done
-}
-
-# started NAME...: each node's command has started.
-started() {
-    local n
-    for n in "$@"; do has child_start "$T/$n.ev" || return 1; done
 }
 
 # show NAME...: the tail of each node's log, after a failure.
@@ -265,8 +248,7 @@ TR=(/usr/bin/torchrun --nproc_per_node 1 --redirects 9:0 --tee 9:0 --monitor_int
 for i in 0 1; do
     in_ns $i timeout -k 2 120 "${TR[@]}" --nnodes 2 --node_rank $i --master_addr "${ADDR[0]}" \
         --master_port $MPORT "$TRAIN" $NSTEPS >"$T/ref$i.out" 2>&1 &
-    PID[ref$i]=$!
-    _bg_pids+=("$!")
+    node_started ref$i $!
 done
 wait_exit "${PID[ref0]}" 120
 rc0=$RC

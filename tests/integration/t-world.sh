@@ -8,6 +8,7 @@
 # coordinator killed in the middle of a round, a peer that goes silent,
 # and hostile frames.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/world_lib.sh"
 . "$TOP/tests/mocks/lib.sh"
 
 TRAINER="$TOP/$O/examples/c-trainer/trainer"
@@ -27,7 +28,6 @@ for s in ss: s.bind(("127.0.0.1",0))
 print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))' "$1"
 }
 
-declare -A PID
 # node NAME RANK SIZE PEERS [ARGS...]: start one node in the background.
 node() {
     local name=$1 rank=$2 size=$3 peers=$4
@@ -36,21 +36,8 @@ node() {
         --rank "$rank" --world-size "$size" --peers "$peers" --world-key-file "$T/key" \
         --events "$T/$name.ev" --grace 5s "$@" -- "$TRAINER" $STEPS $MIB \
         >"$T/$name.out" 2>"$T/$name.err" &
-    PID[$name]=$!
-    _bg_pids+=("$!")
+    node_started "$name" $!
 }
-
-# wait_node NAME [SECONDS]: sets RC.
-wait_node() {
-    wait_exit "${PID[$1]}" "${2:-60}"
-}
-
-# saved_step NAME GEN: the step NAME's trainers saved for GEN.
-saved_step() {
-    jget "$(ev "$T/$1.ev" checkpoint_saved | grep "\"gen\":$2," | head -n 1)" step
-}
-
-ran() { grep -q '^step\|resumed at\|^done' "$T/$1.out" 2>/dev/null || has child_start "$T/$1.ev"; }
 
 # ---- 1. three nodes, a notice on rank 1 -----------------------------------
 JOB=w3
@@ -245,8 +232,7 @@ rdv() {
         --rendezvous store --world-size 3 --listen 127.0.0.1:0 --world-key-file "$T/key" \
         --events "$T/$name.ev" --grace 5s --cloud none "$@" -- "$TRAINER" $STEPS $MIB \
         >"$T/$name.out" 2>"$T/$name.err" &
-    PID[$name]=$!
-    _bg_pids+=("$!")
+    node_started "$name" $!
 }
 rdv r0 --rank 0
 rdv r1 --rank 1 --drill-after 2s
@@ -296,8 +282,7 @@ printf '%s\n' "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$T/key2
 "$SPOTD" run --job "$JOB" --store "file://$T/store" --state-dir "$T/x1" --rank 1 --world-size 2 \
     --peers "$P" --world-key-file "$T/key2" --events "$T/x1.ev" -- "$TRAINER" 10 \
     >"$T/x1.out" 2>"$T/x1.err" &
-PID[x1]=$!
-_bg_pids+=("$!")
+node_started x1 $!
 check "world: a node with another key is refused" \
     wait_for 10 eval 'grep -q "wrong MAC" "$T/x0.err" "$T/x1.err"'
 sleep 1
