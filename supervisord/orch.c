@@ -751,6 +751,16 @@ void orch_notice(void *arg, const struct notice *n)
     snprintf(r->last_notice, sizeof(r->last_notice), "%s %s%s", n->source,
              notice_kind_name(n->kind), n->drill ? " (drill)" : "");
     hooks_run(r->hooks, "on-notice", &he, NULL, NULL);
+    if (r->o.world_size > 1 && !r->world) {
+        /* Still asking the coordinator for a rank: nothing runs yet. */
+        if (n->terminating) {
+            log_msg(LOGL_INFO, "a terminating notice before this node had a rank: exiting");
+            set_state(r, IDLE);
+            r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
+            child_end(r->o.child, ORCH_EXIT_PREEMPTED_SAVED, "preempted before joining");
+        }
+        return;
+    }
     if (r->world && (r->state == IDLE || r->state == WAITING || r->state == RESUMING ||
                      r->pausing || r->parked)) {
         world_notice(r, n);

@@ -254,6 +254,14 @@ check "world (rendezvous): ... and restored rank 1's shard" \
     grep -q '"event":"world_resume","gen":1,"rank":1' "$T/r1b.ev"
 check "world (rendezvous): the join and assign records are gone" \
     eval '[ -z "$(ls "$T/store/$JOB/world" | grep -v "^rank-")" ]'
+# A rank-less node that nobody answers (the world is gone) still stops on
+# SIGTERM, as systemd and Kubernetes stop it.
+rdv r9
+check "world (rendezvous): a rank-less node asks for a rank" \
+    wait_for 10 grep -q "asking the world's coordinator for one" "$T/r9.err"
+kill -TERM "${PID[r9]}"
+wait_node r9 10
+expect_eq "world (rendezvous): ... and exits on SIGTERM while it waits" 75 "$RC"
 
 # ---- 5. hostile frames ---------------------------------------------------------------
 JOB=wh
