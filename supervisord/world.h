@@ -1,8 +1,9 @@
 /* world: the nodes of one job agree on checkpoints and resume together
  * (docs/protocols.md, "the world").
  *
- * Membership is static: world_size ranks, each node knows every peer's
- * address (peer.h dials and authenticates them).  The coordinator is the
+ * Membership: world_size ranks, each node knowing every peer's address from
+ * --peers, or learning them from the store (rendezvous.h, world_set_addr());
+ * peer.h dials and authenticates them.  The coordinator is the
  * lowest rank that is up, this node included; when it goes, the next one
  * is, without an election: every node sees the same connections go.
  *
