@@ -82,6 +82,7 @@ struct orch {
     int exit_code;
     bool finishing;                /* spotd is ending: start nothing new */
     bool collecting;               /* snap_gc under way */
+    bool collect_again;            /* a commit came meanwhile: once more after it */
     struct event *tick;            /* periodic checkpoints */
     /* a world */
     struct world *world;
@@ -332,11 +333,27 @@ static void finish_checkpoint(struct orch *r, int err, const char *msg)
         maybe_ready(r);
 }
 
+static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g);
+
+/* One collection at a time; a commit during one asks for another. */
+static void collect(struct orch *r)
+{
+    if (r->collecting) {
+        r->collect_again = true;
+        return;
+    }
+    r->collecting = true;
+    r->collect_again = false;
+    snap_gc(r->snap, SNAP_KEEP_DEFAULT, SNAP_GRACE_DEFAULT_MS, false, on_collected, r);
+}
+
 static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g)
 {
     struct orch *r = arg;
 
     r->collecting = false;
+    if (r->collect_again)
+        collect(r);
     if (err)
         log_msg(LOGL_WARN, "garbage collection: %s", msg);
     else if (g->gens_deleted || g->chunks_deleted)
@@ -410,11 +427,11 @@ static void on_committed(void *arg, int err, const char *msg)
     prune_local(r, "work", r->dir);
     prune_local(r, "restore", NULL);
     /* Retention: what the newest generations do not need goes, in the
-     * background (snap_gc never deletes what they reference). */
-    if (!r->finishing && (!r->world || world_is_coordinator(r->world))) {
-        r->collecting = true;
-        snap_gc(r->snap, SNAP_KEEP_DEFAULT, SNAP_GRACE_DEFAULT_MS, false, on_collected, r);
-    }
+     * background (snap_gc never deletes what they reference).  Also when
+     * this commit finished an upload after the command ended (spotd waits
+     * for it then), but not after a preemption's: spotd should be gone. */
+    if (!(r->finishing && r->terminating) && (!r->world || world_is_coordinator(r->world)))
+        collect(r);
     finish_checkpoint(r, 0, "");
 }
 
