@@ -287,6 +287,17 @@ bool rendezvous_stop(struct rendezvous *rv)
 {
     if (!rv)
         return false;
+    if (rv->joining && !rv->stopped) {
+        /* Nobody is to give a rank to a node that is gone. */
+        char key[STORE_KEY_MAX + 1];
+        struct worldrec j = { .type = WORLDREC_JOIN };
+
+        snprintf(j.job, sizeof(j.job), "%s", rv->job);
+        snprintf(j.node, sizeof(j.node), "%s", rv->node);
+        worldrec_key(key, sizeof(key), &j);
+        rv->joining = false;
+        delete_key(rv, key);
+    }
     rv->stopped = true;
     event_del(rv->tick);
     return rv->inflight > 0;

@@ -262,6 +262,8 @@ check "world (rendezvous): a rank-less node asks for a rank" \
 kill -TERM "${PID[r9]}"
 wait_node r9 10
 expect_eq "world (rendezvous): ... and exits on SIGTERM while it waits" 75 "$RC"
+check "world (rendezvous): ... taking its join record with it" \
+    eval '[ -z "$(ls "$T/store/$JOB/world" | grep "^join-")" ]'
 
 # ---- 5. hostile frames ---------------------------------------------------------------
 JOB=wh
