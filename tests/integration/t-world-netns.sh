@@ -140,15 +140,6 @@ own_netns() {
     done
 }
 
-# show NAME...: the tail of each node's log, after a failure.
-show() {
-    local n
-    for n in "$@"; do
-        echo "--- $n.err"
-        tail -n 15 "$T/$n.err"
-    done
-}
-
 # ---- a. three namespaces, a notice on rank 1 ---------------------------------
 JOB=nsa
 node a0 0 0 3 -- "$TRAINER" $STEPS $MIB

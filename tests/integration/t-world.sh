@@ -83,6 +83,7 @@ node a1b 1 3 "$P" --cloud none
 for n in a0 a1b a2; do
     wait_node $n 60
     expect_eq "world: $n finishes the run" 0 "$RC"
+    [ "$RC" = 0 ] || show a0 a1b a2
     check "world: $n resumed from generation 1 at the step after the checkpoint" \
         grep -q "resumed at step $((s0 + 1)) " "$T/$n.out"
     expect_eq "world: $n ends with the hash of an uninterrupted run" "$ref" "$(tail -n 1 "$T/$n.out")"

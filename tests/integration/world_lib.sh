@@ -26,3 +26,12 @@ started() {
     local n
     for n in "$@"; do has child_start "$T/$n.ev" || return 1; done
 }
+
+# show NAME...: the tail of each node's log, after a failure.
+show() {
+    local n
+    for n in "$@"; do
+        echo "--- $n.err (tail)"
+        grep -v '"progress"' "$T/$n.err" 2>/dev/null | tail -n 25 | cut -c1-300
+    done
+}
