@@ -56,6 +56,8 @@ struct world {
     struct member *m;              /* world_size */
     bool waiting;                  /* our command is not running: ready to resume */
     bool pausing;                  /* our command is being stopped */
+    bool resume_pending;           /* a resume came while it was: applied once stopped */
+    struct peermsg resume_msg;
     bool leaving;
     uint64_t newest;               /* newest committed generation known */
     uint64_t max_gen;              /* highest generation number seen */
@@ -368,6 +370,11 @@ static void pause_world(struct world *w, const char *fmt, ...)
     va_end(ap);
     log_msg(LOGL_WARN, "world: %s; stopping the command until the world is whole again", why);
     w->pausing = true; /* no new round; world_ready() follows the stop */
+    w->resume_pending = false;
+    /* Only readiness said from now on counts: a ready sent just before
+     * the last resume may have come after it. */
+    for (uint32_t r = 0; r < w->o.world_size; r++)
+        w->m[r].ready = false;
     w->o.ops->pause(w->o.arg, why);
 }
 
@@ -464,8 +471,16 @@ static void handle(struct world *w, uint32_t from, const struct peermsg *m)
         w->o.ops->abort(w->o.arg, m->gen, m->reason[0] ? m->reason : "given up");
         break;
     case PEERMSG_RESUME:
-        if (!w->waiting || w->leaving)
+        if (w->leaving)
             break;
+        if (!w->waiting) {
+            /* Still stopping the command: resume once it has stopped. */
+            if (w->pausing) {
+                w->resume_msg = *m;
+                w->resume_pending = true;
+            }
+            break;
+        }
         w->waiting = false;
         w->resuming = false;
         for (uint32_t r = 0; r < w->o.world_size; r++)
@@ -562,6 +577,11 @@ void world_ready(struct world *w, uint64_t newest)
         w->newest = newest;
     w->waiting = true;
     w->pausing = false;
+    if (w->resume_pending) {
+        w->resume_pending = false;
+        post_self(w, &w->resume_msg);
+        return;
+    }
     send_ready(w);
 }
 
