@@ -22,3 +22,21 @@ descendants() {
         done
     done
 }
+
+# scratch_end [NOTE]: remove the scratch folder $tmp, or keep it (and say
+# so, with NOTE) when BENCH_KEEP=1.  Needs say() from the script.
+scratch_end() {
+    if [ "${BENCH_KEEP:-0}" = 1 ]; then
+        say "scratch folder kept${1:+ ($1)}: $tmp"
+    else
+        rm -rf "$tmp"
+    fi
+}
+
+# cleanup_traps: the script's cleanup() runs on exit, and on INT, TERM and
+# HUP (then the script ends with 128 + the signal's number).
+cleanup_traps() {
+    trap cleanup EXIT
+    trap 'say interrupted; cleanup; exit 130' INT
+    trap 'cleanup; exit 143' TERM HUP
+}

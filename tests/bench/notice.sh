@@ -68,6 +68,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 O=${O:-build}
 case $O in /*) obuild=$O ;; *) obuild=$root/$O ;; esac
 
+# shellcheck source=tests/bench/lib.sh
+. "$root/tests/bench/lib.sh"
 say() { echo "notice.sh: $*" >&2; }
 die() { say "$*"; exit 1; }
 
@@ -86,16 +88,10 @@ cleanup() {
         kill -KILL "$run_pid" 2>/dev/null
     fi
     [ -d "$sw" ] && "$root/tests/servers/swift.sh" stop "$sw" >/dev/null 2>&1
-    if [ "${BENCH_KEEP:-0}" = 1 ]; then
-        rm -rf "$tmp/node" "$tmp/store" "$sw/srv"
-        say "scratch folder kept (without the state, the store and Swift's data): $tmp"
-    else
-        rm -rf "$tmp"
-    fi
+    [ "${BENCH_KEEP:-0}" = 1 ] && rm -rf "$tmp/node" "$tmp/store" "$sw/srv"
+    scratch_end "without the state, the store and Swift's data"
 }
-trap cleanup EXIT
-trap 'say interrupted; cleanup; exit 130' INT
-trap 'cleanup; exit 143' TERM HUP
+cleanup_traps
 
 mkdir -p "$tmp/log" "$tmp/bin"
 if ! make -C "$root" O="$O" all >"$tmp/log/make.log" 2>&1; then

@@ -109,15 +109,9 @@ cleanup() {
     cleaned=1
     [ -n "$nft_table" ] && nft delete table inet "$nft_table" 2>/dev/null
     [ -d "$sw" ] && "$root/tests/servers/swift.sh" stop "$sw" >/dev/null 2>&1
-    if [ "${BENCH_KEEP:-0}" = 1 ]; then
-        say "scratch folder kept: $tmp"
-    else
-        rm -rf "$tmp"
-    fi
+    scratch_end
 }
-trap cleanup EXIT
-trap 'say interrupted; cleanup; exit 130' INT
-trap 'cleanup; exit 143' TERM HUP
+cleanup_traps
 
 # Swift keeps what each tool uploads (about 2 copies of the file each, 5
 # more for aws and rclone with BENCH_RANKS_ALL=1) until the tool's last

@@ -125,15 +125,9 @@ cleanup() {
     [ "$cleaned" = 1 ] && return
     cleaned=1
     stop_world
-    if [ "${BENCH_KEEP:-0}" = 1 ]; then
-        say "scratch folder kept: $tmp"
-    else
-        rm -rf "$tmp"
-    fi
+    scratch_end
 }
-trap cleanup EXIT
-trap 'say interrupted; cleanup; exit 130' INT
-trap 'cleanup; exit 143' TERM HUP
+cleanup_traps
 
 mkdir -p "$tmp/log" "$tmp/bin"
 if ! make -C "$root" -j2 O="$O" all >"$tmp/log/make.log" 2>&1; then
