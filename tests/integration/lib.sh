@@ -300,3 +300,12 @@ expect_lt() {
     if [ -n "$3" ] && [ "$3" -lt "$2" ] 2>/dev/null; then pass "$1"
     else fail "$1" "expected less than $2, got '$3'"; fi
 }
+
+# free_ports N: N ports of 127.0.0.1 nobody listens on now, as
+# 127.0.0.1:PORT,... (the kernel's choice, so two tests never share one).
+free_ports() {
+    python3 -c 'import socket,sys
+ss=[socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1",0))
+print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))' "$1"
+}

@@ -107,23 +107,35 @@ expect_eq "pytorch request: the final model equals an uninterrupted run's" "$ref
 # ---- torchrun, two DDP workers over gloo ----------------------------------
 
 # Workers on one node: gloo on the loopback interface, whatever the
-# hostname resolves to.  torchrun 1.13 needs --redirects/--tee on Python
-# 3.11 (examples/pytorch/README.md); --monitor_interval 1 saves seconds per run.
+# hostname resolves to.  Not --standalone: torch 1.13 puts its store on the
+# fixed port 29400 and tells the workers the host's FQDN, either of which
+# can hold a start up for minutes on a shared machine; the static
+# rendezvous on a port of our own, at 127.0.0.1, does neither.  torchrun 1.13
+# needs --redirects/--tee on Python 3.11 (examples/pytorch/README.md);
+# --monitor_interval 1 saves seconds per run.
 export GLOO_SOCKET_IFNAME=lo
-TR=(/usr/bin/torchrun --standalone --nproc_per_node 2 --redirects 9:0 --tee 9:0
-    --monitor_interval 1 "$TRAIN")
+# torchrun_cmd: set TR to the torchrun command line, on a fresh port each run.
+torchrun_cmd() {
+    local p
+    p=$(free_ports 1)
+    TR=(/usr/bin/torchrun --nnodes 1 --nproc_per_node 2 --master_addr 127.0.0.1
+        --master_port "${p#*:}" --redirects 9:0 --tee 9:0 --monitor_interval 1 "$TRAIN")
+}
 NSTEPS=800
+torchrun_cmd
 ref2=$(timeout -k 2 120 "${TR[@]}" $NSTEPS 2>"$T/ref2.err" | tail -n 1)
 check "torchrun: an uninterrupted run ends with its model's hash" is_done_line $NSTEPS "$ref2"
 [ -n "$ref2" ] || tail -n 20 "$T/ref2.err"
 
 # The notice comes once training has begun (a file, not a drill: torchrun's
 # start takes 5-10 s, more on a loaded machine).
+torchrun_cmd
 start_spotd run --cloud none --job tr --store "file://$T/store" --state-dir "$T/node4" \
     --notice-file "$T/notice" --events "$T/ev4" -- "${TR[@]}" $NSTEPS
 training_or_gone() { has "training from step 0" "$T/stdout" || ! alive "$SPOTD_PID"; }
-wait_for 60 training_or_gone
-check "torchrun: the workers start training" has "training from step 0" "$T/stdout"
+wait_for 120 training_or_gone
+check "torchrun: the workers start training" has "training from step 0" "$T/stdout" ||
+    { tail -n 20 "$T/stdout"; tail -n 40 "$T/stderr"; }
 sleep 0.5
 touch "$T/notice"
 wait_exit "$SPOTD_PID" 60
@@ -141,6 +153,7 @@ expect_eq "torchrun: the workers stopped at one step" \
     "1" "$(grep '^stopped at step ' "$T/stdout" | sort -u | wc -l)"
 check "torchrun: torchrun exited once its workers had" has '"event":"child_exit"' "$T/ev4"
 
+torchrun_cmd
 run_spotd run --cloud none --job tr --store "file://$T/store" --state-dir "$T/node5" \
     --events "$T/ev5" -- "${TR[@]}" $NSTEPS
 expect_eq "torchrun: the replacement node finishes the run" 0 "$RC"

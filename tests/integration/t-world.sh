@@ -20,14 +20,6 @@ printf '%s\n' "$KEY" >"$T/key"
 chmod 600 "$T/key"
 mkdir -p "$T/store"
 
-# free_ports N: N ports nobody listens on now.
-free_ports() {
-    python3 -c 'import socket,sys
-ss=[socket.socket() for _ in range(int(sys.argv[1]))]
-for s in ss: s.bind(("127.0.0.1",0))
-print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))' "$1"
-}
-
 # node NAME RANK SIZE PEERS [ARGS...]: start one node in the background.
 node() {
     local name=$1 rank=$2 size=$3 peers=$4
