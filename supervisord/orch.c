@@ -64,6 +64,9 @@ struct orch {
     enum state state;
     uint64_t newest_gen;           /* the highest generation number seen */
     uint64_t resume_gen;           /* the newest committed: what a restart resumes from */
+    /* World: whose shard resume_dir holds, of how many, and the trainer
+     * rank this node had then (an elastic world renumbers its trainers). */
+    uint32_t restore_rank, restore_size, restored_as;
     int64_t resume_step;
     char resume_dir[4096];
     struct figures fig;
@@ -382,6 +385,15 @@ static void set_resume(struct orch *r, uint64_t gen, int64_t step, const char *d
         snprintf(num, sizeof(num), "%llu", (unsigned long long)gen);
         setenv("SPOT_GEN", num, 1);
     }
+    if (r->world && dir) {
+        snprintf(num, sizeof(num), "%u", r->restore_rank);
+        setenv("SPOT_RESUME_RANK", num, 1);
+        snprintf(num, sizeof(num), "%u", r->restore_size);
+        setenv("SPOT_RESUME_WORLD_SIZE", num, 1);
+    } else {
+        unsetenv("SPOT_RESUME_RANK");
+        unsetenv("SPOT_RESUME_WORLD_SIZE");
+    }
     if (r->control)
         control_set_resume(r->control, dir, step, gen);
 }
@@ -423,6 +435,10 @@ static void on_committed(void *arg, int err, const char *msg)
               (unsigned long long)r->gen, (long long)r->step,
               (unsigned long long)r->saved.bytes, (long long)(now - r->t_begin));
     /* A restart resumes from here; local copies of older ones go. */
+    if (r->world) {
+        r->restore_rank = r->restored_as = world_trainer_rank(r->world);
+        r->restore_size = world_trainer_size(r->world);
+    }
     set_resume(r, r->gen, r->step, r->dir);
     prune_local(r, "work", r->dir);
     prune_local(r, "restore", NULL);
@@ -513,7 +529,8 @@ static void release_split(struct orch *r, bool rest)
 static void on_method_saved(void *arg, int err, const char *msg, int64_t step, const char *dir)
 {
     struct orch *r = arg;
-    struct snap_save_req req = { .gen = r->gen, .rank = r->world ? world_rank(r->world) : 0,
+    struct snap_save_req req = { .gen = r->gen,
+                                 .rank = r->world ? world_trainer_rank(r->world) : 0,
                                  .method = r->mops->name };
     cJSON *e;
 
@@ -536,10 +553,10 @@ static void on_method_saved(void *arg, int err, const char *msg, int64_t step, c
     set_state(r, UPLOADING);
     req.dir = r->dir;
     req.step = (uint64_t)step;
-    if (r->world && world_size(r->world) > 1 && r->split_upload) {
+    if (r->world && world_trainer_size(r->world) > 1 && r->split_upload) {
         /* Replicated state goes up once, split across the nodes. */
-        req.share_index = world_rank(r->world);
-        req.share_count = world_size(r->world);
+        req.share_index = world_trainer_rank(r->world);
+        req.share_count = world_trainer_size(r->world);
         req.split = on_split;
         req.split_arg = r;
     }
@@ -882,6 +899,8 @@ static void on_command(void *arg, const char *cmd, const struct jsonl_msg *m, ch
         cJSON_AddNumberToObject(o, "rank", r->world ? world_rank(r->world) : 0);
         if (r->world) {
             cJSON_AddNumberToObject(o, "world_size", world_size(r->world));
+            cJSON_AddNumberToObject(o, "trainer_rank", world_trainer_rank(r->world));
+            cJSON_AddNumberToObject(o, "trainers_size", world_trainer_size(r->world));
             cJSON_AddNumberToObject(o, "coordinator", world_coordinator(r->world));
             cJSON_AddNumberToObject(o, "alive", world_alive(r->world));
         }
@@ -975,8 +994,8 @@ static char *substitute(const struct orch *r, const char *arg)
     const char *values[5];
     size_t len = 0;
 
-    snprintf(num[0], sizeof(num[0]), "%u", world_rank(r->world));
-    snprintf(num[1], sizeof(num[1]), "%u", world_size(r->world));
+    snprintf(num[0], sizeof(num[0]), "%u", world_trainer_rank(r->world));
+    snprintf(num[1], sizeof(num[1]), "%u", world_trainer_size(r->world));
     snprintf(num[2], sizeof(num[2]), "%u", r->master_port);
     snprintf(num[3], sizeof(num[3]), "%llu", (unsigned long long)r->resume_gen);
     values[0] = num[0], values[1] = num[1], values[2] = r->master_addr, values[3] = num[2];
@@ -1014,9 +1033,9 @@ static int world_command(struct orch *r)
     char num[24];
     size_t n = 0;
 
-    snprintf(num, sizeof(num), "%u", world_rank(r->world));
+    snprintf(num, sizeof(num), "%u", world_trainer_rank(r->world));
     setenv("SPOT_NODE_RANK", num, 1);
-    snprintf(num, sizeof(num), "%u", world_size(r->world));
+    snprintf(num, sizeof(num), "%u", world_trainer_size(r->world));
     setenv("SPOT_WORLD_SIZE", num, 1);
     setenv("SPOT_MASTER_ADDR", r->master_addr, 1);
     snprintf(num, sizeof(num), "%u", r->master_port);
@@ -1150,7 +1169,8 @@ static void restore(struct orch *r)
         on_restored(r, 0, "");
         return;
     }
-    snap_restore(r->snap, r->resume_gen, r->world ? world_rank(r->world) : 0, r->resume_dir, NULL, on_restored, r);
+    snap_restore(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir, NULL,
+                 on_restored, r);
 }
 
 static void on_pre_restore(void *arg, int code, const char *msg)
@@ -1234,8 +1254,13 @@ static void restore_pick(struct orch *r, uint64_t gen, int64_t step)
 
     r->resume_gen = gen;
     r->resume_step = step;
-    snprintf(r->resume_dir, sizeof(r->resume_dir), "%s/restore/gen-%08llu", r->state_dir,
-             (unsigned long long)r->resume_gen);
+    /* A world's node may restore another rank's shard of gen later. */
+    if (r->world)
+        snprintf(r->resume_dir, sizeof(r->resume_dir), "%s/restore/gen-%08llu-rank-%u",
+                 r->state_dir, (unsigned long long)r->resume_gen, r->restore_rank);
+    else
+        snprintf(r->resume_dir, sizeof(r->resume_dir), "%s/restore/gen-%08llu", r->state_dir,
+                 (unsigned long long)r->resume_gen);
     he = (struct hook_env){ .job = r->job, .dir = r->resume_dir, .gen = r->resume_gen,
                             .step = r->resume_step, .reason = "resume" };
     err = hooks_run(r->hooks, "pre-restore", &he, on_pre_restore, r);
@@ -1427,19 +1452,22 @@ static void w_resume(void *arg, uint64_t gen, const char *master_addr, unsigned 
     r->master_port = master_port;
     e = log_event_new("world_resume");
     cJSON_AddNumberToObject(e, "gen", (double)gen);
-    cJSON_AddNumberToObject(e, "rank", world_rank(r->world));
-    cJSON_AddNumberToObject(e, "world_size", world_size(r->world));
+    cJSON_AddNumberToObject(e, "rank", world_trainer_rank(r->world));
+    cJSON_AddNumberToObject(e, "world_size", world_trainer_size(r->world));
+    if (world_trainer_size(r->world) != world_size(r->world))
+        cJSON_AddNumberToObject(e, "node", world_rank(r->world));
     cJSON_AddStringToObject(e, "master_addr", master_addr);
     log_event(LOGL_INFO, e, "the world resumes from generation %llu: starting the command as "
-              "rank %u of %u", (unsigned long long)gen, world_rank(r->world),
-              world_size(r->world));
+              "rank %u of %u", (unsigned long long)gen, world_trainer_rank(r->world),
+              world_trainer_size(r->world));
     set_state(r, RESUMING);
     if (gen == 0) {
         r->resume_dir[0] = '\0';
         r->resume_gen = 0;
         r->resume_step = -1;
         run_command(r);
-    } else if (gen == r->resume_gen && r->resume_dir[0] && access(r->resume_dir, F_OK) == 0) {
+    } else if (gen == r->resume_gen && r->resume_dir[0] && access(r->resume_dir, F_OK) == 0 &&
+               r->restored_as == world_trainer_rank(r->world)) {
         run_command(r);
     } else {
         r->world_want = gen;
@@ -1450,11 +1478,14 @@ static void w_resume(void *arg, uint64_t gen, const char *master_addr, unsigned 
 static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
 {
     struct orch *r = arg;
+    uint32_t trank = world_trainer_rank(r->world), saved_by = 0;
     int64_t step = -1;
 
     for (size_t i = 0; !err && i < n; i++)
-        if (gens[i].committed && gens[i].gen == r->world_want)
+        if (gens[i].committed && gens[i].gen == r->world_want) {
             step = (int64_t)gens[i].commit.step;
+            saved_by = gens[i].commit.world_size;
+        }
     snap_gens_free(gens, n);
     if (step < 0) {
         log_msg(LOGL_ERROR, "cannot resume the world from generation %llu: %s; this node "
@@ -1464,6 +1495,16 @@ static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *
         refuse_start(r);
         return;
     }
+    /* An elastic world may run with more or fewer trainers than saved gen:
+     * each takes its own number's shard, or one of the others' in turn. */
+    r->restore_rank = saved_by && trank >= saved_by ? trank % saved_by : trank;
+    if (saved_by != world_trainer_size(r->world))
+        log_msg(LOGL_INFO, "generation %llu was saved by %u trainers and the world now runs %u: "
+                "rank %u restores shard %u (SPOT_RESUME_RANK, SPOT_RESUME_WORLD_SIZE)",
+                (unsigned long long)r->world_want, saved_by, world_trainer_size(r->world),
+                trank, r->restore_rank);
+    r->restore_size = saved_by;
+    r->restored_as = trank;
     restore_pick(r, r->world_want, step);
 }
 
@@ -1654,6 +1695,7 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
     r->o = *o;
     r->exit_code = -1;
     r->resume_step = -1;
+    r->restored_as = UINT32_MAX;
     r->fig.step = r->fig.prev_step = -1;
     if (!(r->mops = method_find(o->method))) {
         snprintf(err, errlen, "method '%s' is not available", o->method);
@@ -1732,6 +1774,8 @@ static int make_world(struct orch *r, uint32_t rank, char *err, size_t errlen)
         .peers = o->peers,
         .key = o->key,
         .dead_ms = o->peer_timeout_ms,
+        .min_nodes = o->min_nodes,
+        .join_ms = o->join_timeout_ms,
         .master_port = o->master_port,
         .split = o->split_upload,
         .method = r->mops->name,

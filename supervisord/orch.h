@@ -77,6 +77,8 @@ struct orch_opts {
     const char *const *peers;      /* world_size "ADDR:PORT"; NULL with rendezvous */
     const struct frame_key *key;   /* NULL: --insecure */
     uint64_t peer_timeout_ms;
+    uint32_t min_nodes;            /* elastic below world_size; 0: not elastic */
+    uint64_t join_timeout_ms;
     unsigned master_port;
     bool split_upload;             /* replicated state uploaded once, split */
     /* spotctl drill: simulate a notice of kind with that window. */

@@ -314,7 +314,7 @@ static unsigned local_workers(const struct config *cfg)
 
 /* A world: the static membership and the key. */
 struct world_cfg {
-    uint32_t rank, size;
+    uint32_t rank, size, min_nodes; /* min_nodes 0: not elastic */
     bool rendezvous, rank_unknown;
     char *list;                    /* peers, split in place */
     const char *peers[1024];
@@ -423,6 +423,14 @@ static int world_config(const struct config *cfg, struct world_cfg *w)
     w->size = (uint32_t)config_num(cfg, OPT_WORLD_SIZE);
     w->rendezvous = store;
     w->rank_unknown = !config_str(cfg, OPT_RANK);
+    if (config_str(cfg, OPT_MIN_NODES)) {
+        w->min_nodes = (uint32_t)config_num(cfg, OPT_MIN_NODES);
+        if (w->min_nodes > w->size) {
+            say("--min-nodes %u is more than --world-size %u: an elastic world runs with "
+                "min-nodes to world-size nodes", w->min_nodes, w->size);
+            return -1;
+        }
+    }
     if (!w->rank_unknown && w->rank >= w->size) {
         say("--rank %u does not fit --world-size %u: ranks are 0 to %u", w->rank, w->size,
             w->size - 1);
@@ -657,6 +665,8 @@ static int cmd_run(int argc, char **argv)
                             .peers = wc.rendezvous ? NULL : wc.peers,
                             .key = wc.keyed ? &wc.key : NULL,
                             .peer_timeout_ms = config_num(&cfg, OPT_PEER_TIMEOUT),
+                            .min_nodes = wc.min_nodes,
+                            .join_timeout_ms = config_num(&cfg, OPT_JOIN_TIMEOUT),
                             .master_port = (unsigned)config_num(&cfg, OPT_MASTER_PORT),
                             .split_upload = config_num(&cfg, OPT_SPLIT_UPLOAD) != 0,
                             .drill = on_drill,

@@ -6,7 +6,16 @@
  * queue drained on the loop, so a node talks to itself exactly as to the
  * others, and no world_* call re-enters the orchestrator.  A one-second
  * tick re-sends what a change of coordinator could have lost (ready) and
- * retries the resume. */
+ * retries the resume.
+ *
+ * Ranks are the nodes' places in the world (--rank, the peer layer's
+ * names).  The members are the ranks whose commands the last resume
+ * started, all of them unless the world is elastic and resumed short; the
+ * trainers are numbered 0..n-1 in rank order among the members, and their
+ * shards carry those numbers.  The coordinator is the lowest member that
+ * is up, so that a node joining a world that runs without it never takes
+ * over a round it did not see; each node learns the members from the
+ * resume, and a new node from its peers' first message (state). */
 #include "world.h"
 
 #include <cjson/cJSON.h>
@@ -26,11 +35,17 @@
 #define TICK_MS 1000
 /* Without a deadline from the trigger, how long a round may take. */
 #define ROUND_LIMIT_MS (30 * 60 * 1000)
+/* After a round to grow the world failed, the next one waits this long. */
+#define GROW_RETRY_MS (30 * 1000)
 
 enum phase { R_NONE, R_QUERY, R_PREPARE, R_COMMITTING };
 
 struct member {
+    bool in;                       /* a member: its command runs with the others */
+    bool synced;                   /* its state came since it was last up */
+    char host[64];                 /* where it listens, for the master address */
     bool ready;                    /* coordinator: it waits for resume */
+    bool pick;                     /* coordinator: the resume under way starts it */
     bool left;                     /* it said leave */
     char left_why[128];
     /* the round */
@@ -59,6 +74,12 @@ struct world {
     bool resume_pending;           /* a resume came while it was: applied once stopped */
     struct peermsg resume_msg;
     bool leaving;
+    bool fresh;                    /* no resume or state has named the members yet */
+    uint32_t trank, tsize;         /* our trainers' place among the members, and their number */
+    int64_t short_since;           /* coordinator: enough ranks wait, since then (elastic) */
+    bool grow;                     /* coordinator: this round makes room for a new member */
+    int64_t grow_after;            /* coordinator: no growing round before then */
+    uint32_t grow_to;              /* coordinator: paused to grow to this many: no waiting */
     uint64_t newest;               /* newest committed generation known */
     uint64_t max_gen;              /* highest generation number seen */
     uint32_t coordinator;
@@ -78,20 +99,56 @@ struct world {
 
 static void handle(struct world *w, uint32_t from, const struct peermsg *m);
 
+static bool up(const struct world *w, uint32_t r)
+{
+    return r == w->o.rank || peers_up(w->peers, r);
+}
+
+static bool elastic(const struct world *w)
+{
+    return w->o.min_nodes && w->o.min_nodes < w->o.world_size;
+}
+
+/* The coordinator: the lowest member up, else the lowest rank up. */
 static uint32_t lowest_up(const struct world *w)
 {
     for (uint32_t r = 0; r < w->o.world_size; r++)
-        if (r == w->o.rank || peers_up(w->peers, r))
+        if (w->m[r].in && up(w, r))
+            return r;
+    for (uint32_t r = 0; r < w->o.world_size; r++)
+        if (up(w, r))
             return r;
     return w->o.rank;
 }
 
-static bool all_up(const struct world *w)
+static bool members_up(const struct world *w)
 {
     for (uint32_t r = 0; r < w->o.world_size; r++)
-        if (r != w->o.rank && !peers_up(w->peers, r))
+        if (w->m[r].in && !up(w, r))
             return false;
     return true;
+}
+
+/* Every peer that is up told us what it knows: this node may coordinate. */
+static bool all_synced(const struct world *w)
+{
+    for (uint32_t r = 0; r < w->o.world_size; r++)
+        if (r != w->o.rank && peers_up(w->peers, r) && !w->m[r].synced)
+            return false;
+    return true;
+}
+
+/* members: the ranks in the message, or all of them. */
+static void set_members(struct world *w, const struct peermsg *m)
+{
+    w->tsize = 0;
+    for (uint32_t r = 0; r < w->o.world_size; r++) {
+        w->m[r].in = m->nmembers == 0 || peermsg_member(m, r);
+        if (r == w->o.rank)
+            w->trank = w->tsize;
+        w->tsize += w->m[r].in;
+    }
+    w->fresh = false;
 }
 
 /* ---- sending ---------------------------------------------------------------- */
@@ -179,6 +236,10 @@ static void abort_round(struct world *w, const char *fmt, ...)
     broadcast(w, &m);
     /* Our own copy ends the round here; make sure no later saved of this
      * generation revives it. */
+    if (w->grow) {
+        w->grow = false;
+        w->grow_after = notice_now_ms() + GROW_RETRY_MS;
+    }
     w->phase = R_NONE;
     w->running = false;
     evtimer_del(w->timer);
@@ -216,6 +277,8 @@ static void maybe_prepare(struct world *w)
                          .deadline_ms = w->deadline_ms };
 
     for (uint32_t r = 0; r < w->o.world_size; r++) {
+        if (!w->m[r].in)
+            continue;
         if (!w->m[r].answered)
             return;
         if (w->m[r].step + 1 > p.step)
@@ -234,19 +297,22 @@ static void maybe_commit(struct world *w)
 {
     struct commit c;
     int64_t step = -1;
+    uint32_t i = 0;
 
     if (w->phase != R_PREPARE || w->coordinator != w->o.rank)
         return;
     for (uint32_t r = 0; r < w->o.world_size; r++) {
-        if (w->m[r].saved)
+        if (!w->m[r].in || w->m[r].saved)
             continue;
-        if (r != w->o.rank && !peers_up(w->peers, r)) {
+        if (!up(w, r)) {
             abort_round(w, "rank %u went down before it saved its shard", r);
             return;
         }
         return;
     }
     for (uint32_t r = 0; r < w->o.world_size; r++) {
+        if (!w->m[r].in)
+            continue;
         if (step >= 0 && w->m[r].step != step) {
             abort_round(w, "the ranks saved different steps (%lld and %lld): the trainers "
                         "must save when the world asks", (long long)step,
@@ -256,22 +322,26 @@ static void maybe_commit(struct world *w)
         step = w->m[r].step;
     }
     memset(&c, 0, sizeof(c));
-    if (!(c.ranks = calloc(w->o.world_size, sizeof(*c.ranks)))) {
+    if (!(c.ranks = calloc(w->tsize, sizeof(*c.ranks)))) {
         abort_round(w, "out of memory");
         return;
     }
     snprintf(c.job, sizeof(c.job), "%s", w->job);
     c.gen = w->gen;
     c.step = (uint64_t)step;
-    c.world_size = w->o.world_size;
+    c.world_size = w->tsize;
     snprintf(c.reason, sizeof(c.reason), "%s", w->reason);
     snprintf(c.method, sizeof(c.method), "%s", w->method);
     c.created_ms = notice_now_ms();
     snprintf(c.version, sizeof(c.version), "%s", SPOT_VERSION);
-    for (uint32_t r = 0; r < w->o.world_size; r++) {
-        c.ranks[r].rank = r;
-        memcpy(c.ranks[r].sha256, w->m[r].sha256, 32);
-        c.ranks[r].bytes = w->m[r].bytes;
+    /* The shards carry the trainers' numbers. */
+    for (uint32_t r = 0; r < w->o.world_size && i < w->tsize; r++) {
+        if (!w->m[r].in)
+            continue;
+        c.ranks[i].rank = i;
+        memcpy(c.ranks[i].sha256, w->m[r].sha256, 32);
+        c.ranks[i].bytes = w->m[r].bytes;
+        i++;
     }
     w->phase = R_COMMITTING;
     w->step = step;
@@ -290,23 +360,73 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     if (w->phase == R_NONE || w->phase == R_COMMITTING)
         return;
     for (uint32_t r = 0; r < w->o.world_size && len < sizeof(who) - 16; r++)
-        if (w->phase == R_QUERY ? !w->m[r].answered : !w->m[r].saved)
+        if (w->m[r].in && (w->phase == R_QUERY ? !w->m[r].answered : !w->m[r].saved))
             len += (size_t)snprintf(who + len, sizeof(who) - len, "%s%u", len ? ", " : "", r);
     abort_round(w, "the deadline passed before rank %s %s", who,
                 w->phase == R_QUERY ? "said its step" : "saved its shard");
 }
 
-/* The coordinator: when the whole world waits, resume it. */
+/* The coordinator, the world running: a rank that waits outside an
+ * elastic world that runs short gets in through a checkpoint, a pause and
+ * a resume of everyone. */
+static void maybe_grow(struct world *w)
+{
+    struct peermsg n = { .type = PEERMSG_NOTICE, .step = -1 };
+    uint32_t joins = w->o.world_size;
+
+    if (!elastic(w) || w->pausing || !members_up(w) || notice_now_ms() < w->grow_after)
+        return;
+    for (uint32_t r = 0; r < w->o.world_size && joins == w->o.world_size; r++)
+        if (!w->m[r].in && up(w, r) && w->m[r].ready)
+            joins = r;
+    if (joins == w->o.world_size)
+        return;
+    log_msg(LOGL_INFO, "world: rank %u waits to join the %u that run; a checkpoint first, "
+            "then all resume from it", joins, w->tsize);
+    snprintf(n.kind, sizeof(n.kind), "checkpoint");
+    snprintf(n.reason, sizeof(n.reason), "grow");
+    start_round(w, &n);
+    w->grow = true;
+}
+
+/* The coordinator: when the whole world waits, resume it; an elastic world
+ * also when min_nodes or more have waited join_timeout for the rest, and
+ * more than half of the ranks not known gone are among them (two halves of
+ * a cut network never both run). */
 static void maybe_resume(struct world *w)
 {
-    if (w->coordinator != w->o.rank || !w->waiting || w->leaving || w->resuming ||
-        w->phase != R_NONE || !all_up(w))
+    int64_t now = notice_now_ms();
+    uint32_t n = 0, gone = 0;
+
+    if (w->coordinator != w->o.rank || w->leaving || w->resuming || w->phase != R_NONE ||
+        !all_synced(w))
         return;
-    for (uint32_t r = 0; r < w->o.world_size; r++)
-        if (r != w->o.rank && !w->m[r].ready)
+    if (!w->waiting) {
+        maybe_grow(w);
+        return;
+    }
+    for (uint32_t r = 0; r < w->o.world_size; r++) {
+        w->m[r].pick = r == w->o.rank || (up(w, r) && w->m[r].ready);
+        n += w->m[r].pick;
+        gone += w->m[r].left && !up(w, r);
+    }
+    if (n < w->o.world_size && !(w->grow_to && n >= w->grow_to)) {
+        if (!elastic(w) || n < w->o.min_nodes || 2 * n <= w->o.world_size - gone) {
+            w->short_since = 0;
             return;
+        }
+        if (!w->short_since) {
+            w->short_since = now;
+            log_msg(LOGL_INFO, "world: %u of %u ranks wait; the world resumes with them in "
+                    "%llu s unless the rest join", n, w->o.world_size,
+                    (unsigned long long)(w->o.join_ms / 1000));
+        }
+        if (now - w->short_since < (int64_t)w->o.join_ms)
+            return;
+    }
     w->resuming = true;
-    log_msg(LOGL_INFO, "world: all %u ranks are up and waiting; resuming", w->o.world_size);
+    log_msg(LOGL_INFO, "world: %u of %u ranks are up and waiting; resuming", n,
+            w->o.world_size);
     w->o.ops->pick_resume(w->o.arg);
 }
 
@@ -341,12 +461,17 @@ static void take_over(struct world *w)
 /* Every rank's fingerprint is in: the same everywhere, or not. */
 static void maybe_split(struct world *w)
 {
+    const uint8_t *first = NULL;
     bool same = true;
 
     for (uint32_t r = 0; r < w->o.world_size; r++) {
+        if (!w->m[r].in)
+            continue;
         if (!w->m[r].hashed)
             return;
-        same = same && memcmp(w->m[r].fingerprint, w->m[0].fingerprint, 32) == 0;
+        if (!first)
+            first = w->m[r].fingerprint;
+        same = same && memcmp(w->m[r].fingerprint, first, 32) == 0;
     }
     log_msg(LOGL_INFO, "world: every rank hashed generation %llu: %s",
             (unsigned long long)w->gen,
@@ -388,7 +513,7 @@ static void handle(struct world *w, uint32_t from, const struct peermsg *m)
             /* It thought we coordinate: pass it on (towards lower ranks,
              * so this ends). */
             send_to(w, w->coordinator, m);
-        } else if (w->waiting || w->pausing || !all_up(w)) {
+        } else if (w->waiting || w->pausing || !members_up(w)) {
             log_msg(LOGL_INFO, "world: rank %u wants a checkpoint (%s), but the world is not "
                     "running; the newest committed generation stands", from, m->kind);
         } else if (w->phase != R_NONE) {
@@ -401,6 +526,8 @@ static void handle(struct world *w, uint32_t from, const struct peermsg *m)
         }
         break;
     case PEERMSG_QUERY:
+        if (!w->m[w->o.rank].in)
+            break; /* not a member: no trainer to ask */
         /* Our own query: start_round() set the round up already. */
         if (from != w->o.rank) {
             round_clear(w);
@@ -423,7 +550,7 @@ static void handle(struct world *w, uint32_t from, const struct peermsg *m)
         maybe_prepare(w);
         break;
     case PEERMSG_PREPARE:
-        if (m->gen != w->gen || w->phase != R_QUERY)
+        if (m->gen != w->gen || w->phase != R_QUERY || !w->m[w->o.rank].in)
             break;
         w->phase = R_PREPARE;
         w->step = m->step;
@@ -431,7 +558,8 @@ static void handle(struct world *w, uint32_t from, const struct peermsg *m)
         w->o.ops->prepare(w->o.arg, m->gen, m->step, m->split);
         break;
     case PEERMSG_SAVED:
-        if (m->gen != w->gen || (w->phase != R_PREPARE && w->phase != R_QUERY))
+        if (m->gen != w->gen || (w->phase != R_PREPARE && w->phase != R_QUERY) ||
+            !w->m[from].in)
             break;
         w->m[from].saved = true;
         w->m[from].step = m->step;
@@ -442,7 +570,7 @@ static void handle(struct world *w, uint32_t from, const struct peermsg *m)
         break;
     case PEERMSG_HASHED:
         if (m->gen != w->gen || (w->phase != R_PREPARE && w->phase != R_QUERY) ||
-            w->m[from].hashed)
+            w->m[from].hashed || !w->m[from].in)
             break;
         w->m[from].hashed = true;
         memcpy(w->m[from].fingerprint, m->sha256, 32);
@@ -473,6 +601,17 @@ static void handle(struct world *w, uint32_t from, const struct peermsg *m)
     case PEERMSG_RESUME:
         if (w->leaving)
             break;
+        set_members(w, m);
+        w->short_since = 0;
+        w->grow_to = 0;
+        for (uint32_t r = 0; r < w->o.world_size; r++)
+            w->m[r].ready = false;
+        take_over(w);
+        if (!w->m[w->o.rank].in) {
+            log_msg(LOGL_INFO, "world: the world resumes with %u ranks, not this one: it "
+                    "waits to join", w->tsize);
+            break;
+        }
         if (!w->waiting) {
             /* Still stopping the command: resume once it has stopped. */
             if (w->pausing) {
@@ -494,8 +633,22 @@ static void handle(struct world *w, uint32_t from, const struct peermsg *m)
             break;
         log_msg(LOGL_INFO, "world: rank %u leaves (%s)", from,
                 m->reason[0] ? m->reason : "no reason given");
-        if (strcmp(m->reason, "finished") != 0)
+        if (strcmp(m->reason, "finished") != 0 && w->m[from].in)
             pause_world(w, "rank %u left (%s)", from, m->reason);
+        break;
+    case PEERMSG_STATE:
+        w->m[from].synced = true;
+        if (w->fresh && m->nmembers) {
+            set_members(w, m);
+            log_msg(LOGL_INFO, "world: rank %u says the world %s with %u of %u ranks%s", from,
+                    m->live ? "runs" : "stopped", w->tsize, w->o.world_size,
+                    w->m[w->o.rank].in ? "" : "; this node waits to join");
+        }
+        take_over(w);
+        break;
+    case PEERMSG_PAUSE:
+        if (from == w->coordinator && w->m[w->o.rank].in)
+            pause_world(w, "%s", m->reason[0] ? m->reason : "the coordinator pauses the world");
         break;
     case PEERMSG_READY:
         if (m->gen > w->newest)
@@ -535,12 +688,27 @@ static void send_ready(struct world *w)
         send_to(w, w->coordinator, &m);
 }
 
+/* What this node knows of the world, to a peer that just came up: its
+ * first message. */
+static void send_state(struct world *w, uint32_t rank)
+{
+    struct peermsg m = { .type = PEERMSG_STATE, .gen = w->newest, .step = -1 };
+
+    m.live = w->m[w->o.rank].in && !w->waiting && !w->pausing;
+    for (uint32_t r = 0; !w->fresh && r < w->o.world_size; r++)
+        if (w->m[r].in)
+            peermsg_add_member(&m, r);
+    send_to(w, rank, &m);
+}
+
 static void on_up(void *arg, uint32_t rank)
 {
     struct world *w = arg;
 
     w->m[rank].left = false;
     w->m[rank].ready = false;
+    w->m[rank].synced = false;
+    send_state(w, rank);
     take_over(w);
     send_ready(w);
 }
@@ -551,7 +719,12 @@ static void on_down(void *arg, uint32_t rank, const char *why)
     bool left = w->m[rank].left;
 
     w->m[rank].ready = false;
+    w->m[rank].synced = false;
     take_over(w);
+    if (!w->m[rank].in) {
+        send_ready(w);
+        return;
+    }
     if (w->coordinator == w->o.rank && w->phase == R_PREPARE)
         maybe_commit(w);
     else if (w->coordinator == w->o.rank && w->phase == R_QUERY && w->running)
@@ -645,26 +818,46 @@ void world_committed(struct world *w, uint64_t gen, int err, const char *msg)
         return;
     }
     broadcast(w, &m);
+    if (w->grow) {
+        struct peermsg p = { .type = PEERMSG_PAUSE, .step = -1 };
+        uint32_t joins = 0;
+
+        w->grow = false;
+        for (uint32_t r = 0; r < w->o.world_size; r++)
+            joins += !w->m[r].in && up(w, r) && w->m[r].ready;
+        w->grow_to = w->tsize + joins;
+        snprintf(p.reason, sizeof(p.reason), "the world grows from %u to %u ranks at "
+                 "generation %llu", w->tsize, w->grow_to, (unsigned long long)gen);
+        broadcast(w, &p);
+    }
 }
 
 void world_resume_from(struct world *w, uint64_t gen)
 {
     struct peermsg m = { .type = PEERMSG_RESUME, .gen = gen, .step = -1,
-                         .world_size = w->o.world_size,
                          .master_port = (uint16_t)w->o.master_port };
+    const char *master = NULL;
 
     if (!w->resuming)
         return;
-    snprintf(m.master_addr, sizeof(m.master_addr), "%s", w->master_addr);
     /* Only if nothing changed while the store was read. */
     w->resuming = false;
-    if (w->coordinator != w->o.rank || !all_up(w))
+    if (w->coordinator != w->o.rank || !w->waiting)
         return;
-    for (uint32_t r = 0; r < w->o.world_size; r++)
-        if (r != w->o.rank && !w->m[r].ready)
+    for (uint32_t r = 0; r < w->o.world_size; r++) {
+        if (!w->m[r].pick)
+            continue;
+        if (r != w->o.rank && !(peers_up(w->peers, r) && w->m[r].ready))
             return;
-    log_msg(LOGL_INFO, "world: resume from generation %llu%s", (unsigned long long)gen,
-            gen ? "" : " (none: a fresh start)");
+        peermsg_add_member(&m, r);
+        if (!master)
+            master = w->m[r].host[0] ? w->m[r].host : w->master_addr;
+    }
+    m.world_size = m.nmembers;
+    snprintf(m.master_addr, sizeof(m.master_addr), "%s", master ? master : w->master_addr);
+    log_msg(LOGL_INFO, "world: resume from generation %llu%s with %u of %u ranks",
+            (unsigned long long)gen, gen ? "" : " (none: a fresh start)", m.world_size,
+            w->o.world_size);
     broadcast(w, &m);
 }
 
@@ -693,6 +886,7 @@ int world_set_addr(struct world *w, uint32_t rank, const char *addr)
         log_msg(LOGL_WARN, "world: %s", err);
         return -EINVAL;
     }
+    host_of(addr, w->m[rank].host, sizeof(w->m[rank].host));
     if (rank == 0)
         host_of(addr, w->master_addr, sizeof(w->master_addr));
     return 0;
@@ -721,6 +915,16 @@ uint32_t world_rank(const struct world *w)
 uint32_t world_size(const struct world *w)
 {
     return w->o.world_size;
+}
+
+uint32_t world_trainer_rank(const struct world *w)
+{
+    return w->trank;
+}
+
+uint32_t world_trainer_size(const struct world *w)
+{
+    return w->tsize;
 }
 
 uint32_t world_coordinator(const struct world *w)
@@ -782,6 +986,9 @@ struct world *world_new(const struct world_opts *o, char *err, size_t errlen)
     w->o = *o;
     w->q_tail = &w->q;
     w->coordinator = o->rank;
+    w->fresh = true;
+    w->trank = o->rank;
+    w->tsize = o->world_size;
     po.arg = w;
     w->job = strdup(o->job);
     w->method = strdup(o->method ? o->method : "app");
@@ -793,6 +1000,8 @@ struct world *world_new(const struct world_opts *o, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return world_free(w);
     }
+    for (uint32_t r = 0; r < o->world_size; r++)
+        w->m[r].in = true;
     round_clear(w);
     if (!(w->peers = peers_new(&po, err, errlen)))
         return world_free(w);
@@ -802,10 +1011,14 @@ struct world *world_new(const struct world_opts *o, char *err, size_t errlen)
     snprintf(w->listen_addr, sizeof(w->listen_addr), "%s%s%s:%d",
              strchr(w->master_addr, ':') ? "[" : "", w->master_addr,
              strchr(w->master_addr, ':') ? "]" : "", peers_port(w->peers));
-    for (uint32_t r = 0; r < o->world_size; r++)
+    host_of(o->listen, w->m[o->rank].host, sizeof(w->m[o->rank].host));
+    for (uint32_t r = 0; r < o->world_size; r++) {
+        if (o->peers && o->peers[r])
+            host_of(o->peers[r], w->m[r].host, sizeof(w->m[r].host));
         if (r != o->rank && o->peers && o->peers[r] &&
             peers_set_addr(w->peers, r, o->peers[r], err, errlen) < 0)
             return world_free(w);
+    }
     if (o->peers && o->peers[0])
         host_of(o->peers[0], w->master_addr, sizeof(w->master_addr));
     event_add(w->tick, &tv);

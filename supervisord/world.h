@@ -32,7 +32,14 @@
  * resume with the newest committed generation, and every node restores its
  * shard and starts its command.  When a peer leaves (after its last
  * commit) or goes down, every other node stops its command and waits
- * again, until a replacement has taken the vacant rank. */
+ * again, until a replacement has taken the vacant rank.
+ *
+ * An elastic world (min_nodes < world_size) also resumes short: once
+ * min_nodes or more have waited join_ms for the rest (and more than half
+ * of the ranks not known gone are among them), the coordinator resumes
+ * those, the members, with the trainers numbered 0..n-1 among them.  A
+ * rank that comes up while it runs short waits; the coordinator
+ * checkpoints the members, pauses them (pause) and resumes everyone. */
 #ifndef SPOTD_WORLD_H
 #define SPOTD_WORLD_H
 
@@ -82,6 +89,8 @@ struct world_opts {
                                       or NULL entries: learnt later (world_set_addr) */
     const struct frame_key *key;   /* NULL: --insecure */
     uint64_t dead_ms;              /* a silent peer is down; 0: 5000 */
+    uint32_t min_nodes;            /* elastic: resume with this many after join_ms */
+    uint64_t join_ms;
     unsigned master_port;          /* SPOT_MASTER_PORT */
     bool split;                    /* a coordinator's rounds split uploads */
     const char *method;            /* for the commit record */
@@ -123,8 +132,14 @@ const char *world_listen_addr(const struct world *w);
 bool world_up(const struct world *w, uint32_t rank);
 
 bool world_is_coordinator(const struct world *w);
+/* This node's rank and the world's size, as --rank and --world-size say. */
 uint32_t world_rank(const struct world *w);
 uint32_t world_size(const struct world *w);
+/* What the trainers see: this node's number among the members of the last
+ * resume, and how many they are (the same as above unless an elastic world
+ * runs short). */
+uint32_t world_trainer_rank(const struct world *w);
+uint32_t world_trainer_size(const struct world *w);
 /* The coordinator's rank; how many ranks are up (this one included). */
 uint32_t world_coordinator(const struct world *w);
 uint32_t world_alive(const struct world *w);

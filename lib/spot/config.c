@@ -117,6 +117,13 @@ const struct config_option config_options[OPT__COUNT] = {
                            "its share (the coordinator's setting rules)" },
     [OPT_MASTER_PORT] = { "master_port", CONFIG_UINT, "29500", NULL, 1, 65535, false, NULL,
                           "SPOT_MASTER_PORT given to the command (torchrun's --master_port)" },
+    [OPT_MIN_NODES] = { "min_nodes", CONFIG_UINT, NULL, NULL, 1, 1024, false, NULL,
+                        "an elastic world: resume with this many nodes or more once "
+                        "join_timeout has passed without the rest (default: world_size, "
+                        "not elastic)" },
+    [OPT_JOIN_TIMEOUT] = { "join_timeout", CONFIG_DURATION, "5m", NULL, 0, 0, false, NULL,
+                           "how long an elastic world waits for missing nodes before it "
+                           "resumes without them" },
     [OPT_SOCKET] = { "socket", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                      "path of the control socket for libckpt and spotctl" },
 };

@@ -60,6 +60,8 @@ enum config_id {
     OPT_MASTER_PORT,
     OPT_SPLIT_UPLOAD,
     OPT_RENDEZVOUS,
+    OPT_MIN_NODES,
+    OPT_JOIN_TIMEOUT,
     OPT_SOCKET,
     OPT__COUNT
 };

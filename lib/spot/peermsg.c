@@ -10,14 +10,14 @@
 
 static const char *const names[PEERMSG__COUNT] = {
     "notice", "query", "step", "prepare", "saved", "commit", "abort", "resume", "leave",
-    "ready", "hashed",
+    "ready", "hashed", "state", "pause",
 };
 
 /* Which members each type must have, and which it may have; the others
  * are ignored, like unknown members. */
 enum { M_GEN = 1, M_STEP = 2, M_RANK = 4, M_DEADLINE = 8, M_SHA = 16, M_BYTES = 32,
        M_KIND = 64, M_MASTER = 128, M_WORLD = 256, M_TERM = 512, M_REASON = 1024,
-       M_SPLIT = 2048 };
+       M_SPLIT = 2048, M_MEMBERS = 4096, M_LIVE = 8192 };
 
 static const unsigned allowed[PEERMSG__COUNT] = {
     [PEERMSG_NOTICE] = M_KIND | M_DEADLINE | M_TERM | M_REASON,
@@ -27,10 +27,12 @@ static const unsigned allowed[PEERMSG__COUNT] = {
     [PEERMSG_SAVED] = M_GEN | M_RANK | M_STEP | M_SHA | M_BYTES,
     [PEERMSG_COMMIT] = M_GEN | M_STEP,
     [PEERMSG_ABORT] = M_GEN | M_REASON,
-    [PEERMSG_RESUME] = M_GEN | M_WORLD | M_MASTER,
+    [PEERMSG_RESUME] = M_GEN | M_WORLD | M_MASTER | M_MEMBERS,
     [PEERMSG_LEAVE] = M_REASON,
     [PEERMSG_READY] = M_GEN,
     [PEERMSG_HASHED] = M_GEN | M_RANK | M_SHA,
+    [PEERMSG_STATE] = M_GEN | M_LIVE | M_MEMBERS,
+    [PEERMSG_PAUSE] = M_REASON,
 };
 
 static const unsigned required[PEERMSG__COUNT] = {
@@ -45,11 +47,46 @@ static const unsigned required[PEERMSG__COUNT] = {
     [PEERMSG_LEAVE] = 0,
     [PEERMSG_READY] = 0,
     [PEERMSG_HASHED] = M_GEN | M_RANK | M_SHA,
+    [PEERMSG_STATE] = M_LIVE,
+    [PEERMSG_PAUSE] = 0,
 };
 
 const char *peermsg_type_name(enum peermsg_type t)
 {
     return (unsigned)t < PEERMSG__COUNT ? names[t] : "?";
+}
+
+bool peermsg_member(const struct peermsg *m, uint32_t rank)
+{
+    return rank < PEERMSG_MAX_MEMBERS && (m->members[rank / 8] >> (rank % 8) & 1);
+}
+
+void peermsg_add_member(struct peermsg *m, uint32_t rank)
+{
+    if (rank >= PEERMSG_MAX_MEMBERS || peermsg_member(m, rank))
+        return;
+    m->members[rank / 8] |= (uint8_t)(1u << (rank % 8));
+    m->nmembers++;
+}
+
+/* "members": ranks, ascending, each once: 1 present, 0 absent, -1 bad. */
+static int get_members(const cJSON *o, struct peermsg *m)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "members"), *v;
+    int64_t last = -1;
+
+    if (!a)
+        return 0;
+    if (!cJSON_IsArray(a) || !a->child)
+        return -1;
+    cJSON_ArrayForEach(v, a) {
+        if (!cJSON_IsNumber(v) || v->valuedouble <= (double)last ||
+            v->valuedouble >= PEERMSG_MAX_MEMBERS || v->valuedouble != (double)(int)v->valuedouble)
+            return -1;
+        last = (int64_t)v->valuedouble;
+        peermsg_add_member(m, (uint32_t)last);
+    }
+    return 1;
 }
 
 /* An integer member in [min, max]: 1 present and set, 0 absent, -1 bad. */
@@ -151,6 +188,23 @@ int peermsg_parse(const char *body, size_t len, struct peermsg *ret, const char 
         }
         m.terminating = cJSON_IsTrue(term);
     }
+    if (allowed[m.type] & M_LIVE) {
+        const cJSON *live = cJSON_GetObjectItemCaseSensitive(o, "live");
+        if (live && !cJSON_IsBool(live)) {
+            *why = "member 'live' is not a boolean";
+            goto out;
+        }
+        if (live)
+            have |= M_LIVE;
+        m.live = cJSON_IsTrue(live);
+    }
+    if (allowed[m.type] & M_MEMBERS && (r = get_members(o, &m)) != 0) {
+        if (r < 0) {
+            *why = "member 'members' is not a list of ranks, ascending";
+            goto out;
+        }
+        have |= M_MEMBERS;
+    }
     if (allowed[m.type] & M_SPLIT) {
         const cJSON *split = cJSON_GetObjectItemCaseSensitive(o, "split");
         if (split && !cJSON_IsBool(split)) {
@@ -211,6 +265,14 @@ cJSON *peermsg_to_json(const struct peermsg *m)
     if (may & M_MASTER) {
         cJSON_AddStringToObject(o, "master_addr", m->master_addr);
         cJSON_AddNumberToObject(o, "master_port", m->master_port);
+    }
+    if (may & M_LIVE)
+        cJSON_AddBoolToObject(o, "live", m->live);
+    if (may & M_MEMBERS && m->nmembers) {
+        cJSON *a = cJSON_AddArrayToObject(o, "members");
+        for (uint32_t r = 0; a && r < PEERMSG_MAX_MEMBERS; r++)
+            if (peermsg_member(m, r))
+                cJSON_AddItemToArray(a, cJSON_CreateNumber(r));
     }
     if (may & M_REASON && m->reason[0])
         cJSON_AddStringToObject(o, "reason", m->reason);

@@ -11,13 +11,18 @@
  *   saved    a node's shard is in the store        gen, rank, step, sha256, bytes
  *   commit   coordinator: gen is committed         gen, step
  *   abort    coordinator: gen is given up          gen, reason
- *   resume   coordinator: start from gen (none:    gen, world_size, master_addr, master_port
- *            afresh)
+ *   resume   coordinator: start from gen (none:    gen, world_size, master_addr, master_port,
+ *            afresh)                                members (the ranks that run; absent:
+ *                                                   all of them)
  *   leave    a node goes (after a notice)          reason
  *   ready    a node's command is not running: it   gen (the newest committed it knows)
  *            waits for resume
  *   hashed   a node's shard is hashed, its own     gen, rank, sha256 (the fingerprint of
  *            share of the chunks stored             its whole content)
+ *   state    what a node knows of the world, the   live (the world's commands run),
+ *            first message to a peer that is up     members (which ranks run them), gen
+ *   pause    coordinator: stop the command and     reason
+ *            wait (the world is about to grow)
  *
  * The handshake's hello/ack and heartbeats are peer.c's. */
 #ifndef SPOT_PEERMSG_H
@@ -41,8 +46,13 @@ enum peermsg_type {
     PEERMSG_LEAVE,
     PEERMSG_READY,
     PEERMSG_HASHED,
+    PEERMSG_STATE,
+    PEERMSG_PAUSE,
     PEERMSG__COUNT
 };
+
+/* The most ranks a members list names (and the largest world). */
+#define PEERMSG_MAX_MEMBERS 1024
 
 struct peermsg {
     enum peermsg_type type;
@@ -52,6 +62,9 @@ struct peermsg {
     int64_t deadline_ms;           /* 0: none */
     bool terminating;
     bool split;                    /* prepare: split the upload (hashed) */
+    bool live;                     /* state */
+    uint32_t nmembers;             /* resume, state: 0 when absent */
+    uint8_t members[PEERMSG_MAX_MEMBERS / 8]; /* a bit per rank */
     uint8_t sha256[32];
     uint64_t bytes;
     uint16_t master_port;
@@ -61,6 +74,11 @@ struct peermsg {
 };
 
 const char *peermsg_type_name(enum peermsg_type t);
+
+/* Whether rank is in m's members list. */
+bool peermsg_member(const struct peermsg *m, uint32_t rank);
+/* Add rank (< PEERMSG_MAX_MEMBERS) to m's members list. */
+void peermsg_add_member(struct peermsg *m, uint32_t rank);
 
 /* Parse a frame's body.  Returns 0 with *ret set, or -EINVAL with the
  * reason in *why (static) and *ret untouched. */

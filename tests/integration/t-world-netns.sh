@@ -287,7 +287,7 @@ for n in c0 c1b; do
     # The survivor resumes from the copy it saved (work/), the replacement
     # from what it restored (restore/).
     check "world-netns torchrun: $n's worker resumed from its own directory at the next step" \
-        grep -qE "^resumed at step $((t0 + 1)) from $T/$n/(work|restore)/gen-00000001/w0\$" "$T/$n.out"
+        grep -qE "^resumed at step $((t0 + 1)) from $T/$n/(work/gen-00000001|restore/gen-00000001-rank-[01])/w0\$" "$T/$n.out"
 done
 # Each rank's shard holds its own RNG states (train.py seeds batches and
 # dropout by rank): the replacement must restore rank 1's, not rank 0's.
@@ -298,7 +298,7 @@ done
 check "world-netns torchrun: the ranks' shards differ (rank-specific RNG states)" \
     eval '! cmp -s "$T/fetch0/w0/ckpt.pt" "$T/fetch1/w0/ckpt.pt"'
 check "world-netns torchrun: the replacement restored rank 1's shard" \
-    cmp -s "$T/fetch1/w0/ckpt.pt" "$T/c1b/restore/gen-00000001/w0/ckpt.pt"
+    cmp -s "$T/fetch1/w0/ckpt.pt" "$T/c1b/restore/gen-00000001-rank-1/w0/ckpt.pt"
 expect_eq "world-netns torchrun: the final model equals an uninterrupted run's" "$ref2" \
     "$(grep '^done ' "$T/c0.out" | tail -n 1)"
 expect_eq "world-netns torchrun: ... on both nodes" "$rh1" \

@@ -59,6 +59,19 @@ TEST(peermsg_parse)
     CHECK_INT(parse("{\"v\":1,\"type\":\"ready\",\"gen\":3}", &m, &why), 0);
     CHECK_INT((int)m.type, PEERMSG_READY);
     CHECK_INT((int)m.gen, 3);
+    /* An elastic world runs on ranks 0, 2 and 1023 of its slots. */
+    CHECK_INT(parse("{\"v\":1,\"type\":\"resume\",\"gen\":5,\"world_size\":3,"
+                    "\"master_addr\":\"10.0.0.5\",\"master_port\":29500,"
+                    "\"members\":[0,2,1023]}", &m, &why), 0);
+    CHECK_INT((int)m.nmembers, 3);
+    CHECK(peermsg_member(&m, 0) && !peermsg_member(&m, 1) && peermsg_member(&m, 2));
+    CHECK(peermsg_member(&m, 1023) && !peermsg_member(&m, 1024));
+    CHECK_INT(parse("{\"v\":1,\"type\":\"state\",\"live\":false}", &m, &why), 0);
+    CHECK_INT((int)m.type, PEERMSG_STATE);
+    CHECK(!m.live);
+    CHECK_INT((int)m.nmembers, 0);
+    CHECK_INT(parse("{\"v\":1,\"type\":\"pause\",\"reason\":\"rank 3 joins\"}", &m, &why), 0);
+    CHECK_STR(m.reason, "rank 3 joins");
 }
 
 TEST(peermsg_refused)
@@ -82,6 +95,16 @@ TEST(peermsg_refused)
         "{\"v\":1,\"type\":\"notice\",\"kind\":\"terminate\",\"deadline_ms\":1,"
         "\"terminating\":1}",
         "{\"v\":1,\"type\":\"resume\",\"gen\":4,\"world_size\":8,\"master_port\":29500}",
+        "{\"v\":1,\"type\":\"state\"}",                                  /* no live */
+        "{\"v\":1,\"type\":\"state\",\"live\":1}",
+        "{\"v\":1,\"type\":\"state\",\"live\":true,\"members\":[]}",
+        "{\"v\":1,\"type\":\"state\",\"live\":true,\"members\":[1,1]}",   /* twice */
+        "{\"v\":1,\"type\":\"state\",\"live\":true,\"members\":[2,1]}",   /* order */
+        "{\"v\":1,\"type\":\"state\",\"live\":true,\"members\":[1024]}",
+        "{\"v\":1,\"type\":\"state\",\"live\":true,\"members\":[-1]}",
+        "{\"v\":1,\"type\":\"state\",\"live\":true,\"members\":[0.5]}",
+        "{\"v\":1,\"type\":\"state\",\"live\":true,\"members\":[\"0\"]}",
+        "{\"v\":1,\"type\":\"state\",\"live\":true,\"members\":{\"0\":1}}",
     };
     struct peermsg m;
     const char *why = NULL;
@@ -104,10 +127,10 @@ TEST(peermsg_round_trip)
         m.type = (enum peermsg_type)t;
         m.step = t == PEERMSG_LEAVE || t == PEERMSG_NOTICE || t == PEERMSG_QUERY ||
                          t == PEERMSG_ABORT || t == PEERMSG_RESUME || t == PEERMSG_READY ||
-                         t == PEERMSG_HASHED
+                         t == PEERMSG_HASHED || t == PEERMSG_STATE || t == PEERMSG_PAUSE
                      ? -1
                      : 1234;
-        m.gen = t == PEERMSG_NOTICE || t == PEERMSG_LEAVE ? 0 : 9;
+        m.gen = t == PEERMSG_NOTICE || t == PEERMSG_LEAVE || t == PEERMSG_PAUSE ? 0 : 9;
         if (t == PEERMSG_HASHED) {
             m.rank = 3;
             memset(m.sha256, 0xa5, sizeof(m.sha256));
@@ -128,7 +151,13 @@ TEST(peermsg_round_trip)
             snprintf(m.master_addr, sizeof(m.master_addr), "10.0.0.9");
             m.master_port = 29500;
         }
-        if (t == PEERMSG_ABORT || t == PEERMSG_LEAVE)
+        if (t == PEERMSG_RESUME || t == PEERMSG_STATE) {
+            peermsg_add_member(&m, 0);
+            peermsg_add_member(&m, 7);
+            peermsg_add_member(&m, 1000);
+            m.live = t == PEERMSG_STATE;
+        }
+        if (t == PEERMSG_ABORT || t == PEERMSG_LEAVE || t == PEERMSG_PAUSE)
             snprintf(m.reason, sizeof(m.reason), "rank 2 did not save before the deadline");
         CHECK(round_trip(&m));
     }
