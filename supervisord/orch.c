@@ -1342,7 +1342,7 @@ static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *
 static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, const char *reason)
 {
     struct orch *r = arg;
-    static const char *const whys[] = { "notice", "periodic", "request", "manual" };
+    static const char *const whys[] = { "notice", "periodic", "request", "manual", "grow" };
 
     if (gen > r->newest_gen)
         r->newest_gen = gen;
