@@ -97,4 +97,8 @@ check "elastic: the newcomer went on from the step after generation 2's" \
 "$SPOTCTL" ls --json --store "file://$T/store" --job "$JOB" >"$T/ls" 2>&1
 check "elastic: the store lists generation 1 as saved by three ranks, 2 by two" \
     grep -q '"gen":1,.*"world_size":3,.*"gen":2,.*"world_size":2,"reason":"grow"' "$T/ls"
+for g in 1 2; do
+    "$SPOTCTL" verify --store "file://$T/store" --job "$JOB" --gen $g >"$T/verify" 2>&1
+    expect_eq "elastic: spotctl verify passes generation $g" 0 "$?"
+done
 check "elastic: nothing of this test is left running" wait_for 5 none_left
