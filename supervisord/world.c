@@ -586,7 +586,7 @@ static void handle(struct world *w, uint32_t from, const struct peermsg *m)
         w->o.ops->commit(w->o.arg, m->gen, m->step);
         break;
     case PEERMSG_ABORT:
-        if (from != w->o.rank && coord && from != w->coordinator && m->gen == w->gen &&
+        if (from != w->o.rank && coord && m->gen == w->gen &&
             w->running && w->phase != R_NONE && w->phase != R_COMMITTING) {
             /* A rank could not save: the round is over for everyone. */
             abort_round(w, "rank %u: %s", from, m->reason[0] ? m->reason : "failed");

@@ -101,4 +101,19 @@ for g in 1 2; do
     "$SPOTCTL" verify --store "file://$T/store" --job "$JOB" --gen $g >"$T/verify" 2>&1
     expect_eq "elastic: spotctl verify passes generation $g" 0 "$?"
 done
+# ---- a first start short ------------------------------------------------------
+# Only two of the three come: after the join timeout they start afresh, as
+# trainers 0 and 1 of 2, and finish.
+JOB=el2
+P=$(free_ports 3)
+enode f0 0
+enode f2 2
+check "elastic: two of three start afresh after the join timeout" \
+    wait_for 20 eval 'started f0 f2'
+check "elastic: ... as trainers 0 and 1 of 2" eval \
+    'grep -q "start rank=0 size=2 gen=0" "$T/f0.err" && grep -q "start rank=1 size=2 gen=0" "$T/f2.err"'
+for n in f0 f2; do
+    wait_node $n 60
+    expect_eq "elastic: $n finishes with the uninterrupted hash" "0 $ref" "$RC $(tail -n 1 "$T/$n.out")"
+done
 check "elastic: nothing of this test is left running" wait_for 5 none_left
