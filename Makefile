@@ -82,6 +82,7 @@ SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supe
               supervisord/control.c supervisord/orch.c supervisord/hooks.c supervisord/peer.c \
               supervisord/world.c supervisord/rendezvous.c \
               supervisord/method_app.c supervisord/method_signal.c supervisord/method_dir.c \
+              supervisord/method_criu.c \
               supervisord/watch_local.c supervisord/watch_poll.c supervisord/watch_aws.c \
               supervisord/watch_alibaba.c supervisord/watch_tencent.c supervisord/watch_gcp.c \
               supervisord/watch_azure.c
@@ -100,7 +101,7 @@ FUZZ_NAMES := config duration aws azure gcp time termination chunk s3xml awscred
               frame peermsg worldrec
 FUZZ_BINS  := $(FUZZ_NAMES:%=$(O)/tests/fuzz/fuzz_%)
 
-PROGS      := $(O)/spotd $(O)/spotctl
+PROGS      := $(O)/spotd $(O)/spotctl $(O)/spotd-init
 LIBS       := $(O)/libspot.a $(O)/libckpt.a $(O)/libckpt.so.0 $(O)/libckpt.so $(O)/libckpt.pc
 
 EXAMPLES   := $(O)/examples/c-trainer/trainer
@@ -136,6 +137,12 @@ $(O)/libckpt.pc: lib/libckpt/libckpt.pc.in Makefile
 
 $(O)/spotd: $(SPOTD_OBJ) $(O)/libspot.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTD_OBJ) $(O)/libspot.a $(SPOTCTL_LIBS)
+
+# The criu method's PID 1 (supervisord/spotd-init.c): libc only, static,
+# and never sanitized: CRIU dumps and restores it with the command.
+$(O)/spotd-init: supervisord/spotd-init.c $(O)/config.mk
+	$(CC) -std=gnu11 $(WARN) $(if $(DEV),$(WARN_DEV)) -D_GNU_SOURCE -O2 -static \
+	    -o $@ $< $(LDFLAGS)
 
 $(O)/spotctl: $(SPOTCTL_OBJ) $(O)/libspot.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTCTL_OBJ) $(O)/libspot.a $(SPOTCTL_LIBS)
@@ -184,7 +191,7 @@ bench-store: all
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(PKGDIR)
-	install -m 0755 $(O)/spotd $(O)/spotctl $(DESTDIR)$(BINDIR)/
+	install -m 0755 $(O)/spotd $(O)/spotctl $(O)/spotd-init $(DESTDIR)$(BINDIR)/
 	install -m 0644 $(O)/libckpt.a $(DESTDIR)$(LIBDIR)/
 	install -m 0755 $(O)/libckpt.so.0 $(DESTDIR)$(LIBDIR)/
 	ln -sf libckpt.so.0 $(DESTDIR)$(LIBDIR)/libckpt.so
@@ -196,7 +203,7 @@ install: all
 	install -m 0644 hooks/README.md $(DESTDIR)$(DATADIR)/spotd/hooks/
 
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/spotd $(DESTDIR)$(BINDIR)/spotctl \
+	rm -f $(DESTDIR)$(BINDIR)/spotd $(DESTDIR)$(BINDIR)/spotctl $(DESTDIR)$(BINDIR)/spotd-init \
 	      $(DESTDIR)$(LIBDIR)/libckpt.a $(DESTDIR)$(LIBDIR)/libckpt.so.0 \
 	      $(DESTDIR)$(LIBDIR)/libckpt.so $(DESTDIR)$(INCDIR)/ckpt.h \
 	      $(DESTDIR)$(PKGDIR)/libckpt.pc $(DESTDIR)$(PYDIR)/libckpt.py \

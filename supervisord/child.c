@@ -686,6 +686,11 @@ out_free:
     return NULL;
 }
 
+pid_t child_pid(const struct child *c)
+{
+    return c->pid;
+}
+
 struct child *child_free(struct child *c)
 {
     if (!c)

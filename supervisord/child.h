@@ -92,6 +92,9 @@ void child_unwatch(struct child *c, pid_t pid);
  * could not be executed), valid once the loop has ended. */
 int child_exit_code(const struct child *c);
 
+/* The command's pid while it runs, else 0. */
+pid_t child_pid(const struct child *c);
+
 /* Frees c and its events; takes NULL, returns NULL. */
 struct child *child_free(struct child *c);
 

@@ -5,6 +5,7 @@
  *           creates the marker file there (method_signal.c)
  *   dir     the trainer saves on its own schedule into folders of
  *           --ckpt-dir; spotd uploads each new complete one (method_dir.c)
+ *   criu    CRIU dumps the command's process tree (method_criu.c)
  *
  * The orchestrator (orch.c) drives every method through these operations
  * and knows nothing else about them. */
@@ -29,6 +30,9 @@ struct method_ctx {
     uint64_t settle_ms;            /* dir: unchanged this long means complete */
     int64_t resume_step;           /* dir: folders up to this step are not new */
     void (*found)(void *arg);      /* dir: a new complete checkpoint is there */
+    char *const *argv;             /* criu: the command line, to wrap (child_set_argv) */
+    const char *resume_dir;        /* criu: the restored generation, NULL: none */
+    const char *criu;              /* criu: --criu, NULL: "criu" in PATH */
     void *arg;
 };
 
@@ -58,6 +62,9 @@ struct method_ops {
     int (*query)(struct method *m, uint64_t gen, const char *dir, int64_t deadline_ms,
                  void (*ask)(void *arg, int64_t step), method_saved_fn done, void *arg);
     int (*save_at)(struct method *m, int64_t step);
+    /* The next save is the last one: the stop follows it.  NULL: the
+     * method makes no difference. */
+    void (*last)(struct method *m);
     /* Give up the save under way: done gets -ECANCELED.  Nothing when
      * none is. */
     void (*cancel)(struct method *m, const char *reason);
@@ -71,9 +78,9 @@ struct method_ops {
     void (*close)(struct method *m);
 };
 
-extern const struct method_ops method_app, method_signal, method_dir;
+extern const struct method_ops method_app, method_signal, method_dir, method_criu;
 
-/* By name ("app", "signal", "dir"); NULL when unknown. */
+/* By name ("app", "signal", "dir", "criu"); NULL when unknown. */
 const struct method_ops *method_find(const char *name);
 
 #endif

@@ -129,7 +129,8 @@ const struct method_ops method_app = {
 
 const struct method_ops *method_find(const char *name)
 {
-    static const struct method_ops *const all[] = { &method_app, &method_signal, &method_dir };
+    static const struct method_ops *const all[] = { &method_app, &method_signal, &method_dir,
+                                                    &method_criu };
 
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (strcmp(all[i]->name, name) == 0)

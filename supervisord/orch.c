@@ -608,6 +608,8 @@ static void ask_method(struct orch *r)
         return;
     }
     err = make_dirs(r->dir);
+    if (err == 0 && r->terminating && r->mops->last)
+        r->mops->last(r->method);
     if (err == 0)
         err = r->mops->save(r->method, r->gen, r->dir, r->deadline_ms, on_method_saved, r);
     if (err == -EALREADY) {
@@ -1075,6 +1077,9 @@ static void run_command(struct orch *r)
         .settle_ms = r->o.settle_ms,
         .resume_step = r->resume_step,
         .found = on_found,
+        .argv = r->argv ? r->argv : r->o.argv,
+        .resume_dir = r->resume_dir[0] ? r->resume_dir : NULL,
+        .criu = r->o.criu,
         .arg = r,
     };
     char path[4200], err[512];

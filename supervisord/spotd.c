@@ -466,6 +466,11 @@ keyed:
             "schedule; use app (libckpt) or signal");
         return -1;
     }
+    if (config_num(cfg, OPT_METHOD) == 3) {
+        say("the criu method cannot serve a world: CRIU cannot snapshot a live NCCL or gloo "
+            "world (its TCP connections do not move to other hosts); use app (libckpt)");
+        return -1;
+    }
     if (read_world_key(cfg, w) < 0)
         return -1;
     if (w->size > 1 && !w->keyed && !config_num(cfg, OPT_INSECURE)) {
@@ -540,11 +545,6 @@ static int cmd_run(int argc, char **argv)
     }
     if (config_check_implemented(&cfg, err, sizeof(err)) < 0) {
         say("%s", err);
-        goto out_config;
-    }
-    if (config_num(&cfg, OPT_METHOD) == 3) {
-        say("method criu (from %s) is not implemented yet: it comes with transparent "
-            "snapshots (issue 7); use app, signal or dir", cfg.v[OPT_METHOD].origin);
         goto out_config;
     }
     if (config_str(&cfg, OPT_INTERVAL) && !config_str(&cfg, OPT_STORE)) {
@@ -665,6 +665,7 @@ static int cmd_run(int argc, char **argv)
                             .peers = wc.rendezvous ? NULL : wc.peers,
                             .key = wc.keyed ? &wc.key : NULL,
                             .peer_timeout_ms = config_num(&cfg, OPT_PEER_TIMEOUT),
+                            .criu = config_str(&cfg, OPT_CRIU),
                             .min_nodes = wc.min_nodes,
                             .join_timeout_ms = config_num(&cfg, OPT_JOIN_TIMEOUT),
                             .master_port = (unsigned)config_num(&cfg, OPT_MASTER_PORT),

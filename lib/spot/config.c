@@ -117,6 +117,9 @@ const struct config_option config_options[OPT__COUNT] = {
                            "its share (the coordinator's setting rules)" },
     [OPT_MASTER_PORT] = { "master_port", CONFIG_UINT, "29500", NULL, 1, 65535, false, NULL,
                           "SPOT_MASTER_PORT given to the command (torchrun's --master_port)" },
+    [OPT_CRIU] = { "criu", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                   "criu: the criu executable (default: criu in PATH; 4.2 or newer on "
+                   "6.x kernels)" },
     [OPT_MIN_NODES] = { "min_nodes", CONFIG_UINT, NULL, NULL, 1, 1024, false, NULL,
                         "an elastic world: resume with this many nodes or more once "
                         "join_timeout has passed without the rest (default: world_size, "

@@ -60,6 +60,7 @@ enum config_id {
     OPT_MASTER_PORT,
     OPT_SPLIT_UPLOAD,
     OPT_RENDEZVOUS,
+    OPT_CRIU,
     OPT_MIN_NODES,
     OPT_JOIN_TIMEOUT,
     OPT_SOCKET,
