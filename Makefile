@@ -170,7 +170,13 @@ $(O)/tests/fuzz/fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(FUZZ_MAIN) $(O)/libspot.a $(O
 	$(CC) $(ALL_LDFLAGS) $(FUZZ_LINK) -o $@ $< \
 	    $(FUZZ_MAIN) $(O)/libspot.a $(O)/libckpt.a $(DEP_LIBS)
 
-check: all $(O)/tests/unit/run $(FUZZ_BINS)
+# A zdtm-style program the criu method snapshots (tests/integration/t-criu.sh);
+# never sanitized: CRIU would have to carry the sanitizer's shadow memory.
+$(O)/tests/criu/zdtm: tests/criu/zdtm.c $(O)/config.mk
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 $(WARN) $(if $(DEV),$(WARN_DEV)) -D_GNU_SOURCE -O2 -g -o $@ $< $(LDFLAGS)
+
+check: all $(O)/tests/unit/run $(FUZZ_BINS) $(O)/tests/criu/zdtm
 	@O=$(O) SANITIZE=$(SANITIZE) tests/run
 
 demo: all
@@ -217,4 +223,4 @@ clean:
 .DELETE_ON_ERROR:
 .SECONDARY:
 
--include $(shell find $(O) -name '*.d' 2>/dev/null)
+-include $(shell find $(O) -name '*.d' -type f 2>/dev/null)

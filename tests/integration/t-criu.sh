@@ -1,0 +1,106 @@
+# The criu method, with the real CRIU (tests/servers/criu.sh finds or fetches
+# one that works on this kernel): a zdtm-style program (memory, a file, a
+# child process, a timer) and a Python process, unchanged, are snapshotted
+# by spotd (periodic dumps that leave them running, then a notice's last
+# one), restored on a "new node" (a fresh state directory), and end with
+# the hash of an uninterrupted run.  Then what CRIU cannot do: a clear
+# error, the command left running, nothing committed.
+. "$(dirname "$0")/lib.sh"
+
+if [ "$(id -u)" != 0 ]; then
+    echo "SKIP: criu (CRIU needs root: CAP_SYS_ADMIN, CAP_SYS_PTRACE)"
+    exit 0
+fi
+if ! CRIU=$("$TOP/tests/servers/criu.sh" "${SPOTD_CRIU_DIR:-$TOP/build-criu}" 2>"$T/criu-setup.err"); then
+    fail "criu: a criu that works here is found or fetched: $(tail -n 3 "$T/criu-setup.err")"
+    exit 1
+fi
+pass "criu: $("$CRIU" --version | head -n 1) passes 'criu check'"
+
+ZDTM="$TOP/$O/tests/criu/zdtm"
+STEPS=3000
+export ZDTM_STEP_US=2000
+mkdir -p "$T/store"
+ref=$("$ZDTM" $STEPS "$T/ref.file" | tail -n 1)
+check "criu: an uninterrupted run ends with its hash" grep -q "^done $STEPS hash " <<<"$ref"
+
+# ---- 1. the C program: periodic dumps, a notice, a restore elsewhere ----------
+start_spotd run --job z --store "file://$T/store" --state-dir "$T/n1" --method criu \
+    --criu "$CRIU" --cloud none --interval 1s --notice-file "$T/notice" --events "$T/ev1" \
+    -- "$ZDTM" $STEPS "$T/z.file"
+check "criu: two periodic dumps while it runs" \
+    wait_for 20 eval '[ "$(ev "$T/ev1" commit | wc -l)" -ge 2 ]'
+check "criu: ... it runs in a PID namespace of its own (PID 2 under spotd-init)" \
+    grep -q "^zdtm: pid 2, child 3$" "$T/stdout"
+touch "$T/notice"
+wait_exit "$SPOTD_PID" 30
+expect_eq "criu: after the notice's dump spotd exits 75" 75 "$RC"
+[ "$RC" = 75 ] || tail -n 30 "$T/stderr"
+last=$(ev "$T/ev1" commit | tail -n 1)
+check "criu: the last generation is the notice's" grep -q '"reason":"notice"' <<<"$last"
+check "criu: the dump left the tree stopped, then ended it" \
+    grep -q "it stays stopped until the stop" "$T/stderr"
+check "criu: later generations send only what changed" \
+    eval '[ "$(jget "$(ev "$T/ev1" upload_done | sed -n 2p)" bytes_skipped)" -gt 0 ]'
+ran=$(grep -c '^step ' "$T/stdout")
+check "criu: it had not finished" test "$(grep -c '^done ' "$T/stdout")" = 0
+cp "$T/stdout" "$T/run1.out"
+
+run_spotd run --job z --store "file://$T/store" --state-dir "$T/n2" --method criu \
+    --criu "$CRIU" --cloud none --events "$T/ev2" -- "$ZDTM" $STEPS "$T/z.file"
+expect_eq "criu: the new node restores the tree and it finishes" 0 "$RC"
+[ "$RC" = 0 ] || { tail -n 30 "$T/stderr"; tail -n 20 "$T/n2/criu/restore.log"; }
+check "criu: ... from the last generation" \
+    grep -q "\"event\":\"resume\",\"gen\":$(jget "$last" gen)," "$T/ev2"
+check "criu: ... going on where it was (no new start)" \
+    eval '! grep -q "^zdtm: pid" "$T/stdout" && ! grep -q "^step 0$" "$T/stdout"'
+expect_eq "criu: ... and ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/stdout")"
+check "criu: together the two runs printed every step once" \
+    eval '[ $((ran + $(grep -c "^step " "$T/stdout"))) = $((STEPS / 500)) ]'
+
+# ---- 2. a Python process ----------------------------------------------------------
+PY=/usr/bin/python3
+pyref=$(ZDTM_STEP_US=500 "$PY" "$TOP/tests/criu/zdtm.py" 4000 | tail -n 1)
+ZDTM_STEP_US=500 start_spotd run --job p --store "file://$T/store" --state-dir "$T/p1" \
+    --method criu --criu "$CRIU" --cloud none --drill-after 1500ms --events "$T/evp1" \
+    -- "$PY" "$TOP/tests/criu/zdtm.py" 4000
+wait_exit "$SPOTD_PID" 30
+expect_eq "criu python: the drill's dump, then exit 75" 75 "$RC"
+ZDTM_STEP_US=500 run_spotd run --job p --store "file://$T/store" --state-dir "$T/p2" \
+    --method criu --criu "$CRIU" --cloud none --events "$T/evp2" \
+    -- "$PY" "$TOP/tests/criu/zdtm.py" 4000
+expect_eq "criu python: restored, it finishes" 0 "$RC"
+[ "$RC" = 0 ] || { tail -n 30 "$T/stderr"; tail -n 20 "$T/p2/criu/restore.log"; }
+expect_eq "criu python: ... with the uninterrupted hash" "$pyref" "$(tail -n 1 "$T/stdout")"
+
+# ---- 3. what CRIU cannot do ----------------------------------------------------------
+# An established TCP connection: the dump fails and says why; the command
+# goes on, nothing is committed.
+cat >"$T/tcp.py" <<'EOF'
+import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+c = socket.create_connection(s.getsockname()); a, _ = s.accept()
+print("connected", flush=True)
+time.sleep(60)
+EOF
+start_spotd run --job t --store "file://$T/store" --state-dir "$T/t1" --method criu \
+    --criu "$CRIU" --cloud none --events "$T/evt" -- "$PY" "$T/tcp.py"
+check "criu: a command with a TCP connection runs" wait_for 10 grep -q connected "$T/stdout"
+"$SPOTCTL" checkpoint --socket "$T/t1/control.sock" >"$T/ctl" 2>&1
+check "criu: its checkpoint fails" wait_for 10 grep -q '"event":"checkpoint_failed"' "$T/evt"
+check "criu: ... saying why, in words" \
+    grep -q "open TCP connections, which cannot move to another host" "$T/stderr"
+check "criu: ... the command still runs" alive $(cat /proc/"$SPOTD_PID"/task/"$SPOTD_PID"/children)
+check "criu: ... and nothing was committed" eval '! has "\"event\":\"commit\"" "$T/evt"'
+kill -TERM "$SPOTD_PID"
+wait_exit "$SPOTD_PID" 20
+
+# No criu where --criu says: refused at the start, with what to do.
+run_spotd run --job x --store "file://$T/store" --state-dir "$T/x1" --method criu \
+    --criu "$T/no-such-criu" --cloud none -- true
+check "criu: a missing criu is refused" eval '[ "$RC" != 0 ]'
+check "criu: ... saying what to do" grep -q "install CRIU 4.2 or newer" "$T/stderr"
+run_spotd run --job x --store "file://$T/store" --state-dir "$T/x2" --method criu \
+    --rank 0 --world-size 2 --peers 127.0.0.1:1,127.0.0.1:2 --insecure -- true
+check "criu: a world is refused" grep -q "the criu method cannot serve a world" "$T/stderr"
+check "criu: nothing of this test is left running" wait_for 5 none_left
