@@ -256,6 +256,53 @@ static void criu_close(struct method *m)
     free(m);
 }
 
+/* `criu check`, once, before the command starts: a CRIU that cannot work
+ * on this kernel is refused now, not at the first notice.  Its output goes
+ * to WORK/check.log. */
+static int check_criu(const struct method *m, char *err, size_t errlen)
+{
+    char log[4400], line[512], first[512] = "", exe[PATH_MAX], a_check[] = "check";
+    char *argv[] = { exe, a_check, NULL };
+    int status, fd;
+    pid_t pid;
+    FILE *f;
+
+    snprintf(exe, sizeof(exe), "%s", m->criu);
+    snprintf(log, sizeof(log), "%s/check.log", m->work);
+    if ((fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
+        snprintf(err, errlen, "cannot create '%s': %s", log, strerror(errno));
+        return -1;
+    }
+    pid = fork();
+    if (pid == 0) {
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        execv(exe, argv);
+        _exit(127);
+    }
+    close(fd);
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        snprintf(err, errlen, "--method criu: cannot run %s check", m->criu);
+        return -1;
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    if ((f = fopen(log, "r"))) {
+        while (fgets(line, sizeof(line), f))
+            if (strstr(line, "Error") && !strstr(line, "RLIMIT_NOFILE")) {
+                line[strcspn(line, "\n")] = '\0';
+                snprintf(first, sizeof(first), "%s", line);
+                break;
+            }
+        fclose(f);
+    }
+    snprintf(err, errlen, "--method criu: '%s check' fails on this machine%s%s%s (its output: "
+             "%.300s)", m->criu, first[0] ? ": " : "", first,
+             strcasestr(first, "vdso") ? "; this CRIU is too old for the kernel: use 4.2 or "
+             "newer (tests/servers/criu.sh fetches one)" : "", log);
+    return -1;
+}
+
 /* An executable named name: in PATH unless it has a slash. */
 static int find_exe(const char *name, char *out, size_t size)
 {
@@ -290,6 +337,11 @@ static struct method *criu_open(const struct method_ctx *ctx, char *err, size_t 
         return NULL;
     }
     m->ctx = *ctx;
+    if (geteuid() != 0) {
+        snprintf(err, errlen, "--method criu needs root: CRIU dumps and restores other "
+                 "processes (CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_CHECKPOINT_RESTORE)");
+        goto fail;
+    }
     if (find_exe(ctx->criu ? ctx->criu : "criu", m->criu, sizeof(m->criu)) < 0) {
         snprintf(err, errlen, "--method criu: no executable criu%s%s (install CRIU 4.2 or newer, "
                  "or give its path with --criu)", ctx->criu ? " at " : " in PATH",
@@ -316,6 +368,8 @@ static struct method *criu_open(const struct method_ctx *ctx, char *err, size_t 
         snprintf(err, errlen, "cannot create '%s': %s", m->work, strerror(errno));
         goto fail;
     }
+    if (check_criu(m, err, errlen) < 0)
+        goto fail;
     snprintf(images, sizeof(images), "%s/spotd-criu.pipes",
              ctx->resume_dir ? ctx->resume_dir : "");
     restore = ctx->resume_dir && access(images, F_OK) == 0;

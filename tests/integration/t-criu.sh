@@ -100,6 +100,16 @@ run_spotd run --job x --store "file://$T/store" --state-dir "$T/x1" --method cri
     --criu "$T/no-such-criu" --cloud none -- true
 check "criu: a missing criu is refused" eval '[ "$RC" != 0 ]'
 check "criu: ... saying what to do" grep -q "install CRIU 4.2 or newer" "$T/stderr"
+# A CRIU too old for the kernel, as Debian 12's 3.17 fails on 6.x kernels
+# (its own words, /work/shared/CRIU.md): refused at the start, not at the
+# first notice.
+printf '#!/bin/sh\necho "Error (criu/vdso.c:227): vdso: Unexpected rt vDSO area bounds" >&2\nexit 1\n' \
+    >"$T/criu-3.17"
+chmod +x "$T/criu-3.17"
+run_spotd run --job x --store "file://$T/store" --state-dir "$T/x3" --method criu \
+    --criu "$T/criu-3.17" --cloud none -- true
+check "criu: a CRIU whose check fails is refused at the start" eval '[ "$RC" != 0 ]'
+check "criu: ... saying it is too old for the kernel" grep -q "too old for the kernel" "$T/stderr"
 run_spotd run --job x --store "file://$T/store" --state-dir "$T/x2" --method criu \
     --rank 0 --world-size 2 --peers 127.0.0.1:1,127.0.0.1:2 --insecure -- true
 check "criu: a world is refused" grep -q "the criu method cannot serve a world" "$T/stderr"
