@@ -26,20 +26,41 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+#include <event2/event.h>
+
 #include "child.h"
+#include "cuda.h"
 #include "method.h"
 #include "spot/log.h"
+#include "spot/notice.h"
+
+#define GPU_MAX 256
+/* The most a CUDA lock and checkpoint may take without a deadline. */
+#define GPU_LIMIT_MS (5 * 60 * 1000)
+
+/* A save: [GPU processes checkpointed] -> criu dump -> [GPU restored]. */
+enum step { S_NONE, S_GPU_OFF, S_DUMP, S_GPU_ON };
 
 struct method {
     struct method_ctx ctx;
-    char criu[PATH_MAX], init[PATH_MAX + 16], work[4200];
+    char criu[PATH_MAX], init[PATH_MAX + 16], self[PATH_MAX], work[4200];
     char **argv;                   /* spotd-init ... */
     bool last;                     /* the next save is the last: leave the tree stopped */
     bool frozen;                   /* it is: the stop kills it */
-    pid_t dumper;
+    enum step step;
+    pid_t helper;                  /* criu dump, or spotd _cuda */
+    pid_t gpu[GPU_MAX];            /* the tree's CUDA processes */
+    size_t ngpu;
+    int64_t deadline_ms;
+    int err;                       /* the save's outcome, once the GPUs are back */
+    char msg[1200];
     char dir[4200];
     method_saved_fn done;
     void *arg;
+    struct event *restored;        /* restore: waits for the tree, for its GPUs */
+    int nspids[GPU_MAX];           /* restore: its CUDA processes, in its namespace */
+    size_t nns;
 };
 
 /* The first line of CRIU's log that says Error, made into advice where a
@@ -127,46 +148,172 @@ static int write_pipes(const struct method *m, pid_t init, const char *dir)
     return fclose(f) == 0 ? 0 : -EIO;
 }
 
+static void finish(struct method *m)
+{
+    method_saved_fn done = m->done;
+
+    m->step = S_NONE;
+    m->done = NULL;
+    if (m->err)
+        m->frozen = false;
+    /* No step: CRIU does not know the trainer's. */
+    done(m->arg, m->err, m->msg, 0, m->dir);
+}
+
+/* The last line of WORK/name, for a message. */
+static void last_line(const struct method *m, const char *name, char *out, size_t size)
+{
+    char path[4400], line[512];
+    FILE *f;
+
+    out[0] = '\0';
+    snprintf(path, sizeof(path), "%s/%s", m->work, name);
+    if (!(f = fopen(path, "r")))
+        return;
+    while (fgets(line, sizeof(line), f))
+        if (line[0] != '\n') {
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(out, size, "%s", line);
+        }
+    fclose(f);
+}
+
+/* Run argv with its output into WORK/log; fn gets its status. */
+static int spawn(struct method *m, char **argv, const char *log, child_reaped_fn fn)
+{
+    char path[4400];
+    pid_t pid;
+    int r, fd;
+
+    snprintf(path, sizeof(path), "%s/%s", m->work, log);
+    if ((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+        return -errno;
+    pid = fork();
+    if (pid < 0) {
+        r = -errno;
+        close(fd);
+        return r;
+    }
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDONLY);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        setpgid(0, 0);
+        if (null >= 0)
+            dup2(null, STDIN_FILENO);
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fd);
+    if ((r = child_watch(m->ctx.child, pid, fn, m)) < 0) {
+        kill(pid, SIGKILL);
+        return r;
+    }
+    m->helper = pid;
+    return 0;
+}
+
+/* spotd _cuda OP [TIMEOUT] PID...: argv in buf (freed by the caller). */
+static char **cuda_argv(struct method *m, const char *op, unsigned timeout_ms, char *buf,
+                        size_t size)
+{
+    char **argv = calloc(m->ngpu + 6, sizeof(*argv));
+    size_t n = 0, len = 0;
+
+    if (!argv)
+        return NULL;
+#define ARG(...)                                                                          \
+    do {                                                                                  \
+        argv[n++] = buf + len;                                                            \
+        len += (size_t)snprintf(buf + len, size - len, __VA_ARGS__) + 1;                  \
+    } while (0)
+    ARG("%s", m->self);
+    ARG("_cuda");
+    ARG("%s", op);
+    if (timeout_ms)
+        ARG("%u", timeout_ms);
+    for (size_t i = 0; i < m->ngpu && len < size - 16; i++)
+        ARG("%d", (int)m->gpu[i]);
+#undef ARG
+    argv[n] = NULL;
+    return argv;
+}
+
+static void on_gpu_on(void *arg, int status)
+{
+    struct method *m = arg;
+    char line[512];
+
+    m->helper = 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        last_line(m, "cuda.log", line, sizeof(line));
+        log_msg(LOGL_ERROR, "the command's CUDA processes could not be restored after the "
+                "dump: %s (%s/cuda.log)", line, m->work);
+        if (!m->err) {
+            m->err = -EIO;
+            snprintf(m->msg, sizeof(m->msg), "the CUDA processes could not be restored after "
+                     "the dump: %.400s", line);
+        }
+    }
+    finish(m);
+}
+
+/* The GPU processes back to running and unlocked, then finish. */
+static void gpu_on(struct method *m)
+{
+    char buf[8192], **argv;
+    int r;
+
+    m->step = S_GPU_ON;
+    if (!(argv = cuda_argv(m, "restore", 0, buf, sizeof(buf)))) {
+        log_msg(LOGL_ERROR, "out of memory: the command's CUDA processes stay checkpointed");
+        finish(m);
+        return;
+    }
+    r = spawn(m, argv, "cuda.log", on_gpu_on);
+    free(argv);
+    if (r < 0) {
+        log_msg(LOGL_ERROR, "cannot run spotd _cuda: %s", strerror(-r));
+        finish(m);
+    }
+}
+
 static void on_dumped(void *arg, int status)
 {
     struct method *m = arg;
-    method_saved_fn done = m->done;
-    char msg[1200] = "";
-    int err = 0;
 
-    m->dumper = 0;
-    m->done = NULL;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        explain(m, msg, sizeof(msg));
-        err = -EIO;
+    m->helper = 0;
+    if (m->err) {
+        m->frozen = false; /* cancelled: CRIU let the tree go */
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        explain(m, m->msg, sizeof(m->msg));
+        m->err = -EIO;
         m->frozen = false;
     } else {
         log_msg(LOGL_INFO, "criu dumped the command's tree into %s%s", m->dir,
                 m->frozen ? "; it stays stopped until the stop" : "");
     }
-    /* No step: CRIU does not know the trainer's. */
-    done(m->arg, err, msg, 0, m->dir);
+    /* A tree that goes on needs its GPUs back; a frozen one is ended. */
+    if (m->ngpu && !m->frozen)
+        gpu_on(m);
+    else
+        finish(m);
 }
 
-static int criu_save(struct method *m, uint64_t gen, const char *dir, int64_t deadline_ms,
-                     method_saved_fn done, void *arg)
+/* criu dump, on_dumped() next; -errno when it cannot start. */
+static int dump(struct method *m)
 {
     char a_dump[] = "dump", a_t[] = "-t", a_d[] = "-D", a_w[] = "-W", a_o[] = "-o";
     char a_v[] = "-v2", a_log[] = "dump.log", a_stopped[] = "--leave-stopped";
     char a_running[] = "--leave-running", pidarg[24];
     char *argv[16];
-    pid_t init, pid;
+    pid_t init = init_pid(m);
     int r, n = 0;
 
-    if (m->done)
-        return -EBUSY;
-    if ((init = init_pid(m)) < 0)
-        return -ESRCH;
-    snprintf(m->dir, sizeof(m->dir), "%s", dir);
-    if ((r = write_pipes(m, init, dir)) < 0)
-        return r;
-    if (mkdir(m->work, 0700) < 0 && errno != EEXIST)
-        return -errno;
+    m->step = S_DUMP;
     snprintf(pidarg, sizeof(pidarg), "%d", (int)init);
     argv[n++] = m->criu;
     argv[n++] = a_dump;
@@ -181,33 +328,112 @@ static int criu_save(struct method *m, uint64_t gen, const char *dir, int64_t de
     argv[n++] = a_v;
     argv[n++] = m->last ? a_stopped : a_running;
     argv[n] = NULL;
-    pid = fork();
-    if (pid < 0)
-        return -errno;
-    if (pid == 0) {
-        int null = open("/dev/null", O_RDWR);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        setpgid(0, 0);
-        if (null >= 0) {
-            dup2(null, STDIN_FILENO);
-            dup2(null, STDOUT_FILENO);
-            dup2(null, STDERR_FILENO);
-        }
-        execv(m->criu, argv);
-        _exit(127);
-    }
-    if ((r = child_watch(m->ctx.child, pid, on_dumped, m)) < 0) {
-        kill(pid, SIGKILL);
+    if (init <= 0)
+        return -ESRCH;
+    if ((r = spawn(m, argv, "dump.out", on_dumped)) < 0)
         return r;
-    }
-    m->dumper = pid;
     m->frozen = m->last;
+    return 0;
+}
+
+static void on_gpu_off(void *arg, int status)
+{
+    struct method *m = arg;
+    char line[512];
+
+    m->helper = 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        int r = m->err ? m->err : dump(m);
+        if (r == 0)
+            return;
+        /* Cancelled meanwhile, or no dump: the GPUs back first. */
+        if (!m->err) {
+            m->err = r;
+            snprintf(m->msg, sizeof(m->msg), "cannot run criu dump: %s", strerror(-r));
+        }
+        gpu_on(m);
+        return;
+    }
+    last_line(m, "cuda.log", line, sizeof(line));
+    m->err = -EIO;
+    snprintf(m->msg, sizeof(m->msg), "the CUDA checkpoint of the command's GPU processes "
+             "failed, they run on unlocked: %.400s (%.300s/cuda.log)", line, m->work);
+    finish(m);
+}
+
+/* What the images need on the restoring machine: the GPUs. */
+static void write_gpus(const struct method *m, const char *dir)
+{
+    char path[4400], inv[8192];
+    FILE *f;
+
+    if (!m->ngpu)
+        return;
+    snprintf(path, sizeof(path), "%s/spotd-gpu.json", dir);
+    if (cuda_inventory(inv, sizeof(inv)) < 0)
+        snprintf(inv, sizeof(inv), "null");
+    if (!(f = fopen(path, "w")))
+        return;
+    /* The processes by their pids in the namespace: the ones a restore
+     * brings back. */
+    fprintf(f, "{\"processes\":[");
+    for (size_t i = 0; i < m->ngpu; i++)
+        fprintf(f, "%s%d", i ? "," : "", cuda_nspid(m->gpu[i]));
+    fprintf(f, "],\"inventory\":%s}\n", inv);
+    fclose(f);
+}
+
+static int criu_save(struct method *m, uint64_t gen, const char *dir, int64_t deadline_ms,
+                     method_saved_fn done, void *arg)
+{
+    pid_t init;
+    int r;
+
+    if (m->done)
+        return -EBUSY;
+    if ((init = init_pid(m)) < 0)
+        return -ESRCH;
+    snprintf(m->dir, sizeof(m->dir), "%s", dir);
+    if ((r = write_pipes(m, init, dir)) < 0)
+        return r;
+    if (mkdir(m->work, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    m->ngpu = cuda_gpu_processes(init, m->gpu, GPU_MAX);
+    write_gpus(m, dir);
+    m->deadline_ms = deadline_ms;
+    m->err = 0;
+    m->msg[0] = '\0';
     m->done = done;
     m->arg = arg;
+    if (m->ngpu) {
+        int64_t left = deadline_ms > 0 ? deadline_ms - notice_now_ms() : GPU_LIMIT_MS;
+        char buf[8192], **argv;
+
+        /* Half of what is left for the GPUs, the rest for the dump. */
+        left = left / 2 > 1000 ? left / 2 : 1000;
+        if (!(argv = cuda_argv(m, "checkpoint", (unsigned)left, buf, sizeof(buf)))) {
+            m->done = NULL;
+            return -ENOMEM;
+        }
+        log_msg(LOGL_INFO, "%zu process%s of the command hold%s a GPU: locking and "
+                "checkpointing %s (CUDA checkpoint API)", m->ngpu, m->ngpu == 1 ? "" : "es",
+                m->ngpu == 1 ? "s" : "", m->ngpu == 1 ? "it" : "them");
+        m->step = S_GPU_OFF;
+        r = spawn(m, argv, "cuda.log", on_gpu_off);
+        free(argv);
+        if (r < 0) {
+            m->done = NULL;
+            m->step = S_NONE;
+            return r;
+        }
+        return 0;
+    }
+    if ((r = dump(m)) < 0) {
+        m->done = NULL;
+        m->step = S_NONE;
+        return r;
+    }
     (void)gen;
-    (void)deadline_ms;
     return 0;
 }
 
@@ -216,17 +442,16 @@ static void criu_last(struct method *m)
     m->last = true;
 }
 
+/* done gets -ECANCELED once the tree runs as before: a dump is killed
+ * (CRIU lets the tree go), the GPU processes are put back. */
 static void criu_cancel(struct method *m, const char *reason)
 {
-    method_saved_fn done = m->done;
-
-    if (!done)
+    if (!m->done || m->err)
         return;
-    /* CRIU unfreezes the tree when it is killed mid-dump. */
-    if (m->dumper > 0)
-        kill(m->dumper, SIGKILL);
-    m->done = NULL;
-    done(m->arg, -ECANCELED, reason, -1, m->dir);
+    m->err = -ECANCELED;
+    snprintf(m->msg, sizeof(m->msg), "%s", reason);
+    if (m->step == S_DUMP && m->helper > 0)
+        kill(m->helper, SIGKILL);
 }
 
 static void criu_stop(struct method *m, const char *reason, uint64_t grace_ms)
@@ -246,10 +471,12 @@ static void criu_close(struct method *m)
 {
     if (!m)
         return;
-    if (m->dumper > 0) {
-        child_unwatch(m->ctx.child, m->dumper);
-        kill(m->dumper, SIGKILL);
+    if (m->helper > 0) {
+        child_unwatch(m->ctx.child, m->helper);
+        kill(m->helper, SIGKILL);
     }
+    if (m->restored)
+        event_free(m->restored);
     for (size_t i = 0; m->argv && m->argv[i]; i++)
         free(m->argv[i]);
     free(m->argv);
@@ -301,6 +528,137 @@ static int check_criu(const struct method *m, char *err, size_t errlen)
              strcasestr(first, "vdso") ? "; this CRIU is too old for the kernel: use 4.2 or "
              "newer (tests/servers/criu.sh fetches one)" : "", log);
     return -1;
+}
+
+/* "N × MODEL, ..." of an inventory's gpus, or "no NVIDIA GPU". */
+static void describe(const cJSON *gpus, char *out, size_t size)
+{
+    const cJSON *g;
+    size_t len = 0, n = (size_t)cJSON_GetArraySize(gpus);
+
+    if (!n) {
+        snprintf(out, size, "no NVIDIA GPU");
+        return;
+    }
+    len += (size_t)snprintf(out, size, "%zu GPU%s (", n, n == 1 ? "" : "s");
+    cJSON_ArrayForEach(g, gpus) {
+        const cJSON *model = cJSON_GetObjectItemCaseSensitive(g, "model");
+        if (len < size)
+            len += (size_t)snprintf(out + len, size - len, "%s%s", g == gpus->child ? "" : ", ",
+                                    cJSON_IsString(model) ? model->valuestring : "?");
+    }
+    if (len < size)
+        snprintf(out + len, size - len, ")");
+}
+
+/* Images of CUDA processes (spotd-gpu.json): the GPUs they were dumped
+ * with must be here too, model for model.  Fills m->nspids.  0, or -1
+ * with the difference in err. */
+static int check_gpus(struct method *m, const char *dir, char *err, size_t errlen)
+{
+    char path[4400], buf[16384], here[8192], was[1024], now[1024];
+    const cJSON *procs, *p, *inv, *saved, *mine;
+    cJSON *o = NULL, *local = NULL;
+    bool same = true;
+    ssize_t n;
+    int fd, r = 0;
+
+    snprintf(path, sizeof(path), "%s/spotd-gpu.json", dir);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return 0; /* no GPU process in these images */
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    if (!(o = cJSON_Parse(buf)) || !cJSON_IsArray(procs = cJSON_GetObjectItemCaseSensitive(o, "processes"))) {
+        snprintf(err, errlen, "--method criu: %s is not what spotd writes", path);
+        cJSON_Delete(o);
+        return -1;
+    }
+    cJSON_ArrayForEach(p, procs)
+        if (cJSON_IsNumber(p) && p->valuedouble > 0 && m->nns < GPU_MAX)
+            m->nspids[m->nns++] = (int)p->valuedouble;
+    inv = cJSON_GetObjectItemCaseSensitive(o, "inventory");
+    saved = cJSON_GetObjectItemCaseSensitive(inv, "gpus");
+    if (cuda_inventory(here, sizeof(here)) == 0)
+        local = cJSON_Parse(here);
+    mine = cJSON_GetObjectItemCaseSensitive(local, "gpus");
+    if (cJSON_IsArray(saved)) {
+        const cJSON *a = saved->child, *b = cJSON_IsArray(mine) ? mine->child : NULL;
+        for (; a || b; a = a ? a->next : NULL, b = b ? b->next : NULL) {
+            const cJSON *ma = a ? cJSON_GetObjectItemCaseSensitive(a, "model") : NULL;
+            const cJSON *mb = b ? cJSON_GetObjectItemCaseSensitive(b, "model") : NULL;
+            if (!cJSON_IsString(ma) || !cJSON_IsString(mb) ||
+                strcmp(ma->valuestring, mb->valuestring) != 0)
+                same = false;
+        }
+        if (!same) {
+            describe(saved, was, sizeof(was));
+            if (cJSON_IsArray(mine))
+                describe(mine, now, sizeof(now));
+            else
+                snprintf(now, sizeof(now), "no NVIDIA driver (NVML does not answer)");
+            snprintf(err, errlen, "--method criu: the generation's CUDA processes ran on %s; "
+                     "this machine has %s: restore it on a machine like the first",
+                     was, now);
+            r = -1;
+        }
+    } else if (m->nns) {
+        log_msg(LOGL_WARN, "the generation's CUDA processes were dumped without a GPU "
+                "inventory (no NVML then): the GPUs here are not checked");
+    }
+    cJSON_Delete(local);
+    cJSON_Delete(o);
+    return r;
+}
+
+static void on_gpu_restored(void *arg, int status)
+{
+    struct method *m = arg;
+    char line[512];
+
+    m->helper = 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        log_msg(LOGL_INFO, "the restored CUDA processes run on their GPUs again");
+        return;
+    }
+    last_line(m, "cuda.log", line, sizeof(line));
+    log_msg(LOGL_ERROR, "the restored CUDA processes could not be restored on the GPUs: %s "
+            "(%s/cuda.log); stopping the command", line, m->work);
+    child_stop(m->ctx.child, "the restored CUDA processes could not be restored", 0);
+}
+
+/* Restore: once CRIU has brought the tree back (the pid file), its CUDA
+ * processes get their GPU memory back and are unlocked. */
+static void on_restored_poll(evutil_socket_t fd, short what, void *arg)
+{
+    struct method *m = arg;
+    char path[4400], buf[32], cbuf[8192], **argv;
+    ssize_t n;
+    pid_t root;
+    int pfd, r;
+
+    snprintf(path, sizeof(path), "%s/restored.pid", m->work);
+    if ((pfd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return;
+    n = read(pfd, buf, sizeof(buf) - 1);
+    close(pfd);
+    if (n <= 0)
+        return;
+    buf[n] = '\0';
+    root = (pid_t)atoi(buf);
+    event_del(m->restored);
+    m->ngpu = root > 0 ? cuda_find_nspids(root, m->nspids, m->nns, m->gpu) : 0;
+    if (m->ngpu < m->nns)
+        log_msg(LOGL_WARN, "%zu of the %zu CUDA processes of the images are in the restored "
+                "tree", m->ngpu, m->nns);
+    if (!m->ngpu)
+        return;
+    if (!(argv = cuda_argv(m, "restore", 0, cbuf, sizeof(cbuf))))
+        return;
+    r = spawn(m, argv, "cuda.log", on_gpu_restored);
+    free(argv);
+    if (r < 0)
+        log_msg(LOGL_ERROR, "cannot run spotd _cuda: %s", strerror(-r));
 }
 
 /* An executable named name: in PATH unless it has a slash. */
@@ -355,6 +713,7 @@ static struct method *criu_open(const struct method_ctx *ctx, char *err, size_t 
         goto fail;
     }
     self[len] = '\0';
+    snprintf(m->self, sizeof(m->self), "%s", self);
     if ((slash = strrchr(self, '/')))
         *slash = '\0';
     snprintf(m->init, sizeof(m->init), "%s/spotd-init", self);
@@ -377,6 +736,17 @@ static struct method *criu_open(const struct method_ctx *ctx, char *err, size_t 
         snprintf(err, errlen, "--method criu: generation %s holds no CRIU images (it was not "
                  "saved by the criu method)", ctx->resume_dir);
         goto fail;
+    }
+    if (restore && check_gpus(m, ctx->resume_dir, err, errlen) < 0)
+        goto fail;
+    if (restore && m->nns) {
+        struct timeval tv = { 0, 50 * 1000 };
+        char pidfile[4400];
+        snprintf(pidfile, sizeof(pidfile), "%s/restored.pid", m->work);
+        unlink(pidfile);
+        if (!(m->restored = event_new(ctx->base, -1, EV_PERSIST, on_restored_poll, m)) ||
+            event_add(m->restored, &tv) < 0)
+            goto oom;
     }
     while (ctx->argv[n])
         n++;

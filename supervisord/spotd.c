@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "child.h"
+#include "cuda.h"
 #include "notices.h"
 #include "orch.h"
 #include "spot/config.h"
@@ -773,6 +774,9 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "run") == 0)
         return cmd_run(argc, argv);
+    /* The criu method's helper for CUDA processes (cuda.h), not for people. */
+    if (strcmp(cmd, "_cuda") == 0)
+        return cuda_main(argc, argv);
     if (strcmp(cmd, "config") == 0)
         return cmd_config(argc, argv);
     if (strcmp(cmd, "help") == 0) {

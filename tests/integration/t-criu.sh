@@ -113,4 +113,18 @@ check "criu: ... saying it is too old for the kernel" grep -q "too old for the k
 run_spotd run --job x --store "file://$T/store" --state-dir "$T/x2" --method criu \
     --rank 0 --world-size 2 --peers 127.0.0.1:1,127.0.0.1:2 --insecure -- true
 check "criu: a world is refused" grep -q "the criu method cannot serve a world" "$T/stderr"
+# Images of CUDA processes need the GPUs they ran on: a generation that
+# says its processes held an H100 is refused on this machine, saying so.
+# (The images of a CUDA process come only from a machine with a GPU:
+# tests/gpu/; here the generation is pushed by hand, as an operator could.)
+mkdir -p "$T/gpuimg"
+echo "pipe:[1] pipe:[2]" >"$T/gpuimg/spotd-criu.pipes"
+echo '{"processes":[2],"inventory":{"driver":"550.54.15","gpus":[{"model":"NVIDIA H100 80GB HBM3","uuid":"GPU-1"}]}}' \
+    >"$T/gpuimg/spotd-gpu.json"
+"$SPOTCTL" push --store "file://$T/store" --job g "$T/gpuimg" >/dev/null 2>&1
+run_spotd run --job g --store "file://$T/store" --state-dir "$T/g1" --method criu \
+    --criu "$CRIU" --cloud none -- true
+check "criu: GPU images on a machine without those GPUs are refused" eval '[ "$RC" != 0 ]'
+check "criu: ... saying what differs" \
+    grep -q "ran on 1 GPU (NVIDIA H100 80GB HBM3); this machine has no NVIDIA driver" "$T/stderr"
 check "criu: nothing of this test is left running" wait_for 5 none_left

@@ -1,0 +1,382 @@
+/* cuda: the CUDA driver's checkpoint API and NVML, loaded at run time
+ * (cuda.h).
+ *
+ * Every call of the driver happens in `spotd _cuda`, a process of its own
+ * that the criu method starts: a lock or a checkpoint of GPU memory can
+ * take seconds, which spotd's loop must not wait through, and spotd itself
+ * never initialises CUDA (a CUDA process that forks is not a place to
+ * be).  The declarations below are the driver's ABI (cuda.h of CUDA 12.4
+ * and later, driver 550 and later), written out so that spotd builds
+ * without the CUDA toolkit. */
+#include "cuda.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "spot/notice.h"
+
+typedef int CUresult; /* CUDA_SUCCESS is 0 */
+
+enum { CU_PROCESS_STATE_RUNNING, CU_PROCESS_STATE_LOCKED, CU_PROCESS_STATE_CHECKPOINTED,
+       CU_PROCESS_STATE_FAILED };
+
+typedef struct {
+    unsigned int timeoutMs;
+    unsigned int reserved0;
+    uint64_t reserved1[7];
+} CUcheckpointLockArgs;
+
+/* The checkpoint, restore and unlock arguments: 64 reserved bytes, zero. */
+typedef struct {
+    uint64_t reserved[8];
+} CUcheckpointArgs;
+
+static struct {
+    void *lib;
+    CUresult (*init)(unsigned int);
+    CUresult (*version)(int *);
+    CUresult (*get_error)(CUresult, const char **);
+    CUresult (*state)(int, int *);
+    CUresult (*lock)(int, CUcheckpointLockArgs *);
+    CUresult (*checkpoint)(int, CUcheckpointArgs *);
+    CUresult (*restore)(int, CUcheckpointArgs *);
+    CUresult (*unlock)(int, CUcheckpointArgs *);
+} cu;
+
+static const char *cu_error(CUresult r)
+{
+    const char *s = NULL;
+
+    if (cu.get_error && cu.get_error(r, &s) == 0 && s)
+        return s;
+    return "unknown CUDA error";
+}
+
+/* The driver with the checkpoint API: 0, or -1 after saying why. */
+static int load(void)
+{
+    int v = 0;
+    CUresult r;
+
+    if (!(cu.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL))) {
+        fprintf(stderr, "no CUDA driver (libcuda.so.1): %s\n", dlerror());
+        return -1;
+    }
+    *(void **)&cu.init = dlsym(cu.lib, "cuInit");
+    *(void **)&cu.version = dlsym(cu.lib, "cuDriverGetVersion");
+    *(void **)&cu.get_error = dlsym(cu.lib, "cuGetErrorString");
+    *(void **)&cu.state = dlsym(cu.lib, "cuCheckpointProcessGetState");
+    *(void **)&cu.lock = dlsym(cu.lib, "cuCheckpointProcessLock");
+    *(void **)&cu.checkpoint = dlsym(cu.lib, "cuCheckpointProcessCheckpoint");
+    *(void **)&cu.restore = dlsym(cu.lib, "cuCheckpointProcessRestore");
+    *(void **)&cu.unlock = dlsym(cu.lib, "cuCheckpointProcessUnlock");
+    if (!cu.init || !cu.version || !cu.state || !cu.lock || !cu.checkpoint || !cu.restore ||
+        !cu.unlock) {
+        fprintf(stderr, "the CUDA driver has no checkpoint API (cuCheckpointProcess*: driver "
+                "550 or later)\n");
+        return -1;
+    }
+    if ((r = cu.init(0)) != 0) {
+        fprintf(stderr, "cuInit: %s\n", cu_error(r));
+        return -1;
+    }
+    if (cu.version(&v) == 0 && v < 12040) {
+        fprintf(stderr, "the CUDA driver supports CUDA %d.%d; its checkpoint API needs 12.4 "
+                "(driver 550) or later\n", v / 1000, v % 1000 / 10);
+        return -1;
+    }
+    return 0;
+}
+
+/* The state of pid, or -1 when it is not a CUDA process. */
+static int state_of(pid_t pid)
+{
+    int s = -1;
+
+    return cu.state((int)pid, &s) == 0 ? s : -1;
+}
+
+static const char *state_name(int s)
+{
+    static const char *const names[] = { "running", "locked", "checkpointed", "failed" };
+
+    return s >= 0 && s <= CU_PROCESS_STATE_FAILED ? names[s] : "not a CUDA process";
+}
+
+/* Back to running and unlocked, from wherever pid got: best effort. */
+static void undo(pid_t pid)
+{
+    CUcheckpointArgs a = { { 0 } };
+
+    if (state_of(pid) == CU_PROCESS_STATE_CHECKPOINTED)
+        cu.restore((int)pid, &a);
+    if (state_of(pid) == CU_PROCESS_STATE_LOCKED)
+        cu.unlock((int)pid, &a);
+}
+
+/* Lock every CUDA process of pids (within timeout_ms in all), then
+ * checkpoint each; any failure puts all of them back. */
+static int lock_checkpoint(pid_t *pids, size_t n, unsigned timeout_ms)
+{
+    int64_t end = notice_now_ms() + timeout_ms;
+    size_t done = 0;
+    CUresult r;
+
+    for (; done < n; done++) {
+        int64_t left = end - notice_now_ms();
+        CUcheckpointLockArgs la = { .timeoutMs = left > 0 ? (unsigned)left : 1 };
+        CUcheckpointArgs ca = { { 0 } };
+
+        if ((r = cu.lock((int)pids[done], &la)) != 0) {
+            fprintf(stderr, "cannot lock CUDA process %d: %s\n", (int)pids[done], cu_error(r));
+            break;
+        }
+        if ((r = cu.checkpoint((int)pids[done], &ca)) != 0) {
+            fprintf(stderr, "cannot checkpoint CUDA process %d: %s\n", (int)pids[done],
+                    cu_error(r));
+            break;
+        }
+        if (state_of(pids[done]) != CU_PROCESS_STATE_CHECKPOINTED) {
+            fprintf(stderr, "CUDA process %d is %s after its checkpoint\n", (int)pids[done],
+                    state_name(state_of(pids[done])));
+            break;
+        }
+    }
+    if (done == n)
+        return 0;
+    for (size_t i = 0; i <= done && i < n; i++)
+        undo(pids[i]);
+    return -1;
+}
+
+static int restore_unlock(pid_t *pids, size_t n)
+{
+    int bad = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        CUcheckpointArgs a = { { 0 } };
+        CUresult r;
+
+        if (state_of(pids[i]) == CU_PROCESS_STATE_CHECKPOINTED &&
+            (r = cu.restore((int)pids[i], &a)) != 0) {
+            fprintf(stderr, "cannot restore CUDA process %d: %s\n", (int)pids[i], cu_error(r));
+            bad = 1;
+            continue;
+        }
+        if (state_of(pids[i]) == CU_PROCESS_STATE_LOCKED &&
+            (r = cu.unlock((int)pids[i], &a)) != 0) {
+            fprintf(stderr, "cannot unlock CUDA process %d: %s\n", (int)pids[i], cu_error(r));
+            bad = 1;
+            continue;
+        }
+        if (state_of(pids[i]) != CU_PROCESS_STATE_RUNNING) {
+            fprintf(stderr, "CUDA process %d is %s, not running\n", (int)pids[i],
+                    state_name(state_of(pids[i])));
+            bad = 1;
+        }
+    }
+    return bad ? -1 : 0;
+}
+
+/* ---- which processes hold a GPU --------------------------------------------- */
+
+/* Whether pid has an NVIDIA device open: the sign of a CUDA process, read
+ * without the driver. */
+static int holds_gpu(pid_t pid)
+{
+    char path[64], link[256];
+    struct dirent *d;
+    DIR *dp;
+    int found = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    if (!(dp = opendir(path)))
+        return 0;
+    while (!found && (d = readdir(dp))) {
+        char fd[340];
+        ssize_t len;
+
+        snprintf(fd, sizeof(fd), "%s/%s", path, d->d_name);
+        len = readlink(fd, link, sizeof(link) - 1);
+        if (len <= 0)
+            continue;
+        link[len] = '\0';
+        found = strncmp(link, "/dev/nvidia", 11) == 0;
+    }
+    closedir(dp);
+    return found;
+}
+
+/* pid and every descendant, breadth first, into out (at most max). */
+static size_t tree(pid_t pid, pid_t *out, size_t max)
+{
+    size_t n = 0, head = 0;
+
+    if (max)
+        out[n++] = pid;
+    while (head < n) {
+        char path[96], buf[4096];
+        ssize_t len;
+        int fd;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)out[head],
+                 (int)out[head]);
+        head++;
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+            continue;
+        len = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (len <= 0)
+            continue;
+        buf[len] = '\0';
+        for (char *p = buf, *e; *p && n < max; p = e) {
+            long v = strtol(p, &e, 10);
+            if (e == p)
+                break;
+            if (v > 0)
+                out[n++] = (pid_t)v;
+        }
+    }
+    return n;
+}
+
+size_t cuda_gpu_processes(pid_t root, pid_t *out, size_t max)
+{
+    pid_t all[4096];
+    size_t n = tree(root, all, sizeof(all) / sizeof(all[0])), k = 0;
+
+    for (size_t i = 0; i < n && k < max; i++)
+        if (holds_gpu(all[i]))
+            out[k++] = all[i];
+    return k;
+}
+
+int cuda_nspid(pid_t pid)
+{
+    char path[64], line[256];
+    int v = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    if (!(f = fopen(path, "r")))
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, "NSpid:", 6) == 0) {
+            /* The last field: the pid in the innermost namespace. */
+            for (char *p = line + 6, *e; *p; p = e) {
+                long x = strtol(p, &e, 10);
+                if (e == p)
+                    break;
+                v = (int)x;
+            }
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+size_t cuda_find_nspids(pid_t root, const int *nspids, size_t n, pid_t *out)
+{
+    pid_t all[4096];
+    size_t m = tree(root, all, sizeof(all) / sizeof(all[0])), k = 0;
+
+    for (size_t i = 0; i < m && k < n; i++) {
+        int ns = cuda_nspid(all[i]);
+        for (size_t j = 0; j < n; j++)
+            if (ns == nspids[j]) {
+                out[k++] = all[i];
+                break;
+            }
+    }
+    return k;
+}
+
+/* ---- the inventory (NVML) ------------------------------------------------------ */
+
+int cuda_inventory(char *buf, size_t size)
+{
+    typedef int (*init_fn)(void);
+    typedef int (*count_fn)(unsigned *);
+    typedef int (*handle_fn)(unsigned, void **);
+    typedef int (*str_fn)(void *, char *, unsigned);
+    typedef int (*sys_fn)(char *, unsigned);
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    init_fn init;
+    count_fn count;
+    handle_fn handle;
+    str_fn name, uuid;
+    sys_fn driver;
+    char drv[96] = "";
+    unsigned n = 0;
+    size_t len = 0;
+
+    if (!lib)
+        return -ENOENT;
+    *(void **)&init = dlsym(lib, "nvmlInit_v2");
+    *(void **)&count = dlsym(lib, "nvmlDeviceGetCount_v2");
+    *(void **)&handle = dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+    *(void **)&name = dlsym(lib, "nvmlDeviceGetName");
+    *(void **)&uuid = dlsym(lib, "nvmlDeviceGetUUID");
+    *(void **)&driver = dlsym(lib, "nvmlSystemGetDriverVersion");
+    if (!init || !count || !handle || !name || !uuid || !driver || init() != 0 ||
+        count(&n) != 0) {
+        dlclose(lib);
+        return -ENODEV;
+    }
+    driver(drv, sizeof(drv));
+    len += (size_t)snprintf(buf + len, size - len, "{\"driver\":\"%s\",\"gpus\":[", drv);
+    for (unsigned i = 0; i < n && len < size; i++) {
+        char model[96] = "", id[96] = "";
+        void *h = NULL;
+        if (handle(i, &h) != 0)
+            continue;
+        name(h, model, sizeof(model));
+        uuid(h, id, sizeof(id));
+        len += (size_t)snprintf(buf + len, size - len, "%s{\"model\":\"%s\",\"uuid\":\"%s\"}",
+                                i ? "," : "", model, id);
+    }
+    if (len < size)
+        snprintf(buf + len, size - len, "]}");
+    dlclose(lib);
+    return len < size ? 0 : -ENOSPC;
+}
+
+/* ---- spotd _cuda ------------------------------------------------------------------ */
+
+int cuda_main(int argc, char **argv)
+{
+    pid_t pids[256];
+    size_t n = 0;
+
+    if (argc >= 3 && strcmp(argv[2], "inventory") == 0) {
+        char buf[8192];
+        int r = cuda_inventory(buf, sizeof(buf));
+        if (r < 0) {
+            fprintf(stderr, "no NVIDIA GPU inventory: %s\n",
+                    r == -ENOENT ? "NVML (libnvidia-ml.so.1) is not installed" : strerror(-r));
+            return 3;
+        }
+        printf("%s\n", buf);
+        return 0;
+    }
+    if (argc < 4 || (strcmp(argv[2], "checkpoint") != 0 && strcmp(argv[2], "restore") != 0)) {
+        fprintf(stderr, "usage: spotd _cuda checkpoint TIMEOUT_MS PID...\n"
+                        "       spotd _cuda restore PID...\n"
+                        "       spotd _cuda inventory\n");
+        return 2;
+    }
+    for (int i = strcmp(argv[2], "checkpoint") == 0 ? 4 : 3; i < argc && n < 256; i++)
+        pids[n++] = (pid_t)atoi(argv[i]);
+    if (load() < 0)
+        return 3;
+    if (strcmp(argv[2], "checkpoint") == 0)
+        return lock_checkpoint(pids, n, (unsigned)atoi(argv[3])) < 0 ? 1 : 0;
+    return restore_unlock(pids, n) < 0 ? 1 : 0;
+}
