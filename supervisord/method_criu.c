@@ -103,7 +103,8 @@ static void explain(const struct method *m, char *msg, size_t size)
                      known[i].advice, first, path);
             return;
         }
-    snprintf(msg, size, "criu dump failed%s%s (its log: %.300s)", first[0] ? ": " : "", first, path);
+    snprintf(msg, size, "criu dump failed%s%s (its log: %.300s)", first[0] ? ": " : "", first,
+             path);
 }
 
 /* PID 1 of the command's namespace: the outer spotd-init's one child. */
@@ -249,9 +250,9 @@ static void on_gpu_on(void *arg, int status)
 
     m->helper = 0;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        last_line(m, "cuda.log", line, sizeof(line));
+        last_line(m, "cuda-restore.log", line, sizeof(line));
         log_msg(LOGL_ERROR, "the command's CUDA processes could not be restored after the "
-                "dump: %s (%s/cuda.log)", line, m->work);
+                "dump: %s (%s/cuda-restore.log)", line, m->work);
         if (!m->err) {
             m->err = -EIO;
             snprintf(m->msg, sizeof(m->msg), "the CUDA processes could not be restored after "
@@ -273,7 +274,7 @@ static void gpu_on(struct method *m)
         finish(m);
         return;
     }
-    r = spawn(m, argv, "cuda.log", on_gpu_on);
+    r = spawn(m, argv, "cuda-restore.log", on_gpu_on);
     free(argv);
     if (r < 0) {
         log_msg(LOGL_ERROR, "cannot run spotd _cuda: %s", strerror(-r));
@@ -354,10 +355,10 @@ static void on_gpu_off(void *arg, int status)
         gpu_on(m);
         return;
     }
-    last_line(m, "cuda.log", line, sizeof(line));
+    last_line(m, "cuda-checkpoint.log", line, sizeof(line));
     m->err = -EIO;
     snprintf(m->msg, sizeof(m->msg), "the CUDA checkpoint of the command's GPU processes "
-             "failed, they run on unlocked: %.400s (%.300s/cuda.log)", line, m->work);
+             "failed, they run on unlocked: %.400s (%.300s/cuda-checkpoint.log)", line, m->work);
     finish(m);
 }
 
@@ -419,7 +420,7 @@ static int criu_save(struct method *m, uint64_t gen, const char *dir, int64_t de
                 "checkpointing %s (CUDA checkpoint API)", m->ngpu, m->ngpu == 1 ? "" : "es",
                 m->ngpu == 1 ? "s" : "", m->ngpu == 1 ? "it" : "them");
         m->step = S_GPU_OFF;
-        r = spawn(m, argv, "cuda.log", on_gpu_off);
+        r = spawn(m, argv, "cuda-checkpoint.log", on_gpu_off);
         free(argv);
         if (r < 0) {
             m->done = NULL;
@@ -569,7 +570,9 @@ static int check_gpus(struct method *m, const char *dir, char *err, size_t errle
     n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
     buf[n > 0 ? n : 0] = '\0';
-    if (!(o = cJSON_Parse(buf)) || !cJSON_IsArray(procs = cJSON_GetObjectItemCaseSensitive(o, "processes"))) {
+    o = cJSON_Parse(buf);
+    procs = cJSON_GetObjectItemCaseSensitive(o, "processes");
+    if (!cJSON_IsArray(procs)) {
         snprintf(err, errlen, "--method criu: %s is not what spotd writes", path);
         cJSON_Delete(o);
         return -1;
@@ -621,9 +624,9 @@ static void on_gpu_restored(void *arg, int status)
         log_msg(LOGL_INFO, "the restored CUDA processes run on their GPUs again");
         return;
     }
-    last_line(m, "cuda.log", line, sizeof(line));
+    last_line(m, "cuda-restore.log", line, sizeof(line));
     log_msg(LOGL_ERROR, "the restored CUDA processes could not be restored on the GPUs: %s "
-            "(%s/cuda.log); stopping the command", line, m->work);
+            "(%s/cuda-restore.log); stopping the command", line, m->work);
     child_stop(m->ctx.child, "the restored CUDA processes could not be restored", 0);
 }
 
@@ -655,7 +658,7 @@ static void on_restored_poll(evutil_socket_t fd, short what, void *arg)
         return;
     if (!(argv = cuda_argv(m, "restore", 0, cbuf, sizeof(cbuf))))
         return;
-    r = spawn(m, argv, "cuda.log", on_gpu_restored);
+    r = spawn(m, argv, "cuda-restore.log", on_gpu_restored);
     free(argv);
     if (r < 0)
         log_msg(LOGL_ERROR, "cannot run spotd _cuda: %s", strerror(-r));
