@@ -223,6 +223,21 @@ static int holds_gpu(pid_t pid)
     return found;
 }
 
+int cuda_uses_nccl(pid_t pid)
+{
+    char path[64], line[512];
+    int found = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+    if (!(f = fopen(path, "r")))
+        return 0;
+    while (!found && fgets(line, sizeof(line), f))
+        found = strstr(line, "libnccl") != NULL;
+    fclose(f);
+    return found;
+}
+
 /* pid and every descendant, breadth first, into out (at most max). */
 static size_t tree(pid_t pid, pid_t *out, size_t max)
 {

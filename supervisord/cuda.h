@@ -28,6 +28,9 @@ int cuda_main(int argc, char **argv);
  * open, into out (at most max); how many. */
 size_t cuda_gpu_processes(pid_t root, pid_t *out, size_t max);
 
+/* Whether pid has NCCL loaded (libnccl in its maps). */
+int cuda_uses_nccl(pid_t pid);
+
 /* pid's number in its innermost PID namespace, -1 when unknown. */
 int cuda_nspid(pid_t pid);
 /* The processes of root's tree whose innermost pids are among nspids

@@ -400,6 +400,13 @@ static int criu_save(struct method *m, uint64_t gen, const char *dir, int64_t de
     if (mkdir(m->work, 0700) < 0 && errno != EEXIST)
         return -errno;
     m->ngpu = cuda_gpu_processes(init, m->gpu, GPU_MAX);
+    for (size_t i = 0; m->ngpu > 1 && i < m->ngpu; i++)
+        if (cuda_uses_nccl(m->gpu[i])) {
+            log_msg(LOGL_ERROR, "the command runs %zu CUDA processes with NCCL: CRIU cannot "
+                    "snapshot a live NCCL job (its communicators span the processes and the "
+                    "GPUs' links); use the app method (libckpt) for it", m->ngpu);
+            return -ENOTSUP;
+        }
     write_gpus(m, dir);
     m->deadline_ms = deadline_ms;
     m->err = 0;
