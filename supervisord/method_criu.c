@@ -111,7 +111,7 @@ static void explain(const struct method *m, char *msg, size_t size)
 static pid_t init_pid(const struct method *m)
 {
     pid_t outer = child_pid(m->ctx.child);
-    char path[64], buf[64];
+    char path[64], buf[64], comm[32];
     ssize_t n;
     int fd;
 
@@ -125,7 +125,16 @@ static pid_t init_pid(const struct method *m)
     if (n <= 0)
         return -ESRCH;
     buf[n] = '\0';
-    return (pid_t)atoi(buf) > 0 ? (pid_t)atoi(buf) : -ESRCH;
+    if ((pid_t)atoi(buf) <= 0)
+        return -ESRCH;
+    /* While a restore runs, the outer's child is CRIU, not the tree. */
+    snprintf(path, sizeof(path), "/proc/%d/comm", atoi(buf));
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return -ESRCH;
+    n = read(fd, comm, sizeof(comm) - 1);
+    close(fd);
+    comm[n > 0 ? n : 0] = '\0';
+    return strcmp(comm, "spotd-init\n") == 0 ? (pid_t)atoi(buf) : -ESRCH;
 }
 
 /* The pipes the tree writes its output into, for the restore. */
