@@ -140,10 +140,11 @@ static pid_t init_pid(const struct method *m)
 /* The pipes the tree writes its output into, for the restore. */
 static int write_pipes(const struct method *m, pid_t init, const char *dir)
 {
-    char path[4400], ids[2][64];
+    char path[4400], ids[3][64];
     FILE *f;
 
-    for (int fd = 1; fd <= 2; fd++) {
+    /* Output, errors, and the lifeline (spotd-init.c). */
+    for (int fd = 1; fd <= 3; fd++) {
         ssize_t n;
         snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)init, fd);
         n = readlink(path, ids[fd - 1], sizeof(ids[0]) - 1);
@@ -154,7 +155,7 @@ static int write_pipes(const struct method *m, pid_t init, const char *dir)
     snprintf(path, sizeof(path), "%s/spotd-criu.pipes", dir);
     if (!(f = fopen(path, "w")))
         return -errno;
-    fprintf(f, "%s %s\n", ids[0], ids[1]);
+    fprintf(f, "%s %s %s\n", ids[0], ids[1], ids[2]);
     return fclose(f) == 0 ? 0 : -EIO;
 }
 

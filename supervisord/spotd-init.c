@@ -17,11 +17,15 @@
  *           reaps orphans.
  *   command PID 2, in a group of its own.
  *
+ * The inner also holds the read end of a lifeline pipe whose write end only
+ * the outer has: when the outer is gone (even by SIGKILL), the inner reads
+ * EOF and ends, and the namespace with it.
+ *
  * restore runs `CRIU restore` on IMAGES as a child subreaper: the restored
- * inner is reparented to the outer when CRIU exits.  The output pipes the
- * images name (IMAGES/spotd-criu.pipes: "pipe:[N] pipe:[M]", written by
- * spotd at the dump) are replaced by new ones of this outer
- * (--inherit-fd).  CRIU's log is WORKDIR/restore.log.
+ * inner is reparented to the outer when CRIU exits.  The pipes the images
+ * name (IMAGES/spotd-criu.pipes: "pipe:[N] pipe:[M] pipe:[L]", output,
+ * errors and lifeline, written by spotd at the dump) are replaced by new
+ * ones of this outer (--inherit-fd).  CRIU's log is WORKDIR/restore.log.
  *
  * Only libc, linked statically: CRIU restores this program's mappings from
  * its path, which must not depend on the host's C library. */
@@ -138,8 +142,9 @@ static void outer_loop(int sfd, pid_t pid, int out, int err)
     }
 }
 
-/* The inner, PID 1: start the command, forward, reap; end with it. */
-static void inner(char **argv, const sigset_t *old, int sfd)
+/* The inner, PID 1: start the command, forward, reap; end with it, or
+ * with the outer (its lifeline, fd life, reads EOF then). */
+static void inner(char **argv, const sigset_t *old, int sfd, int life)
 {
     int status;
     pid_t cmd, w;
@@ -153,16 +158,21 @@ static void inner(char **argv, const sigset_t *old, int sfd)
         setpgid(0, 0);
         sigprocmask(SIG_SETMASK, old, NULL);
         close(sfd);
+        close(life);
         execvp(argv[0], argv);
         fprintf(stderr, "spotd-init: cannot execute %s: %s\n", argv[0], strerror(errno));
         _exit(errno == ENOENT ? 127 : 126);
     }
     setpgid(cmd, cmd);
     for (;;) {
+        struct pollfd p[2] = { { sfd, POLLIN, 0 }, { life, POLLIN, 0 } };
         struct signalfd_siginfo si;
-        ssize_t n = read(sfd, &si, sizeof(si));
 
-        if (n != sizeof(si))
+        if (poll(p, 2, -1) < 0)
+            continue;
+        if (p[1].revents)
+            _exit(EXIT_INIT); /* the outer is gone: nobody would reap or relay us */
+        if (!(p[0].revents & POLLIN) || read(sfd, &si, sizeof(si)) != sizeof(si))
             continue;
         if (si.ssi_signo != SIGCHLD) {
             if (kill(-cmd, (int)si.ssi_signo) < 0)
@@ -183,12 +193,13 @@ static void make_pipe(int p[2])
 
 static int run(char **argv)
 {
-    int out[2], err[2], sfd, null;
+    int out[2], err[2], life[2], sfd, null;
     sigset_t old;
     pid_t pid;
 
     make_pipe(out);
     make_pipe(err);
+    make_pipe(life);
     sfd = signals(&old);
     if (unshare(CLONE_NEWPID) < 0)
         die("cannot make a PID namespace (CAP_SYS_ADMIN is needed)", NULL);
@@ -196,24 +207,25 @@ static int run(char **argv)
     if (pid < 0)
         die("fork", NULL);
     if (pid == 0) {
+        /* 0 /dev/null, 1 and 2 the output pipes, 3 the lifeline, 4 the
+         * signals (all above the pipes), and nothing else of spotd's:
+         * CRIU would have to restore it. */
         null = open("/dev/null", O_RDONLY);
         if (null < 0 || dup2(null, STDIN_FILENO) < 0 || dup2(out[1], STDOUT_FILENO) < 0 ||
-            dup2(err[1], STDERR_FILENO) < 0)
+            dup2(err[1], STDERR_FILENO) < 0 || dup2(life[0], 3) < 0 || dup2(sfd, 4) < 0)
             die("cannot set up the command's stdio", NULL);
-        /* Nothing else of spotd's: CRIU would have to restore it. */
-        if (sfd > 3)
-            close_range(3, (unsigned)sfd - 1, 0);
-        close_range((unsigned)sfd + 1, ~0u, 0);
-        inner(argv, &old, sfd);
+        close_range(5, ~0u, 0);
+        inner(argv, &old, 4, 3);
     }
     close(out[1]);
     close(err[1]);
+    close(life[0]);
     outer_loop(sfd, pid, out[0], err[0]);
     return EXIT_INIT;
 }
 
-/* The two pipe ids the images name, "pipe:[N]". */
-static int read_pipes(const char *images, char ids[2][64])
+/* The pipe ids the images name, "pipe:[N]": output, errors, lifeline. */
+static int read_pipes(const char *images, char ids[3][64])
 {
     char path[4200];
     FILE *f;
@@ -222,18 +234,19 @@ static int read_pipes(const char *images, char ids[2][64])
     snprintf(path, sizeof(path), "%s/spotd-criu.pipes", images);
     if (!(f = fopen(path, "r")))
         return -1;
-    n = fscanf(f, "%63s %63s", ids[0], ids[1]);
+    n = fscanf(f, "%63s %63s %63s", ids[0], ids[1], ids[2]);
     fclose(f);
-    return n == 2 && strncmp(ids[0], "pipe:[", 6) == 0 && strncmp(ids[1], "pipe:[", 6) == 0
-               ? 0
-               : -1;
+    for (int i = 0; i < 3; i++)
+        if (n != 3 || strncmp(ids[i], "pipe:[", 6) != 0)
+            return -1;
+    return 0;
 }
 
 static int restore(const char *criu, const char *images_arg, const char *work_arg)
 {
-    char ids[2][64], inherit[2][96], pidfile[4200], log[4200], buf[32];
+    char ids[3][64], inherit[3][96], pidfile[4200], log[4200], buf[32];
     char images[4096], work[4096];
-    int out[2], err[2], sfd, status, fd;
+    int out[2], err[2], life[2], sfd, status, fd;
     sigset_t old;
     pid_t pid, w;
     ssize_t n;
@@ -242,7 +255,7 @@ static int restore(const char *criu, const char *images_arg, const char *work_ar
     if (!realpath(images_arg, images) || !realpath(work_arg, work))
         die("no such directory:", !realpath(images_arg, images) ? images_arg : work_arg);
     if (read_pipes(images, ids) < 0) {
-        fprintf(stderr, "spotd-init: %s/spotd-criu.pipes is missing or not two pipe ids: "
+        fprintf(stderr, "spotd-init: %s/spotd-criu.pipes is missing or not three pipe ids: "
                 "these are not images spotd dumped\n", images);
         return EXIT_INIT;
     }
@@ -250,12 +263,14 @@ static int restore(const char *criu, const char *images_arg, const char *work_ar
         die("cannot become a subreaper", NULL);
     make_pipe(out);
     make_pipe(err);
+    make_pipe(life);
     sfd = signals(&old);
     snprintf(pidfile, sizeof(pidfile), "%s/restored.pid", work);
     snprintf(log, sizeof(log), "%s/restore.log", work);
     unlink(pidfile);
     snprintf(inherit[0], sizeof(inherit[0]), "fd[3]:%s", ids[0]);
     snprintf(inherit[1], sizeof(inherit[1]), "fd[4]:%s", ids[1]);
+    snprintf(inherit[2], sizeof(inherit[2]), "fd[5]:%s", ids[2]);
     pid = fork();
     if (pid < 0)
         die("fork", NULL);
@@ -264,11 +279,12 @@ static int restore(const char *criu, const char *images_arg, const char *work_ar
         char a_v[] = "-v2", a_detach[] = "-d", a_pidfile[] = "--pidfile";
         char a_inherit[] = "--inherit-fd";
         char *argv[] = { exe, a_restore, a_d, images, a_w, work, a_o, log, a_v, a_detach,
-                         a_pidfile, pidfile, a_inherit, inherit[0], a_inherit, inherit[1], NULL };
+                         a_pidfile, pidfile, a_inherit, inherit[0], a_inherit, inherit[1],
+                         a_inherit, inherit[2], NULL };
 
         snprintf(exe, sizeof(exe), "%s", criu);
-        /* fds 3 and 4, inherited by CRIU, become the restored pipes. */
-        if (dup2(out[1], 3) < 0 || dup2(err[1], 4) < 0)
+        /* fds 3, 4 and 5, inherited by CRIU, become the restored pipes. */
+        if (dup2(out[1], 3) < 0 || dup2(err[1], 4) < 0 || dup2(life[0], 5) < 0)
             die("dup2", NULL);
         fd = open("/dev/null", O_RDWR);
         if (fd >= 0) {
@@ -281,6 +297,7 @@ static int restore(const char *criu, const char *images_arg, const char *work_ar
     }
     close(out[1]);
     close(err[1]);
+    close(life[0]);
     while ((w = waitpid(pid, &status, 0)) < 0 && errno == EINTR)
         ;
     if (w < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -73,6 +73,18 @@ expect_eq "criu python: restored, it finishes" 0 "$RC"
 [ "$RC" = 0 ] || { tail -n 30 "$T/stderr"; tail -n 20 "$T/p2/criu/restore.log"; }
 expect_eq "criu python: ... with the uninterrupted hash" "$pyref" "$(tail -n 1 "$T/stdout")"
 
+# ---- the namespace never outlives spotd-init ------------------------------------------
+# The outer spotd-init killed outright: its lifeline closes, and the
+# command's namespace ends with it instead of running on unsupervised.
+start_spotd run --job k --store "file://$T/store" --state-dir "$T/k1" --method criu \
+    --criu "$CRIU" --cloud none --events "$T/evk" -- "$ZDTM" 100000 "$T/k.file"
+check "criu: the command runs" wait_for 10 grep -q "^step 0$" "$T/stdout"
+outer=$(tr -d ' ' </proc/"$SPOTD_PID"/task/"$SPOTD_PID"/children)
+inner=$(tr -d ' ' </proc/"$outer"/task/"$outer"/children)
+kill -KILL "$outer"
+check "criu: with the outer spotd-init killed, the namespace ends too" wait_for 5 gone "$inner"
+wait_exit "$SPOTD_PID" 10
+
 # ---- 3. what CRIU cannot do ----------------------------------------------------------
 # An established TCP connection: the dump fails and says why; the command
 # goes on, nothing is committed.
@@ -118,7 +130,7 @@ check "criu: a world is refused" grep -q "the criu method cannot serve a world" 
 # (The images of a CUDA process come only from a machine with a GPU:
 # tests/gpu/; here the generation is pushed by hand, as an operator could.)
 mkdir -p "$T/gpuimg"
-echo "pipe:[1] pipe:[2]" >"$T/gpuimg/spotd-criu.pipes"
+echo "pipe:[1] pipe:[2] pipe:[3]" >"$T/gpuimg/spotd-criu.pipes"
 echo '{"processes":[2],"inventory":{"driver":"550.54.15","gpus":[{"model":"NVIDIA H100 80GB HBM3","uuid":"GPU-1"}]}}' \
     >"$T/gpuimg/spotd-gpu.json"
 "$SPOTCTL" push --store "file://$T/store" --job g "$T/gpuimg" >/dev/null 2>&1
