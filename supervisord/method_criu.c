@@ -78,6 +78,8 @@ static void explain(const struct method *m, char *msg, size_t size)
           "CAP_SYS_PTRACE, CAP_CHECKPOINT_RESTORE)" },
         { "vdso", "this CRIU is too old for the kernel (its vDSO check fails): use CRIU 4.2 or "
           "newer (tests/servers/criu.sh fetches one)" },
+        { "of that type", "the command holds a kind of file CRIU cannot dump (a perf event, "
+          "a device, an io_uring...)" },
         { "Can't dump", "CRIU cannot dump a resource the command holds" },
         { "unsupported", "the command uses a kind of file CRIU does not support" },
         { "nvidia", "the command holds a GPU: GPU processes need the CUDA checkpoint API" },

@@ -107,6 +107,33 @@ check "criu: ... and nothing was committed" eval '! has "\"event\":\"commit\"" "
 kill -TERM "$SPOTD_PID"
 wait_exit "$SPOTD_PID" 20
 
+# A kind of file CRIU cannot dump (a perf event): said in words, the command
+# runs on.
+cat >"$T/perf.py" <<'EOF'
+import ctypes, struct, time
+libc = ctypes.CDLL(None, use_errno=True)
+attr = bytearray(128)
+struct.pack_into("IIQ", attr, 0, 1, 128, 0)   # PERF_TYPE_SOFTWARE, size, CPU_CLOCK
+fd = libc.syscall(298, (ctypes.c_char * 128).from_buffer(attr), 0, -1, -1, 0)
+print("perf fd %d" % fd, flush=True)
+time.sleep(60)
+EOF
+start_spotd run --job f --store "file://$T/store" --state-dir "$T/f1" --method criu \
+    --criu "$CRIU" --cloud none --events "$T/evf" -- "$PY" "$T/perf.py"
+wait_for 10 grep -q "perf fd" "$T/stdout"
+if grep -q "perf fd -1" "$T/stdout"; then
+    echo "SKIP: criu: perf_event_open is not allowed here; the unsupported-file case is not run"
+else
+    "$SPOTCTL" checkpoint --socket "$T/f1/control.sock" >/dev/null 2>&1
+    check "criu: a perf event fd fails the dump" \
+        wait_for 10 grep -q '"event":"checkpoint_failed"' "$T/evf"
+    check "criu: ... saying which kind of file" \
+        grep -q "a kind of file CRIU cannot dump.*perf_event" "$T/stderr"
+    check "criu: ... the command still runs" alive $(cat /proc/"$SPOTD_PID"/task/"$SPOTD_PID"/children)
+fi
+kill -TERM "$SPOTD_PID"
+wait_exit "$SPOTD_PID" 20
+
 # No criu where --criu says: refused at the start, with what to do.
 run_spotd run --job x --store "file://$T/store" --state-dir "$T/x1" --method criu \
     --criu "$T/no-such-criu" --cloud none -- true
