@@ -65,6 +65,9 @@ struct method_ops {
     /* The next save is the last one: the stop follows it.  NULL: the
      * method makes no difference. */
     void (*last)(struct method *m);
+    /* The save in dir is committed: a restart of the command resumes from
+     * it.  NULL: the command finds it in SPOT_RESUME_DIR itself. */
+    void (*committed)(struct method *m, const char *dir);
     /* Give up the save under way: done gets -ECANCELED.  Nothing when
      * none is. */
     void (*cancel)(struct method *m, const char *reason);

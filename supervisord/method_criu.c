@@ -396,6 +396,19 @@ static void write_gpus(const struct method *m, const char *dir)
     fclose(f);
 }
 
+/* The CUDA processes of the last dump, by their pids in the namespace:
+ * the ones a restore of it brings back. */
+static void remember_gpus(struct method *m)
+{
+    m->nns = 0;
+    for (size_t i = 0; i < m->ngpu && m->nns < GPU_MAX; i++) {
+        int ns = cuda_nspid(m->gpu[i]);
+        if (ns > 0)
+            m->nspids[m->nns++] = ns;
+    }
+}
+
+
 static int criu_save(struct method *m, uint64_t gen, const char *dir, int64_t deadline_ms,
                      method_saved_fn done, void *arg)
 {
@@ -412,6 +425,7 @@ static int criu_save(struct method *m, uint64_t gen, const char *dir, int64_t de
     if (mkdir(m->work, 0700) < 0 && errno != EEXIST)
         return -errno;
     m->ngpu = cuda_gpu_processes(init, m->gpu, GPU_MAX);
+    remember_gpus(m);
     for (size_t i = 0; m->ngpu > 1 && i < m->ngpu; i++)
         if (cuda_uses_nccl(m->gpu[i])) {
             log_msg(LOGL_ERROR, "the command runs %zu CUDA processes with NCCL: CRIU cannot "
@@ -460,6 +474,47 @@ static int criu_save(struct method *m, uint64_t gen, const char *dir, int64_t de
 static void criu_last(struct method *m)
 {
     m->last = true;
+}
+
+static void on_restored_poll(evutil_socket_t fd, short what, void *arg);
+
+/* After a restore (CRIU's pid file appears), the CUDA processes of the
+ * images get their GPUs back. */
+static int watch_restore(struct method *m)
+{
+    struct timeval tv = { 0, 50 * 1000 };
+    char pidfile[4400];
+
+    snprintf(pidfile, sizeof(pidfile), "%s/restored.pid", m->work);
+    unlink(pidfile);
+    if (!m->restored && !(m->restored = event_new(m->ctx.base, -1, EV_PERSIST,
+                                                  on_restored_poll, m)))
+        return -ENOMEM;
+    return event_add(m->restored, &tv) < 0 ? -ENOMEM : 0;
+}
+
+/* A restart of the command (--restart) restores the newest dump, kept in
+ * dir until the next commit. */
+static void criu_committed(struct method *m, const char *dir)
+{
+    char **argv = calloc(6, sizeof(*argv));
+
+    if (!argv || !(argv[0] = strdup(m->init)) || !(argv[1] = strdup("restore")) ||
+        !(argv[2] = strdup(m->criu)) || !(argv[3] = strdup(dir)) ||
+        !(argv[4] = strdup(m->work))) {
+        for (size_t i = 0; argv && argv[i]; i++)
+            free(argv[i]);
+        free(argv);
+        log_msg(LOGL_WARN, "out of memory: a restart of the command starts it afresh");
+        return;
+    }
+    child_set_argv(m->ctx.child, argv);
+    for (size_t i = 0; m->argv && m->argv[i]; i++)
+        free(m->argv[i]);
+    free(m->argv);
+    m->argv = argv;
+    if (m->nns && watch_restore(m) < 0)
+        log_msg(LOGL_WARN, "out of memory: a restart would leave the CUDA processes locked");
 }
 
 /* done gets -ECANCELED once the tree runs as before: a dump is killed
@@ -761,15 +816,8 @@ static struct method *criu_open(const struct method_ctx *ctx, char *err, size_t 
     }
     if (restore && check_gpus(m, ctx->resume_dir, err, errlen) < 0)
         goto fail;
-    if (restore && m->nns) {
-        struct timeval tv = { 0, 50 * 1000 };
-        char pidfile[4400];
-        snprintf(pidfile, sizeof(pidfile), "%s/restored.pid", m->work);
-        unlink(pidfile);
-        if (!(m->restored = event_new(ctx->base, -1, EV_PERSIST, on_restored_poll, m)) ||
-            event_add(m->restored, &tv) < 0)
-            goto oom;
-    }
+    if (restore && m->nns && watch_restore(m) < 0)
+        goto oom;
     while (ctx->argv[n])
         n++;
     if (!(m->argv = calloc(n + 6, sizeof(*m->argv))))
@@ -804,6 +852,7 @@ const struct method_ops method_criu = {
     .open = criu_open,
     .save = criu_save,
     .last = criu_last,
+    .committed = criu_committed,
     .cancel = criu_cancel,
     .stop = criu_stop,
     .close = criu_close,

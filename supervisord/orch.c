@@ -440,6 +440,8 @@ static void on_committed(void *arg, int err, const char *msg)
         r->restore_size = world_trainer_size(r->world);
     }
     set_resume(r, r->gen, r->step, r->dir);
+    if (r->mops->committed && r->method)
+        r->mops->committed(r->method, r->dir);
     prune_local(r, "work", r->dir);
     prune_local(r, "restore", NULL);
     /* Retention: what the newest generations do not need goes, in the

@@ -4,7 +4,9 @@
 
 Keeps its state in Python objects (a dict, a list, a generator, a random
 number generator) and prints "done STEPS hash H" at the end, H the same for
-every run that was not damaged.  ZDTM_STEP_US (default 2000) paces it."""
+every run that was not damaged.  ZDTM_STEP_US (default 2000) paces it.
+With ZDTM_CRASH_AT=N and ZDTM_CRASH_FLAG=FILE it exits 3 at step N, once:
+it creates FILE then, and does not crash while FILE exists."""
 import hashlib
 import os
 import random
@@ -26,7 +28,13 @@ def main():
     table, trail, gen = {}, [], counter()
     h = hashlib.sha256()
     print("zdtm.py: pid %d" % os.getpid(), flush=True)
+    crash_at = int(os.environ.get("ZDTM_CRASH_AT", "-1"))
+    flag = os.environ.get("ZDTM_CRASH_FLAG", "")
     for s in range(steps):
+        if s == crash_at and flag and not os.path.exists(flag):
+            open(flag, "w").close()
+            print("crashing at step %d" % s, flush=True)
+            sys.exit(3)
         k = rng.randrange(1 << 16)
         table[k] = table.get(k, 0) + s
         trail.append(next(gen))

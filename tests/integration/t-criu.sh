@@ -73,6 +73,21 @@ expect_eq "criu python: restored, it finishes" 0 "$RC"
 [ "$RC" = 0 ] || { tail -n 30 "$T/stderr"; tail -n 20 "$T/p2/criu/restore.log"; }
 expect_eq "criu python: ... with the uninterrupted hash" "$pyref" "$(tail -n 1 "$T/stdout")"
 
+# ---- a restart resumes from the last dump --------------------------------------------
+# The Python process crashes once, at step 2500, after periodic dumps:
+# --restart on-failure brings it back from the newest one, not afresh, and
+# it ends with the uninterrupted hash.
+ZDTM_STEP_US=500 ZDTM_CRASH_AT=2500 ZDTM_CRASH_FLAG="$T/crashed" start_spotd run --job r \
+    --store "file://$T/store" --state-dir "$T/r1" --method criu --criu "$CRIU" --cloud none \
+    --interval 500ms --restart on-failure --events "$T/evr" \
+    -- "$PY" "$TOP/tests/criu/zdtm.py" 4000
+wait_exit "$SPOTD_PID" 60
+expect_eq "criu restart: the run ends well after its crash" 0 "$RC"
+check "criu restart: it crashed once" grep -q "^crashing at step 2500$" "$T/stdout"
+check "criu restart: the restart restored the newest dump" \
+    eval 'grep -q "spotd-init restore" "$T/stderr" && ! grep -q "^step 0$" <(sed -n "/^crashing/,\$p" "$T/stdout")'
+expect_eq "criu restart: ... and ends with the uninterrupted hash" "$pyref" "$(tail -n 1 "$T/stdout")"
+
 # ---- the namespace never outlives spotd-init ------------------------------------------
 # The outer spotd-init killed outright: its lifeline closes, and the
 # command's namespace ends with it instead of running on unsupervised.
