@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "spot/notice.h"
+#include "spot/parse.h"
 
 typedef int CUresult; /* CUDA_SUCCESS is 0 */
 
@@ -230,7 +231,7 @@ int cuda_uses_nccl(pid_t pid)
     FILE *f;
 
     snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-    if (!(f = fopen(path, "r")))
+    if (!(f = fopen(path, "re")))
         return 0;
     while (!found && fgets(line, sizeof(line), f))
         found = strstr(line, "libnccl") != NULL;
@@ -289,7 +290,7 @@ int cuda_nspid(pid_t pid)
     FILE *f;
 
     snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    if (!(f = fopen(path, "r")))
+    if (!(f = fopen(path, "re")))
         return -1;
     while (fgets(line, sizeof(line), f))
         if (strncmp(line, "NSpid:", 6) == 0) {
@@ -376,6 +377,7 @@ int cuda_inventory(char *buf, size_t size)
 
 int cuda_main(int argc, char **argv)
 {
+    uint64_t v, timeout = 0;
     pid_t pids[256];
     size_t n = 0;
 
@@ -396,11 +398,20 @@ int cuda_main(int argc, char **argv)
                         "       spotd _cuda inventory\n");
         return 2;
     }
-    for (int i = strcmp(argv[2], "checkpoint") == 0 ? 4 : 3; i < argc && n < 256; i++)
-        pids[n++] = (pid_t)atoi(argv[i]);
+    for (int i = strcmp(argv[2], "checkpoint") == 0 ? 4 : 3; i < argc && n < 256; i++) {
+        if (parse_u64(argv[i], 1, INT32_MAX, &v) < 0) {
+            fprintf(stderr, "spotd _cuda: '%s' is not a pid\n", argv[i]);
+            return 2;
+        }
+        pids[n++] = (pid_t)v;
+    }
+    if (strcmp(argv[2], "checkpoint") == 0 && parse_u64(argv[3], 1, UINT32_MAX, &timeout) < 0) {
+        fprintf(stderr, "spotd _cuda: '%s' is not a timeout in ms\n", argv[3]);
+        return 2;
+    }
     if (load() < 0)
         return 3;
     if (strcmp(argv[2], "checkpoint") == 0)
-        return lock_checkpoint(pids, n, (unsigned)atoi(argv[3])) < 0 ? 1 : 0;
+        return lock_checkpoint(pids, n, (unsigned)timeout) < 0 ? 1 : 0;
     return restore_unlock(pids, n) < 0 ? 1 : 0;
 }

@@ -34,6 +34,7 @@
 #include "method.h"
 #include "spot/log.h"
 #include "spot/notice.h"
+#include "spot/parse.h"
 
 #define GPU_MAX 256
 /* The most a CUDA lock and checkpoint may take without a deadline. */
@@ -88,7 +89,7 @@ static void explain(const struct method *m, char *msg, size_t size)
     FILE *f;
 
     snprintf(path, sizeof(path), "%s/dump.log", m->work);
-    if ((f = fopen(path, "r"))) {
+    if ((f = fopen(path, "re"))) {
         while (fgets(line, sizeof(line), f)) {
             /* Printed on every run where CAP_SYS_RESOURCE is missing: harmless. */
             if (!strstr(line, "Error") || strstr(line, "RLIMIT_NOFILE"))
@@ -114,6 +115,7 @@ static pid_t init_pid(const struct method *m)
 {
     pid_t outer = child_pid(m->ctx.child);
     char path[64], buf[64], comm[32];
+    uint64_t v;
     ssize_t n;
     int fd;
 
@@ -127,16 +129,17 @@ static pid_t init_pid(const struct method *m)
     if (n <= 0)
         return -ESRCH;
     buf[n] = '\0';
-    if ((pid_t)atoi(buf) <= 0)
+    buf[strcspn(buf, " \n")] = '\0';
+    if (parse_u64(buf, 2, INT32_MAX, &v) < 0)
         return -ESRCH;
     /* While a restore runs, the outer's child is CRIU, not the tree. */
-    snprintf(path, sizeof(path), "/proc/%d/comm", atoi(buf));
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)v);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         return -ESRCH;
     n = read(fd, comm, sizeof(comm) - 1);
     close(fd);
     comm[n > 0 ? n : 0] = '\0';
-    return strcmp(comm, "spotd-init\n") == 0 ? (pid_t)atoi(buf) : -ESRCH;
+    return strcmp(comm, "spotd-init\n") == 0 ? (pid_t)v : -ESRCH;
 }
 
 /* The pipes the tree writes its output into, for the restore. */
@@ -155,7 +158,7 @@ static int write_pipes(const struct method *m, pid_t init, const char *dir)
         ids[fd - 1][n] = '\0';
     }
     snprintf(path, sizeof(path), "%s/spotd-criu.pipes", dir);
-    if (!(f = fopen(path, "w")))
+    if (!(f = fopen(path, "we")))
         return -errno;
     fprintf(f, "%s %s %s\n", ids[0], ids[1], ids[2]);
     return fclose(f) == 0 ? 0 : -EIO;
@@ -181,7 +184,7 @@ static void last_line(const struct method *m, const char *name, char *out, size_
 
     out[0] = '\0';
     snprintf(path, sizeof(path), "%s/%s", m->work, name);
-    if (!(f = fopen(path, "r")))
+    if (!(f = fopen(path, "re")))
         return;
     while (fgets(line, sizeof(line), f))
         if (line[0] != '\n') {
@@ -210,6 +213,9 @@ static int spawn(struct method *m, char **argv, const char *log, child_reaped_fn
     if (pid == 0) {
         int null = open("/dev/null", O_RDONLY);
         sigset_t none;
+        /* A program of its own: default dispositions, nothing blocked. */
+        for (int sig = 1; sig < NSIG; sig++)
+            signal(sig, SIG_DFL);
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         setpgid(0, 0);
@@ -385,7 +391,7 @@ static void write_gpus(const struct method *m, const char *dir)
     snprintf(path, sizeof(path), "%s/spotd-gpu.json", dir);
     if (cuda_inventory(inv, sizeof(inv)) < 0)
         snprintf(inv, sizeof(inv), "null");
-    if (!(f = fopen(path, "w")))
+    if (!(f = fopen(path, "we")))
         return;
     /* The processes by their pids in the namespace: the ones a restore
      * brings back. */
@@ -577,6 +583,11 @@ static int check_criu(const struct method *m, char *err, size_t errlen)
     }
     pid = fork();
     if (pid == 0) {
+        sigset_t none;
+        for (int sig = 1; sig < NSIG; sig++)
+            signal(sig, SIG_DFL);
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
         dup2(fd, STDOUT_FILENO);
         dup2(fd, STDERR_FILENO);
         execv(exe, argv);
@@ -589,7 +600,7 @@ static int check_criu(const struct method *m, char *err, size_t errlen)
     }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return 0;
-    if ((f = fopen(log, "r"))) {
+    if ((f = fopen(log, "re"))) {
         while (fgets(line, sizeof(line), f))
             if (strstr(line, "Error") && !strstr(line, "RLIMIT_NOFILE")) {
                 line[strcspn(line, "\n")] = '\0';
@@ -710,6 +721,7 @@ static void on_restored_poll(evutil_socket_t fd, short what, void *arg)
 {
     struct method *m = arg;
     char path[4400], buf[32], cbuf[8192], **argv;
+    uint64_t v;
     ssize_t n;
     pid_t root;
     int pfd, r;
@@ -722,8 +734,9 @@ static void on_restored_poll(evutil_socket_t fd, short what, void *arg)
     if (n <= 0)
         return;
     buf[n] = '\0';
-    root = (pid_t)atoi(buf);
+    buf[strcspn(buf, " \n")] = '\0';
     event_del(m->restored);
+    root = parse_u64(buf, 2, INT32_MAX, &v) == 0 ? (pid_t)v : 0;
     m->ngpu = root > 0 ? cuda_find_nspids(root, m->nspids, m->nns, m->gpu) : 0;
     if (m->ngpu < m->nns)
         log_msg(LOGL_WARN, "%zu of the %zu CUDA processes of the images are in the restored "

@@ -34,6 +34,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,7 +233,7 @@ static int read_pipes(const char *images, char ids[3][64])
     int n;
 
     snprintf(path, sizeof(path), "%s/spotd-criu.pipes", images);
-    if (!(f = fopen(path, "r")))
+    if (!(f = fopen(path, "re")))
         return -1;
     n = fscanf(f, "%63s %63s %63s", ids[0], ids[1], ids[2]);
     fclose(f);
@@ -244,12 +245,13 @@ static int read_pipes(const char *images, char ids[3][64])
 
 static int restore(const char *criu, const char *images_arg, const char *work_arg)
 {
-    char ids[3][64], inherit[3][96], pidfile[4200], log[4200], buf[32];
+    char ids[3][64], inherit[3][96], pidfile[4200], log[4200], buf[32], *end;
     char images[4096], work[4096];
     int out[2], err[2], life[2], sfd, status, fd;
     sigset_t old;
     pid_t pid, w;
     ssize_t n;
+    long lpid;
 
     /* CRIU works in WORKDIR: what it is given must not be relative. */
     if (!realpath(images_arg, images) || !realpath(work_arg, work))
@@ -314,7 +316,9 @@ static int restore(const char *criu, const char *images_arg, const char *work_ar
         return EXIT_INIT;
     }
     buf[n] = '\0';
-    pid = (pid_t)atoi(buf);
+    errno = 0;
+    lpid = strtol(buf, &end, 10);
+    pid = errno || end == buf || (*end && *end != '\n') || lpid > INT32_MAX ? 0 : (pid_t)lpid;
     if (pid <= 1) {
         fprintf(stderr, "spotd-init: %s holds no pid\n", pidfile);
         return EXIT_INIT;
