@@ -32,6 +32,7 @@
 #include "child.h"
 #include "cuda.h"
 #include "method.h"
+#include "spot/gpuinv.h"
 #include "spot/log.h"
 #include "spot/notice.h"
 #include "spot/parse.h"
@@ -616,87 +617,42 @@ static int check_criu(const struct method *m, char *err, size_t errlen)
     return -1;
 }
 
-/* "N × MODEL, ..." of an inventory's gpus, or "no NVIDIA GPU". */
-static void describe(const cJSON *gpus, char *out, size_t size)
-{
-    const cJSON *g;
-    size_t len = 0, n = (size_t)cJSON_GetArraySize(gpus);
-
-    if (!n) {
-        snprintf(out, size, "no NVIDIA GPU");
-        return;
-    }
-    len += (size_t)snprintf(out, size, "%zu GPU%s (", n, n == 1 ? "" : "s");
-    cJSON_ArrayForEach(g, gpus) {
-        const cJSON *model = cJSON_GetObjectItemCaseSensitive(g, "model");
-        if (len < size)
-            len += (size_t)snprintf(out + len, size - len, "%s%s", g == gpus->child ? "" : ", ",
-                                    cJSON_IsString(model) ? model->valuestring : "?");
-    }
-    if (len < size)
-        snprintf(out + len, size - len, ")");
-}
-
 /* Images of CUDA processes (spotd-gpu.json): the GPUs they were dumped
  * with must be here too, model for model.  Fills m->nspids.  0, or -1
  * with the difference in err. */
 static int check_gpus(struct method *m, const char *dir, char *err, size_t errlen)
 {
-    char path[4400], buf[16384], here[8192], was[1024], now[1024];
-    const cJSON *procs, *p, *inv, *saved, *mine;
-    cJSON *o = NULL, *local = NULL;
-    bool same = true;
+    char path[4400], buf[16384], here[8192], diff[1200];
+    struct gpuinv saved, local;
+    const char *why;
     ssize_t n;
-    int fd, r = 0;
+    int fd;
 
     snprintf(path, sizeof(path), "%s/spotd-gpu.json", dir);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         return 0; /* no GPU process in these images */
-    n = read(fd, buf, sizeof(buf) - 1);
+    n = read(fd, buf, sizeof(buf));
     close(fd);
-    buf[n > 0 ? n : 0] = '\0';
-    o = cJSON_Parse(buf);
-    procs = cJSON_GetObjectItemCaseSensitive(o, "processes");
-    if (!cJSON_IsArray(procs)) {
-        snprintf(err, errlen, "--method criu: %s is not what spotd writes", path);
-        cJSON_Delete(o);
+    if (n < 0 || n == (ssize_t)sizeof(buf) ||
+        gpuinv_parse_images(buf, (size_t)n, &saved, &why) < 0) {
+        snprintf(err, errlen, "--method criu: %.300s is not what spotd writes (%s)", path,
+                 n < 0 ? strerror(errno) : n == (ssize_t)sizeof(buf) ? "too big" : why);
         return -1;
     }
-    cJSON_ArrayForEach(p, procs)
-        if (cJSON_IsNumber(p) && p->valuedouble > 0 && m->nns < GPU_MAX)
-            m->nspids[m->nns++] = (int)p->valuedouble;
-    inv = cJSON_GetObjectItemCaseSensitive(o, "inventory");
-    saved = cJSON_GetObjectItemCaseSensitive(inv, "gpus");
-    if (cuda_inventory(here, sizeof(here)) == 0)
-        local = cJSON_Parse(here);
-    mine = cJSON_GetObjectItemCaseSensitive(local, "gpus");
-    if (cJSON_IsArray(saved)) {
-        const cJSON *a = saved->child, *b = cJSON_IsArray(mine) ? mine->child : NULL;
-        for (; a || b; a = a ? a->next : NULL, b = b ? b->next : NULL) {
-            const cJSON *ma = a ? cJSON_GetObjectItemCaseSensitive(a, "model") : NULL;
-            const cJSON *mb = b ? cJSON_GetObjectItemCaseSensitive(b, "model") : NULL;
-            if (!cJSON_IsString(ma) || !cJSON_IsString(mb) ||
-                strcmp(ma->valuestring, mb->valuestring) != 0)
-                same = false;
-        }
-        if (!same) {
-            describe(saved, was, sizeof(was));
-            if (cJSON_IsArray(mine))
-                describe(mine, now, sizeof(now));
-            else
-                snprintf(now, sizeof(now), "no NVIDIA driver (NVML does not answer)");
-            snprintf(err, errlen, "--method criu: the generation's CUDA processes ran on %s; "
-                     "this machine has %s: restore it on a machine like the first",
-                     was, now);
-            r = -1;
-        }
-    } else if (m->nns) {
+    memset(&local, 0, sizeof(local));
+    if (cuda_inventory(here, sizeof(here)) == 0 &&
+        gpuinv_parse_inventory(here, strlen(here), &local, &why) < 0)
+        log_msg(LOGL_WARN, "NVML's inventory here cannot be read (%s)", why);
+    if (gpuinv_compare(&saved, &local, diff, sizeof(diff)) < 0) {
+        snprintf(err, errlen, "--method criu: %s: restore it on a machine like the first", diff);
+        return -1;
+    }
+    if (!saved.known && saved.nprocs)
         log_msg(LOGL_WARN, "the generation's CUDA processes were dumped without a GPU "
                 "inventory (no NVML then): the GPUs here are not checked");
-    }
-    cJSON_Delete(local);
-    cJSON_Delete(o);
-    return r;
+    for (uint32_t i = 0; i < saved.nprocs && m->nns < GPU_MAX; i++)
+        m->nspids[m->nns++] = saved.procs[i];
+    return 0;
 }
 
 static void on_gpu_restored(void *arg, int status)

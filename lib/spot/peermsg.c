@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "spot/chunk.h"
+#include "spot/strict.h"
 
 static const char *const names[PEERMSG__COUNT] = {
     "notice", "query", "step", "prepare", "saved", "commit", "abort", "resume", "leave",
@@ -103,23 +104,6 @@ static int get_int(const cJSON *o, const char *key, double min, double max, int6
     return 1;
 }
 
-/* A printable string member shorter than size: 1, 0 absent, -1 bad. */
-static int get_str(const cJSON *o, const char *key, char *out, size_t size)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    size_t len;
-
-    if (!v)
-        return 0;
-    if (!cJSON_IsString(v) || (len = strlen(v->valuestring)) >= size)
-        return -1;
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)v->valuestring[i] < 0x20 || (unsigned char)v->valuestring[i] > 0x7e)
-            return -1;
-    memcpy(out, v->valuestring, len + 1);
-    return 1;
-}
-
 int peermsg_parse(const char *body, size_t len, struct peermsg *ret, const char **why)
 {
     /* 2^53: integers above it do not survive a JSON double. */
@@ -169,10 +153,12 @@ int peermsg_parse(const char *body, size_t len, struct peermsg *ret, const char 
     INT("bytes", 0, big, M_BYTES, m.bytes);
     INT("master_port", 1, 65535, M_MASTER, m.master_port);
 #undef INT
-    if ((allowed[m.type] & M_KIND && get_str(o, "kind", m.kind, sizeof(m.kind)) < 0) ||
-        (allowed[m.type] & M_REASON && get_str(o, "reason", m.reason, sizeof(m.reason)) < 0) ||
+    if ((allowed[m.type] & M_KIND &&
+         strict_json_copy(o, "kind", m.kind, sizeof(m.kind), true) < 0) ||
+        (allowed[m.type] & M_REASON &&
+         strict_json_copy(o, "reason", m.reason, sizeof(m.reason), true) < 0) ||
         (allowed[m.type] & M_MASTER &&
-         get_str(o, "master_addr", m.master_addr, sizeof(m.master_addr)) < 0)) {
+         strict_json_copy(o, "master_addr", m.master_addr, sizeof(m.master_addr), true) < 0)) {
         *why = "a string member that is not printable or too long";
         goto out;
     }
@@ -213,7 +199,7 @@ int peermsg_parse(const char *body, size_t len, struct peermsg *ret, const char 
         }
         m.split = cJSON_IsTrue(split);
     }
-    r = allowed[m.type] & M_SHA ? get_str(o, "sha256", sha, sizeof(sha)) : 0;
+    r = allowed[m.type] & M_SHA ? strict_json_copy(o, "sha256", sha, sizeof(sha), true) : 0;
     if (r < 0 || (r && chunk_parse_hex(sha, m.sha256) < 0)) {
         *why = "member 'sha256' is not 64 lowercase hex digits";
         goto out;

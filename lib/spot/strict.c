@@ -65,3 +65,19 @@ int strict_json_member_string(const cJSON *obj, const char *key, bool required,
     *ret = it->valuestring;
     return 0;
 }
+
+int strict_json_copy(const cJSON *o, const char *key, char *out, size_t size, bool printable)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    size_t len;
+
+    if (!v)
+        return 0;
+    if (!cJSON_IsString(v) || (len = strlen(v->valuestring)) >= size)
+        return -1;
+    for (size_t i = 0; printable && i < len; i++)
+        if ((unsigned char)v->valuestring[i] < 0x20 || (unsigned char)v->valuestring[i] > 0x7e)
+            return -1;
+    memcpy(out, v->valuestring, len + 1);
+    return 1;
+}

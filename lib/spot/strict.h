@@ -30,4 +30,10 @@ int strict_json_member(const struct cJSON *obj, const char *key, const struct cJ
 int strict_json_member_string(const struct cJSON *obj, const char *key, bool required,
                               const char **ret, const char *why, const char **ret_why);
 
+/* Copy the string member key of o into out (size bytes, NUL included):
+ * 1 copied, 0 absent, -1 not a string, too long, or (printable) holding
+ * anything but printable ASCII. */
+int strict_json_copy(const struct cJSON *o, const char *key, char *out, size_t size,
+                     bool printable);
+
 #endif

@@ -9,6 +9,7 @@
 
 #include "spot/manifest.h"
 #include "spot/parse.h"
+#include "spot/strict.h"
 
 static const char *const names[] = { "rank", "join", "assign" };
 
@@ -44,19 +45,6 @@ static int node_valid(const char *s)
     return 1;
 }
 
-/* A string member shorter than size: 1, 0 absent, -1 bad. */
-static int get_str(const cJSON *o, const char *key, char *out, size_t size)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-
-    if (!v)
-        return 0;
-    if (!cJSON_IsString(v) || strlen(v->valuestring) >= size)
-        return -1;
-    memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
-    return 1;
-}
-
 int worldrec_parse(const char *text, size_t len, struct worldrec *ret, const char **why)
 {
     cJSON *o = len <= WORLDREC_MAX ? cJSON_ParseWithLength(text, len) : NULL;
@@ -84,9 +72,9 @@ int worldrec_parse(const char *text, size_t len, struct worldrec *ret, const cha
     }
     if (*why)
         goto out;
-    if (get_str(o, "job", r.job, sizeof(r.job)) != 1 || !manifest_job_valid(r.job))
+    if (strict_json_copy(o, "job", r.job, sizeof(r.job), false) != 1 || !manifest_job_valid(r.job))
         *why = "a record without a valid job";
-    else if (get_str(o, "node", r.node, sizeof(r.node)) != 1 || !node_valid(r.node))
+    else if (strict_json_copy(o, "node", r.node, sizeof(r.node), false) != 1 || !node_valid(r.node))
         *why = "a record without a valid node name";
     else if (!cJSON_IsNumber(ts) || ts->valuedouble < 0 || ts->valuedouble > 9e15 ||
              ts->valuedouble != (double)(int64_t)ts->valuedouble)
@@ -96,9 +84,11 @@ int worldrec_parse(const char *text, size_t len, struct worldrec *ret, const cha
               rank->valuedouble != (double)(uint32_t)rank->valuedouble))
         *why = "a record without a valid rank";
     else if ((r.type == WORLDREC_RANK &&
-              (get_str(o, "addr", r.addr, sizeof(r.addr)) != 1 || !worldrec_addr_valid(r.addr))) ||
-             (r.type == WORLDREC_JOIN && (get_str(o, "addr", r.addr, sizeof(r.addr)) < 0 ||
-                                          (r.addr[0] && !worldrec_addr_valid(r.addr)))))
+              (strict_json_copy(o, "addr", r.addr, sizeof(r.addr), false) != 1 ||
+               !worldrec_addr_valid(r.addr))) ||
+             (r.type == WORLDREC_JOIN &&
+              (strict_json_copy(o, "addr", r.addr, sizeof(r.addr), false) < 0 ||
+               (r.addr[0] && !worldrec_addr_valid(r.addr)))))
         *why = "a record without a numeric ADDR:PORT";
     if (*why)
         goto out;

@@ -181,4 +181,10 @@ run_spotd run --job g --store "file://$T/store" --state-dir "$T/g1" --method cri
 check "criu: GPU images on a machine without those GPUs are refused" eval '[ "$RC" != 0 ]'
 check "criu: ... saying what differs" \
     grep -q "ran on 1 GPU (NVIDIA H100 80GB HBM3); this machine has no NVIDIA driver" "$T/stderr"
+# A record that is not what spotd writes (the store is not trusted).
+echo '{"processes":["2"],"inventory":null}' >"$T/gpuimg/spotd-gpu.json"
+"$SPOTCTL" push --store "file://$T/store" --job g "$T/gpuimg" >/dev/null 2>&1
+run_spotd run --job g --store "file://$T/store" --state-dir "$T/g2" --method criu \
+    --criu "$CRIU" --cloud none -- true
+check "criu: a damaged GPU record is refused" grep -q "is not what spotd writes (a process is not a pid)" "$T/stderr"
 check "criu: nothing of this test is left running" wait_for 5 none_left
