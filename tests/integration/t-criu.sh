@@ -149,6 +149,22 @@ fi
 kill -TERM "$SPOTD_PID"
 wait_exit "$SPOTD_PID" 20
 
+# Not root: refused at the start, saying which capabilities CRIU needs.
+chmod 755 "$T"
+if ! command -v setpriv >/dev/null ||
+    ! setpriv --reuid=65534 --regid=65534 --clear-groups test -x "$SPOTD"; then
+    echo "SKIP: criu: user nobody cannot run $SPOTD here; the not-root case is not run"
+else
+    mkdir -p "$T/nobody/store"
+    chmod -R 777 "$T/nobody"
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$SPOTD" run --job x \
+        --store "file://$T/nobody/store" --state-dir "$T/nobody/n" --method criu \
+        --criu "$CRIU" --cloud none -- true >/dev/null 2>"$T/nobody.err"
+    RC=$?
+    check "criu: without root it is refused" eval '[ "$RC" != 0 ]'
+    check "criu: ... naming the capabilities" grep -q "needs root.*CAP_SYS_ADMIN" "$T/nobody.err"
+fi
+
 # No criu where --criu says: refused at the start, with what to do.
 run_spotd run --job x --store "file://$T/store" --state-dir "$T/x1" --method criu \
     --criu "$T/no-such-criu" --cloud none -- true
