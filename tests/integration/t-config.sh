@@ -243,9 +243,12 @@ SPOTD_JOB=j run_spotd run -- touch "$T/ran"
 usage_error "SPOTD_JOB without a store: spotd run says both are needed" "--job and --store"
 no_run "SPOTD_JOB without a store: the command does not run"
 
-printf '{"method": "criu"}\n' >"$T/m.json"
-run_spotd run --config "$T/m.json" -- true
-usage_error "method in the file: spotd run says not implemented yet" "method" "not implemented yet"
+printf '{"method": "criu", "criu": "/nonexistent/criu"}\n' >"$T/m.json"
+mkdir -p "$T/mstore"
+run_spotd run --config "$T/m.json" --job m --store "file://$T/mstore" --state-dir "$T/mstate" \
+    -- true
+check "method in the file: spotd run takes it (and the criu it names)" \
+    eval '[ "$RC" != 0 ] && grep -qE "method criu(: no executable criu at /nonexistent/criu| needs root)" "$T/stderr"'
 run_spotd config --config "$T/m.json"
 expect_eq "method in the file: spotd config still succeeds" 0 "$RC"
 check "method in the file: spotd config shows it" grep -q '"method":[[:space:]]*"criu"' "$T/stdout"
