@@ -9,14 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/world_lib.sh"
 
-TRAINER="$TOP/$O/examples/c-trainer/trainer"
-STEPS=4000 MIB=1
-export TRAINER_STEP_US=1500
-ref=$(TRAINER_STEP_US=0 "$TRAINER" $STEPS $MIB | tail -n 1)
-KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-printf '%s\n' "$KEY" >"$T/key"
-chmod 600 "$T/key"
-mkdir -p "$T/store"
+c_trainer_world
 JOB=el
 P=$(free_ports 3)
 

@@ -11,14 +11,7 @@
 . "$(dirname "$0")/world_lib.sh"
 . "$TOP/tests/mocks/lib.sh"
 
-TRAINER="$TOP/$O/examples/c-trainer/trainer"
-STEPS=4000 MIB=1
-export TRAINER_STEP_US=1500
-ref=$(TRAINER_STEP_US=0 "$TRAINER" $STEPS $MIB | tail -n 1)
-KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-printf '%s\n' "$KEY" >"$T/key"
-chmod 600 "$T/key"
-mkdir -p "$T/store"
+c_trainer_world
 
 # node NAME RANK SIZE PEERS [ARGS...]: start one node in the background.
 node() {

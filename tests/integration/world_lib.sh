@@ -35,3 +35,16 @@ show() {
         grep -v '"progress"' "$T/$n.err" 2>/dev/null | tail -n 25 | cut -c1-300
     done
 }
+
+# c_trainer_world: the C example trainer (TRAINER, STEPS, MIB; ref, the hash
+# of its uninterrupted run), a world key in $T/key (KEY), a store in $T/store.
+c_trainer_world() {
+    TRAINER="$TOP/$O/examples/c-trainer/trainer"
+    STEPS=4000 MIB=1
+    export TRAINER_STEP_US=1500
+    ref=$(TRAINER_STEP_US=0 "$TRAINER" $STEPS $MIB | tail -n 1)
+    KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    printf '%s\n' "$KEY" >"$T/key"
+    chmod 600 "$T/key"
+    mkdir -p "$T/store"
+}
