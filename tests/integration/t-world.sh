@@ -280,7 +280,7 @@ printf '%s\n' "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$T/key2
     >"$T/x1.out" 2>"$T/x1.err" &
 node_started x1 $!
 check "world: a node with another key is refused" \
-    wait_for 10 eval 'grep -q "wrong MAC" "$T/x0.err" "$T/x1.err"'
+    wait_for 10 eval 'grep -qs "wrong MAC" "$T/x0.err" "$T/x1.err"'
 sleep 1
 check "world: ... and no trainer starts" \
     eval '! has child_start "$T/x0.ev" && ! has child_start "$T/x1.ev"'
