@@ -394,11 +394,10 @@ static void write_gpus(const struct method *m, const char *dir)
         snprintf(inv, sizeof(inv), "null");
     if (!(f = fopen(path, "we")))
         return;
-    /* The processes by their pids in the namespace: the ones a restore
-     * brings back. */
+    /* The processes by their pids in the namespace (remember_gpus()). */
     fprintf(f, "{\"processes\":[");
-    for (size_t i = 0; i < m->ngpu; i++)
-        fprintf(f, "%s%d", i ? "," : "", cuda_nspid(m->gpu[i]));
+    for (size_t i = 0; i < m->nns; i++)
+        fprintf(f, "%s%d", i ? "," : "", m->nspids[i]);
     fprintf(f, "],\"inventory\":%s}\n", inv);
     fclose(f);
 }
