@@ -467,10 +467,7 @@ void child_set_argv(struct child *c, char *const *argv)
         ;
 }
 
-/* Find cmd the way execvp() would, in the parent, so that the child only
- * has to call execve().  Returns 0 with the path in buf, or -ENOENT /
- * -EACCES (found, but nothing executable). */
-static int resolve(const char *cmd, char *buf, size_t size)
+int child_resolve(const char *cmd, char *buf, size_t size)
 {
     const char *path = getenv("PATH"), *p, *end;
     int r = -ENOENT;
@@ -533,7 +530,7 @@ static pid_t fork_exec(const struct child *c)
     ssize_t n;
     pid_t pid;
 
-    r = resolve(c->opts.argv[0], path, sizeof(path));
+    r = child_resolve(c->opts.argv[0], path, sizeof(path));
     if (r < 0)
         return r;
     if (pipe2(fds, O_CLOEXEC) < 0)

@@ -92,6 +92,12 @@ void child_unwatch(struct child *c, pid_t pid);
  * could not be executed), valid once the loop has ended. */
 int child_exit_code(const struct child *c);
 
+/* Find cmd the way execvp() would, in the parent, so that a child only has
+ * to call execve() (a name with a slash is taken as it is).  Returns 0 with
+ * the path in buf, or -ENOENT / -EACCES (found, but nothing executable) /
+ * -ENAMETOOLONG. */
+int child_resolve(const char *cmd, char *buf, size_t size);
+
 /* The command's pid while it runs, else 0. */
 pid_t child_pid(const struct child *c);
 

@@ -706,27 +706,6 @@ static void on_restored_poll(evutil_socket_t fd, short what, void *arg)
         log_msg(LOGL_ERROR, "cannot run spotd _cuda: %s", strerror(-r));
 }
 
-/* An executable named name: in PATH unless it has a slash. */
-static int find_exe(const char *name, char *out, size_t size)
-{
-    const char *path = getenv("PATH");
-
-    if (strchr(name, '/')) {
-        if (access(name, X_OK) < 0)
-            return -errno;
-        snprintf(out, size, "%s", name);
-        return 0;
-    }
-    for (const char *p = path ? path : "/usr/sbin:/usr/bin:/sbin:/bin"; *p;) {
-        size_t len = strcspn(p, ":");
-        snprintf(out, size, "%.*s/%s", (int)len, p, name);
-        if (len && access(out, X_OK) == 0)
-            return 0;
-        p += len + (p[len] == ':');
-    }
-    return -ENOENT;
-}
-
 static struct method *criu_open(const struct method_ctx *ctx, char *err, size_t errlen)
 {
     struct method *m = calloc(1, sizeof(*m));
@@ -745,7 +724,8 @@ static struct method *criu_open(const struct method_ctx *ctx, char *err, size_t 
                  "processes (CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_CHECKPOINT_RESTORE)");
         goto fail;
     }
-    if (find_exe(ctx->criu ? ctx->criu : "criu", m->criu, sizeof(m->criu)) < 0) {
+    if (child_resolve(ctx->criu ? ctx->criu : "criu", m->criu, sizeof(m->criu)) < 0 ||
+        access(m->criu, X_OK) < 0) {
         snprintf(err, errlen, "--method criu: no executable criu%s%s (install CRIU 4.2 or newer, "
                  "or give its path with --criu)", ctx->criu ? " at " : " in PATH",
                  ctx->criu ? ctx->criu : "");
