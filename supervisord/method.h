@@ -12,6 +12,7 @@
 #ifndef SPOTD_METHOD_H
 #define SPOTD_METHOD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,6 +66,9 @@ struct method_ops {
     /* The next save is the last one: the stop follows it.  NULL: the
      * method makes no difference. */
     void (*last)(struct method *m);
+    /* The save is uploaded: may it be committed?  false, with why, when
+     * it may no longer stand for the command.  NULL: it may. */
+    bool (*stands)(struct method *m, char *why, size_t size);
     /* The save in dir is committed: a restart of the command resumes from
      * it.  NULL: the command finds it in SPOT_RESUME_DIR itself. */
     void (*committed)(struct method *m, const char *dir);

@@ -499,6 +499,19 @@ static int watch_restore(struct method *m)
     return event_add(m->restored, &tv) < 0 ? -ENOMEM : 0;
 }
 
+/* A dump that left the tree running stands only if the tree still runs
+ * once it is uploaded.  A command that ended in the meantime may have been
+ * dumped on its way out (between a fatal error and its exit): restored,
+ * that dump would only end again, and a restart would restore it again. */
+static bool criu_stands(struct method *m, char *why, size_t size)
+{
+    if (m->frozen || init_pid(m) > 0)
+        return true;
+    snprintf(why, size, "the command ended while its dump was uploaded, and the dump may "
+             "have caught it ending; the one before stays the newest");
+    return false;
+}
+
 /* A restart of the command (--restart) restores the newest dump, kept in
  * dir until the next commit. */
 static void criu_committed(struct method *m, const char *dir)
@@ -800,6 +813,7 @@ const struct method_ops method_criu = {
     .open = criu_open,
     .save = criu_save,
     .last = criu_last,
+    .stands = criu_stands,
     .committed = criu_committed,
     .cancel = criu_cancel,
     .stop = criu_stop,

@@ -458,10 +458,13 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     struct orch *r = arg;
     struct commit_rank rank;
     struct commit c;
+    char why[160];
     cJSON *e;
 
     if (!err && r->aborted)
         err = -ECANCELED, msg = r->abort_reason;
+    if (!err && r->mops->stands && !r->mops->stands(r->method, why, sizeof(why)))
+        err = -ECANCELED, msg = why;
     if (err) {
         finish_checkpoint(r, err, msg);
         return;
