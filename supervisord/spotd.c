@@ -57,7 +57,7 @@ static void say(const char *fmt, ...)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: spotd run [OPTIONS] [--] COMMAND [ARGS...]\n"
+            "usage: spotd run [OPTIONS] [--] [COMMAND [ARGS...]]   (else the file's \"command\")\n"
             "       spotd config [OPTIONS]   print the effective configuration as JSON\n"
             "       spotd help               list every option, its spellings and default\n"
             "       spotd version\n"
@@ -90,6 +90,8 @@ static void help_options(void)
     }
     printf("%-16s %-18s %-22s %-8s %s\n", "-", "--config", "SPOTD_CONFIG", "-",
            "configuration file; default " CONFIG_DEFAULT_FILE " when present");
+    printf("%-16s %-18s %-22s %-8s %s\n", "command", "-", "-", "-",
+           "the file's command, [\"PROGRAM\", \"ARG\", ...]: run when none follows the options");
 }
 
 /* Find --config FILE / --config=FILE among the options before the command. */
@@ -533,6 +535,7 @@ static int cmd_run(int argc, char **argv)
     char err[1024], url[1024];
     int cmd, code = EXIT_USAGE, r, drill_kind = -1;
     uint64_t drill_ms = 0;
+    char **command;
     cJSON *e;
 
     cmd = load_config(&cfg, argc, argv, 2);
@@ -540,8 +543,12 @@ static int cmd_run(int argc, char **argv)
         code = cmd == -2 ? 0 : EXIT_USAGE;
         goto out_config;
     }
-    if (cmd >= argc) {
-        say("no command to run; usage: spotd run [OPTIONS] -- COMMAND [ARGS...]");
+    /* The command line's command wins over the file's. */
+    command = cmd < argc ? argv + cmd : cfg.command;
+    if (!command) {
+        say("no command to run: give it after the options (spotd run [OPTIONS] -- COMMAND "
+            "[ARGS...]) or as \"command\" in the configuration file%s%s",
+            cfg.file ? " " : "", cfg.file ? cfg.file : "");
         goto out_config;
     }
     if (config_check_implemented(&cfg, err, sizeof(err)) < 0) {
@@ -603,7 +610,7 @@ static int cmd_run(int argc, char **argv)
         goto out_log;
     }
     opts = (struct child_opts){
-        .argv = argv + cmd,
+        .argv = command,
         .restart = (enum config_restart)config_num(&cfg, OPT_RESTART),
         .max_restarts = (unsigned)config_num(&cfg, OPT_MAX_RESTARTS),
         .grace_ms = config_num(&cfg, OPT_GRACE),
@@ -657,7 +664,7 @@ static int cmd_run(int argc, char **argv)
                             .hooks_dir = config_str(&cfg, OPT_HOOKS_DIR),
                             .hook_timeout_ms = config_num(&cfg, OPT_HOOK_TIMEOUT),
                             .drill_window_ms = config_num(&cfg, OPT_SIGNAL_DEADLINE),
-                            .argv = argv + cmd,
+                            .argv = command,
                             .rank = wc.rank,
                             .rank_unknown = wc.rank_unknown,
                             .rendezvous = wc.rendezvous,

@@ -269,6 +269,13 @@ int config_init(struct config *c)
     return 0;
 }
 
+static void free_command(char **argv)
+{
+    for (size_t i = 0; argv && argv[i]; i++)
+        free(argv[i]);
+    free(argv);
+}
+
 void config_release(struct config *c)
 {
     for (int i = 0; i < OPT__COUNT; i++) {
@@ -276,6 +283,7 @@ void config_release(struct config *c)
         free(c->v[i].origin);
     }
     free(c->file);
+    free_command(c->command);
     memset(c, 0, sizeof(*c));
 }
 
@@ -393,6 +401,56 @@ static void position(const char *text, const char *at, unsigned *line, unsigned 
 
 /* Check every member of root and, when apply is set, apply it.  A file is
  * first checked whole, then applied, so a bad key changes nothing. */
+/* The file's "command": a non-empty array of strings, the first not
+ * empty.  Checked when !apply, kept when apply. */
+static int apply_command(struct config *c, const char *path, const cJSON *it, bool apply,
+                         char *err, size_t errlen)
+{
+    int n = cJSON_GetArraySize(it);
+    const cJSON *a;
+    char **argv;
+    int i = 0;
+
+    if (cJSON_IsNull(it)) {
+        if (apply) {
+            free_command(c->command);
+            c->command = NULL;
+        }
+        return 0;
+    }
+    if (!cJSON_IsArray(it) || n < 1 || n > CONFIG_COMMAND_ARGS) {
+        snprintf(err, errlen, "invalid command in %s: expected an array of 1 to %d strings, "
+                 "the program first, like \"command\": [\"python3\", \"train.py\"]", path,
+                 CONFIG_COMMAND_ARGS);
+        return -EINVAL;
+    }
+    cJSON_ArrayForEach(a, it) {
+        if (!cJSON_IsString(a) || strlen(a->valuestring) > CONFIG_COMMAND_ARG_MAX ||
+            (i == 0 && !a->valuestring[0])) {
+            snprintf(err, errlen, "invalid command in %s: argument %d is %s", path, i,
+                     !cJSON_IsString(a) ? "not a string" : i == 0 && !a->valuestring[0]
+                     ? "empty (the program)" : "longer than 128 KiB");
+            return -EINVAL;
+        }
+        i++;
+    }
+    if (!apply)
+        return 0;
+    if (!(argv = calloc((size_t)n + 1, sizeof(*argv))))
+        goto oom;
+    i = 0;
+    cJSON_ArrayForEach(a, it)
+        if (!(argv[i++] = strdup(a->valuestring)))
+            goto oom;
+    free_command(c->command);
+    c->command = argv;
+    return 0;
+oom:
+    free_command(argv);
+    snprintf(err, errlen, "out of memory reading %s", path);
+    return -ENOMEM;
+}
+
 static int apply_members(struct config *c, const char *path, const cJSON *root, bool apply,
                          char *err, size_t errlen)
 {
@@ -415,6 +473,12 @@ static int apply_members(struct config *c, const char *path, const cJSON *root, 
                          shown(key, kbuf, sizeof(kbuf)));
                 return -EINVAL;
             }
+        }
+        if (strcmp(key, "command") == 0) {
+            int r = apply_command(c, path, it, apply, err, errlen);
+            if (r < 0)
+                return r;
+            continue;
         }
         id = config_find_key(key);
         if (id < 0) {
@@ -634,6 +698,13 @@ cJSON *config_to_json(const struct config *c)
                                                       ? parse_signal_name((int)v->num) : v->str);
         else
             cJSON_AddStringToObject(root, o->key, v->str);
+    }
+    if (c->command) {
+        cJSON *a = cJSON_AddArrayToObject(root, "command");
+        for (size_t i = 0; a && c->command[i]; i++)
+            cJSON_AddItemToArray(a, cJSON_CreateString(c->command[i]));
+    } else {
+        cJSON_AddNullToObject(root, "command");
     }
     return root;
 }

@@ -92,7 +92,12 @@ struct config_value {
 struct config {
     struct config_value v[OPT__COUNT];
     char *file;                   /* the config file read, NULL if none (owned) */
+    char **command;               /* the file's "command", NULL-terminated (owned), or NULL */
 };
+
+/* Limits on the file's "command": arguments, and bytes of each. */
+#define CONFIG_COMMAND_ARGS 4096
+#define CONFIG_COMMAND_ARG_MAX (128 * 1024)
 
 /* The option table, OPT__COUNT entries in enum config_id order. */
 extern const struct config_option config_options[OPT__COUNT];
@@ -124,7 +129,10 @@ char *config_env_name(enum config_id id, char *buf, size_t size);
 
 /* Apply a configuration file's text (JSON object).  path names it in
  * messages.  Unknown keys, duplicate keys, wrong JSON types and bad values
- * are refused.  Returns 0 or -EINVAL with err set. */
+ * are refused.  Besides the options, the key "command" (an array of
+ * strings, the first the program) is the command spotd runs when none
+ * follows the options; it has no flag or environment spelling.  Returns 0
+ * or -EINVAL with err set. */
 int config_load_json(struct config *c, const char *path, const char *text, size_t len,
                      char *err, size_t errlen);
 

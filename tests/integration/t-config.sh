@@ -291,6 +291,7 @@ missing=""
 for k in $keys; do
     flag="--$(printf '%s' "$k" | tr _ -)"
     env="SPOTD_$(printf '%s' "$k" | tr '[:lower:]' '[:upper:]')"
+    [ "$k" = command ] && { flag=-; env=-; } # the file's alone
     grep -E "^${k}[[:space:]]+${flag}[[:space:]]+${env}[[:space:]]" "$T/stdout" >/dev/null ||
         missing="$missing $k"
 done
@@ -322,6 +323,23 @@ expect_eq "each option works as flag, variable and file key" "" "$bad"
 run_spotd run --events /nonexistent/dir/f -- touch "$T/ran"
 usage_error "--events in a missing directory: names the path" "/nonexistent/dir/f"
 no_run "--events in a missing directory: the command does not run"
+
+# --- the file's "command" ---
+printf '{"command": ["sh", "-c", "echo \\"$1\\" >%s", "sh", "from the file"]}\n' "$T/said" >"$T/cmd.json"
+run_spotd run --config "$T/cmd.json"
+expect_eq "the file's command runs when none is given" "0|from the file" "$RC|$(cat "$T/said" 2>/dev/null)"
+run_spotd run --config "$T/cmd.json" -- sh -c "echo line >$T/said"
+expect_eq "... a command on the command line wins" "0|line" "$RC|$(cat "$T/said" 2>/dev/null)"
+run_spotd config --config "$T/cmd.json"
+check "... spotd config shows it" grep -q '"command":.*"from the file"' "$T/stdout"
+for bad in '[]' '"sh -c x"' '["", "x"]' '["sh", 3]' '{"a": 1}'; do
+    printf '{"command": %s}\n' "$bad" >"$T/bad.json"
+    run_spotd run --config "$T/bad.json"
+    usage_error "a command of $bad is refused" "invalid command in $T/bad.json"
+done
+echo '{"grace": "5s"}' >"$T/nocmd.json"
+run_spotd run --config "$T/nocmd.json"
+usage_error "no command anywhere: says where one goes" '"command" in the configuration file'
 
 # --help and -h print the usage and exit 0.
 run_spotd run --help

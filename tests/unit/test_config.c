@@ -234,7 +234,8 @@ TEST(config_to_json_redacts)
     CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(j, "restart")), "never");
     CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "max_restarts")) == 10);
     CHECK(cJSON_IsNull(cJSON_GetObjectItem(j, "events")));
-    CHECK_INT(cJSON_GetArraySize(j), OPT__COUNT);
+    CHECK(cJSON_IsNull(cJSON_GetObjectItem(j, "command")));
+    CHECK_INT(cJSON_GetArraySize(j), OPT__COUNT + 1); /* the options and "command" */
     free(text);
     cJSON_Delete(j);
     config_release(&c);
