@@ -12,76 +12,158 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "spot/config.h"
+#include "spot/manifest.h"
 #include "spot/parse.h"
 #include "spot/pool.h"
 #include "spot/snap.h"
 #include "spot/store.h"
+#include "spot/worldrec.h"
+
+/* Every command, for `spotctl help` and `spotctl COMMAND --help`. */
+enum kind { K_STORE, K_DAEMON, K_RESUME };
 
 static const struct {
     const char *name;
+    enum kind kind;
+    const char *args;
+    const char *brief;
     const char *what;
-    const char *comes_with;       /* NULL: implemented */
+    const char *opts;             /* its own options, one per line */
 } commands[] = {
-    { "push", "save directories as the ranks of a new generation", NULL },
-    { "ls", "generations in the store", NULL },
-    { "verify", "fetch and hash-check a generation", NULL },
-    { "fetch", "restore a rank of a generation into a directory", NULL },
-    { "gc", "apply retention and delete unreferenced chunks", NULL },
-    { "status", "state of the local spotd", NULL },
-    { "checkpoint", "checkpoint now", NULL },
-    { "drill", "simulated interruption notice", NULL },
-    { "show", "one generation's manifest", "issue 8" },
-    { "resume", "restore and start the command", "the orchestrator (issue 5, 8)" },
-    { "world", "rendezvous records of the job", "the multi-node world (issue 6, 8)" },
+    { "ls", K_STORE, "", "generations in the store", "the job's generations, oldest first: state, step, ranks, reason, "
+      "method, size, time", "" },
+    { "show", K_STORE, "[--gen N]", "one generation's commit and manifests", "one committed generation (the newest by default): its "
+      "commit record and every rank's manifest, files and chunks",
+      "  --gen N             the generation (default: the newest committed)\n"
+      "  --files             list every file of every rank\n" },
+    { "verify", K_STORE, "[--gen N]", "fetch and hash-check every chunk", "fetch every chunk of every rank and check its hash; "
+      "exit 0 when all are whole, 1 otherwise",
+      "  --gen N             the generation (default: the newest committed)\n" },
+    { "fetch", K_STORE, "[--gen N] [--rank R] DEST", "restore a rank into a directory", "restore a rank of a generation into "
+      "DEST, which must not exist (whole or absent: it is written beside and renamed)",
+      "  --gen N             the generation (default: the newest committed)\n"
+      "  --rank R            the rank (default 0)\n" },
+    { "resume", K_RESUME, "[--gen N] [-- COMMAND [ARGS...]]", "restore here and start the command", "restore a generation onto "
+      "this machine and start the command as spotd would: runs `spotd run --resume N` with "
+      "the same store, job and configuration (CRIU generations are restored with criu "
+      "restore); the command is the configuration file's \"command\" when none is given",
+      "  --gen N             the generation (default: the newest committed)\n"
+      "  --state-dir DIR     spotd's state directory (default: the configuration's)\n"
+      "  --spotd PATH        the spotd to run (default: beside spotctl, else PATH)\n"
+      "  --json              spotd logs JSON lines\n" },
+    { "gc", K_STORE, "[--keep N] [--grace DUR] [--dry-run]", "retention: delete what nothing kept needs", "apply retention: keep the newest "
+      "N committed generations, delete older ones and every chunk no kept one references",
+      "  --keep N            committed generations kept (default 3)\n"
+      "  --grace DUR         never delete a chunk younger than this (default 6h)\n"
+      "  --dry-run           say what would go, delete nothing\n" },
+    { "world", K_STORE, "", "the world's rendezvous records", "the world's rendezvous records in the store: the ranks and "
+      "their addresses, nodes asking for a rank, ranks given", "" },
+    { "push", K_STORE, "[--step N] [--reason R] DIR...", "save directories as a new generation", "save directories as the ranks of a "
+      "new committed generation (DIR i is rank i)",
+      "  --step N            the step the generation records (default 0)\n"
+      "  --reason R          its reason (default manual)\n"
+      "  --chunk-size SIZE   (8MiB)\n"
+      "  --min-saving PCT    compress a chunk when zstd saves this much (10)\n" },
+    { "status", K_DAEMON, "", "state of the local spotd", "the local spotd: job, rank, method, state, step, newest "
+      "committed generation, last notice, the checkpoint under way and its upload", "" },
+    { "checkpoint", K_DAEMON, "", "checkpoint now", "checkpoint now (reason manual)", "" },
+    { "drill", K_DAEMON, "[--kind KIND] [--in DURATION]", "a simulated interruption notice", "a simulated interruption notice, "
+      "marked as a drill in the logs and events",
+      "  --kind KIND         terminate (default), stop, hibernate, rebalance, maintenance\n"
+      "  --in DURATION       its deadline this far away (default: the signal deadline)\n" },
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
+static const char store_opts[] =
+    "store options (else the configuration file's, else SPOTD_STORE, SPOTD_JOB):\n"
+    "  --config FILE       the file spotd reads (else SPOTD_CONFIG, else /etc/spotd/spotd.json\n"
+    "                      when present): job, store, state_dir, socket\n"
+    "  --store URL         file:///path or s3://bucket/prefix\n"
+    "  --job NAME\n"
+    "  --s3-endpoint URL   else AWS_ENDPOINT_URL, else AWS\n"
+    "  --s3-region NAME    else AWS_REGION, AWS_DEFAULT_REGION, us-east-1\n"
+    "  --s3-path-style     path-style requests (automatic for IP and localhost)\n"
+    "  --s3-virtual-hosted bucket in the host name, whatever the endpoint\n"
+    "  --requests N        S3 requests in flight (16)\n"
+    "  --s3-timeout DUR    a request stalled this long is retried (30s)\n"
+    "  --s3-retries N      tries after the first (6)\n"
+    "  --inflight SIZE     chunk memory in flight (128MiB)\n"
+    "  --threads N         worker threads (the number of CPUs, 2 to 8)\n"
+    "  --json              one JSON document on stdout\n";
+
+static const char daemon_opts[] =
+    "which spotd (else the configuration file's socket or state_dir, else SPOT_SOCKET):\n"
+    "  --config FILE       the file spotd reads\n"
+    "  --socket PATH       its control socket\n"
+    "  --state-dir DIR     its state directory (the socket is DIR/control.sock)\n"
+    "  --job NAME          /var/lib/spotd/NAME/control.sock\n"
+    "  --json              spotd's answer as one JSON object\n";
+
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: spotctl COMMAND [OPTIONS] [ARGS]\n\n"
-            "  push  [--step N] [--reason R] DIR...   each DIR one rank of a new generation\n"
-            "  ls                                     generations, oldest first\n"
-            "  verify [--gen N]                       every chunk fetched and checked (newest\n"
-            "                                         committed generation by default)\n"
-            "  fetch [--gen N] [--rank R] DEST        restore into DEST (must not exist)\n"
-            "  gc    [--keep N] [--grace DUR] [--dry-run]\n\n"
-            "daemon commands, over spotd's control socket:\n"
-            "  status                                 job, state, step, newest generation,\n"
-            "                                         the checkpoint under way\n"
-            "  checkpoint                             checkpoint now (reason manual)\n"
-            "  drill [--kind KIND] [--in DURATION]    a simulated notice (terminate by default;\n"
-            "                                         stop, hibernate, rebalance, maintenance),\n"
-            "                                         its deadline DURATION away\n"
-            "  --socket PATH       else SPOT_SOCKET, else STATE_DIR/control.sock\n"
-            "  --state-dir DIR     else SPOTD_STATE_DIR, else /var/lib/spotd/JOB\n\n"
-            "store options (or SPOTD_STORE, SPOTD_JOB):\n"
-            "  --store URL         file:///path or s3://bucket/prefix\n"
-            "  --job NAME\n"
-            "  --s3-endpoint URL   else AWS_ENDPOINT_URL, else AWS\n"
-            "  --s3-region NAME    else AWS_REGION, AWS_DEFAULT_REGION, us-east-1\n"
-            "  --s3-path-style     path-style requests (automatic for IP and localhost)\n"
-            "  --s3-virtual-hosted bucket in the host name, whatever the endpoint\n"
-            "  --requests N        S3 requests in flight (16)\n"
-            "  --s3-timeout DUR    a request stalled this long is retried (30s)\n"
-            "  --s3-retries N      tries after the first (6)\n"
-            "  --inflight SIZE     chunk memory in flight (128MiB)\n"
-            "  --chunk-size SIZE   for push (8MiB)\n"
-            "  --min-saving PCT    compress a chunk when zstd saves this much (10)\n"
-            "  --threads N         worker threads (the number of CPUs, 2 to 8)\n"
-            "  --json              one JSON object on stdout\n\n"
-            "not yet:\n");
+    fprintf(f, "usage: spotctl COMMAND [OPTIONS] [ARGS]\n\nstore commands (no spotd needed):\n");
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        if (commands[i].kind == K_DAEMON)
+            continue;
+        fprintf(f, "  %-10s %-38s %s\n", commands[i].name, commands[i].args, commands[i].brief);
+    }
+    fprintf(f, "\ndaemon commands, over the control socket of a running spotd:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
-        if (commands[i].comes_with)
-            fprintf(f, "  %-11s %-40s comes with %s\n", commands[i].name, commands[i].what,
-                    commands[i].comes_with);
+        if (commands[i].kind == K_DAEMON)
+            fprintf(f, "  %-10s %-38s %s\n", commands[i].name, commands[i].args,
+                    commands[i].brief);
+    fprintf(f, "\n'spotctl COMMAND --help' says what one does and takes.  Every command "
+            "takes --json.\n\n%s\n%s", store_opts, daemon_opts);
+}
+
+static int find_command(const char *name)
+{
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(commands[i].name, name))
+            return (int)i;
+    return -1;
+}
+
+/* text, then ".", folded at 78 columns. */
+static void fold(FILE *f, const char *text)
+{
+    size_t col = 0;
+
+    while (*text) {
+        size_t n = strcspn(text, " ");
+
+        if (col && col + 1 + n > 78) {
+            fputc('\n', f);
+            col = 0;
+        } else if (col) {
+            fputc(' ', f);
+            col++;
+        }
+        fwrite(text, 1, n, f);
+        col += n;
+        text += n;
+        text += strspn(text, " ");
+    }
+    fputs(".\n\n", f);
+}
+
+static void usage_of(FILE *f, int i)
+{
+    fprintf(f, "usage: spotctl %s [OPTIONS]%s%s\n\n", commands[i].name,
+            commands[i].args[0] ? " " : "", commands[i].args);
+    fold(f, commands[i].what);
+    if (commands[i].opts[0])
+        fprintf(f, "%s\n", commands[i].opts);
+    fprintf(f, "%s", commands[i].kind == K_DAEMON ? daemon_opts : store_opts);
 }
 
 struct ctl {
@@ -89,7 +171,7 @@ struct ctl {
     struct pool *pool;
     struct store *store;
     struct snap *snap;
-    const char *cmd, *job;
+    const char *cmd, *job, *url;
     bool json, dry_run;
     uint64_t gen, step;
     uint32_t rank;
@@ -106,6 +188,11 @@ struct ctl {
     char msg[8192];
     struct timespec t0;
     int status;                   /* exit status */
+    bool files;                   /* show: every file */
+    struct event *tick;           /* the progress line, on a terminal */
+    /* world */
+    struct world_get *wg;
+    size_t n_wg, wg_pending;
 };
 
 static double since(const struct timespec *t0)
@@ -137,8 +224,11 @@ static void fail(struct ctl *c, int err, const char *msg)
     }
 }
 
+static void progress_end(struct ctl *c);
+
 static void stop(struct ctl *c)
 {
+    progress_end(c);
     event_base_loopbreak(c->base);
 }
 
@@ -165,6 +255,7 @@ static void on_pushed(void *arg, int err, const char *msg)
     double secs = since(&c->t0);
     char a[32], b[32];
 
+    progress_end(c);
     if (err) {
         fail(c, err, msg);
         stop(c);
@@ -320,6 +411,7 @@ static void on_verified(void *arg, int err, const char *msg, const struct snap_v
     struct ctl *c = arg;
     char b[32];
 
+    progress_end(c);
     human(b, sizeof(b), r->bytes);
     if (c->json) {
         printf("{\"ok\":%s,\"chunks\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"bad_chunks\":%" PRIu64
@@ -341,6 +433,7 @@ static void on_fetched(void *arg, int err, const char *msg)
     double secs = since(&c->t0);
     char b[32];
 
+    progress_end(c);
     if (err) {
         fail(c, err, msg);
         stop(c);
@@ -384,6 +477,308 @@ static void on_gc(void *arg, int err, const char *msg, const struct snap_gc_repo
     stop(c);
 }
 
+/* ---- show -------------------------------------------------------------------- */
+
+static const char *type_name(enum mf_type t)
+{
+    return t == MF_FILE ? "file" : t == MF_DIR ? "dir" : "symlink";
+}
+
+static void show_json(const struct ctl *c, const struct commit *cm, const struct manifest *mfs)
+{
+    cJSON *o = cJSON_CreateObject(), *ranks;
+    char when[32], hex[2 * CHUNK_HASH_LEN + 1], *text;
+
+    fmt_time(when, sizeof(when), cm->created_ms);
+    cJSON_AddNumberToObject(o, "gen", (double)cm->gen);
+    cJSON_AddStringToObject(o, "job", cm->job);
+    cJSON_AddNumberToObject(o, "step", (double)cm->step);
+    cJSON_AddNumberToObject(o, "world_size", cm->world_size);
+    cJSON_AddStringToObject(o, "reason", cm->reason);
+    cJSON_AddStringToObject(o, "method", cm->method);
+    cJSON_AddStringToObject(o, "created", when);
+    cJSON_AddStringToObject(o, "version", cm->version);
+    ranks = cJSON_AddArrayToObject(o, "ranks");
+    for (uint32_t r = 0; ranks && r < cm->world_size; r++) {
+        const struct manifest *m = &mfs[r];
+        cJSON *jr = cJSON_CreateObject(), *files = NULL;
+        uint64_t chunks = 0;
+
+        cJSON_AddItemToArray(ranks, jr);
+        chunk_hex(cm->ranks[r].sha256, hex);
+        cJSON_AddNumberToObject(jr, "rank", r);
+        cJSON_AddNumberToObject(jr, "bytes", (double)cm->ranks[r].bytes);
+        cJSON_AddStringToObject(jr, "manifest_sha256", hex);
+        cJSON_AddNumberToObject(jr, "chunk_size", m->chunk_size);
+        if (c->files)
+            files = cJSON_AddArrayToObject(jr, "files");
+        for (size_t i = 0; i < m->n_files; i++) {
+            const struct mf_file *f = &m->files[i];
+            cJSON *jf;
+
+            chunks += f->n_chunks;
+            if (!files || !(jf = cJSON_CreateObject()))
+                continue;
+            cJSON_AddItemToArray(files, jf);
+            cJSON_AddStringToObject(jf, "path", f->path);
+            cJSON_AddStringToObject(jf, "type", type_name(f->type));
+            cJSON_AddNumberToObject(jf, "mode", f->mode);
+            if (f->type == MF_FILE) {
+                cJSON_AddNumberToObject(jf, "size", (double)f->size);
+                cJSON_AddNumberToObject(jf, "chunks", (double)f->n_chunks);
+            } else if (f->type == MF_SYMLINK) {
+                cJSON_AddStringToObject(jf, "target", f->target);
+            }
+        }
+        cJSON_AddNumberToObject(jr, "files_count", (double)m->n_files);
+        cJSON_AddNumberToObject(jr, "chunks", (double)chunks);
+    }
+    text = cJSON_PrintUnformatted(o);
+    printf("%s\n", text ? text : "{}");
+    free(text);
+    cJSON_Delete(o);
+}
+
+static void on_shown(void *arg, int err, const char *msg, const struct commit *cm,
+                     const struct manifest *mfs)
+{
+    struct ctl *c = arg;
+    char when[32], size[32], hex[2 * CHUNK_HASH_LEN + 1];
+    uint64_t bytes = 0;
+
+    if (err) {
+        fail(c, err, msg);
+        stop(c);
+        return;
+    }
+    if (c->json) {
+        show_json(c, cm, mfs);
+        stop(c);
+        return;
+    }
+    for (uint32_t r = 0; r < cm->world_size; r++)
+        bytes += cm->ranks[r].bytes;
+    fmt_time(when, sizeof(when), cm->created_ms);
+    human(size, sizeof(size), bytes);
+    printf("%-12s %" PRIu64 " of job %s\n", "generation", cm->gen, cm->job);
+    printf("%-12s %" PRIu64 "\n", "step", cm->step);
+    printf("%-12s %s\n", "reason", cm->reason);
+    printf("%-12s %s\n", "method", cm->method);
+    printf("%-12s %s (spotd %s)\n", "created", when, cm->version);
+    printf("%-12s %u, %s in all\n\n", "ranks", cm->world_size, size);
+    printf("%-5s %-10s %-7s %-8s %-10s %s\n", "RANK", "SIZE", "FILES", "CHUNKS", "CHUNK SIZE",
+           "MANIFEST SHA-256");
+    for (uint32_t r = 0; r < cm->world_size; r++) {
+        const struct manifest *m = &mfs[r];
+        uint64_t chunks = 0;
+        char cs[32];
+
+        for (size_t i = 0; i < m->n_files; i++)
+            chunks += m->files[i].n_chunks;
+        human(size, sizeof(size), cm->ranks[r].bytes);
+        human(cs, sizeof(cs), m->chunk_size);
+        chunk_hex(cm->ranks[r].sha256, hex);
+        printf("%-5u %-10s %-7zu %-8" PRIu64 " %-10s %.16s...\n", r, size, m->n_files, chunks,
+               cs, hex);
+    }
+    for (uint32_t r = 0; c->files && r < cm->world_size; r++) {
+        printf("\nrank %u:\n%-8s %-6s %-10s %-7s %s\n", r, "TYPE", "MODE", "SIZE", "CHUNKS",
+               "PATH");
+        for (size_t i = 0; i < mfs[r].n_files; i++) {
+            const struct mf_file *f = &mfs[r].files[i];
+
+            human(size, sizeof(size), f->size);
+            printf("%-8s %04o   %-10s %-7zu %s%s%s\n", type_name(f->type), f->mode,
+                   f->type == MF_FILE ? size : "-", f->n_chunks, f->path,
+                   f->type == MF_SYMLINK ? " -> " : "", f->type == MF_SYMLINK ? f->target : "");
+        }
+    }
+    stop(c);
+}
+
+/* ---- world ------------------------------------------------------------------- */
+
+struct world_get {
+    struct ctl *c;
+    char *key;
+    int64_t mtime_ms;
+    int err;
+    const char *why;
+    struct worldrec r;
+};
+
+static int cmp_wg(const void *a, const void *b)
+{
+    const struct world_get *x = a, *y = b;
+
+    if (!x->err && !y->err && x->r.type != y->r.type)
+        return (int)x->r.type - (int)y->r.type;
+    if (!x->err && !y->err && x->r.rank != y->r.rank)
+        return x->r.rank < y->r.rank ? -1 : 1;
+    return strcmp(x->key, y->key);
+}
+
+static void world_report(struct ctl *c)
+{
+    static const char *const types[] = { "rank", "join", "assign" };
+    cJSON *a = c->json ? cJSON_CreateArray() : NULL;
+    int64_t now = (int64_t)time(NULL) * 1000;
+
+    qsort(c->wg, c->n_wg, sizeof(*c->wg), cmp_wg);
+    if (!c->json && c->n_wg)
+        printf("%-7s %-5s %-22s %-18s %-9s %s\n", "RECORD", "RANK", "ADDRESS", "NODE", "AGE",
+               "KEY");
+    for (size_t i = 0; i < c->n_wg; i++) {
+        const struct world_get *g = &c->wg[i];
+        double age = (double)(now - (g->err ? g->mtime_ms : g->r.ts_ms)) / 1000.0;
+        char ages[32], rank[16];
+
+        if (c->json) {
+            cJSON *o = cJSON_CreateObject();
+
+            cJSON_AddItemToArray(a, o);
+            cJSON_AddStringToObject(o, "key", g->key);
+            if (g->err) {
+                cJSON_AddStringToObject(o, "error", g->why);
+                continue;
+            }
+            cJSON_AddStringToObject(o, "type", types[g->r.type]);
+            if (g->r.type != WORLDREC_JOIN)
+                cJSON_AddNumberToObject(o, "rank", g->r.rank);
+            if (g->r.addr[0])
+                cJSON_AddStringToObject(o, "addr", g->r.addr);
+            cJSON_AddStringToObject(o, "node", g->r.node);
+            cJSON_AddNumberToObject(o, "ts_ms", (double)g->r.ts_ms);
+            continue;
+        }
+        snprintf(ages, sizeof(ages), age < 120 ? "%.0f s" : age < 7200 ? "%.0f min" : "%.0f h",
+                 age < 120 ? age : age < 7200 ? age / 60 : age / 3600);
+        if (g->err) {
+            printf("%-7s %-5s %-22s %-18s %-9s %s (%s)\n", "invalid", "-", "-", "-", ages, g->key,
+                   g->why);
+            continue;
+        }
+        snprintf(rank, sizeof(rank), "%u", g->r.rank);
+        printf("%-7s %-5s %-22s %-18.16s %-9s %s\n", types[g->r.type],
+               g->r.type == WORLDREC_JOIN ? "-" : rank, g->r.addr[0] ? g->r.addr : "-",
+               g->r.node, ages, g->key);
+    }
+    if (c->json) {
+        char *text = cJSON_PrintUnformatted(a);
+
+        printf("%s\n", text ? text : "[]");
+        free(text);
+        cJSON_Delete(a);
+    } else if (!c->n_wg) {
+        printf("(no records: the job's nodes use static peers, or none has started)\n");
+    }
+}
+
+static void on_world_got(void *arg, int err, const char *msg, void *data, size_t len)
+{
+    struct world_get *g = arg;
+    struct ctl *c = g->c;
+
+    if (err == -ENOENT) {
+        g->err = err;
+        g->why = "gone while listed";
+    } else if (err) {
+        fail(c, err, msg);
+    } else if (worldrec_parse(data, len, &g->r, &g->why) < 0) {
+        g->err = -EBADMSG;
+    } else if (strcmp(g->r.job, c->job) != 0) {
+        g->err = -EBADMSG;
+        g->why = "a record of another job";
+    }
+    free(data);
+    if (--c->wg_pending)
+        return;
+    if (!c->err)
+        world_report(c);
+    stop(c);
+}
+
+static void on_world_listed(void *arg, int err, const char *msg, struct store_entry *e, size_t n)
+{
+    struct ctl *c = arg;
+
+    if (err) {
+        fail(c, err, msg);
+        stop(c);
+        return;
+    }
+    if (!n) {
+        world_report(c);
+        stop(c);
+        return;
+    }
+    if (!(c->wg = calloc(n, sizeof(*c->wg)))) {
+        store_entries_free(e, n);
+        fail(c, -ENOMEM, "out of memory");
+        stop(c);
+        return;
+    }
+    c->n_wg = c->wg_pending = n;
+    for (size_t i = 0; i < n; i++) {
+        c->wg[i].c = c;
+        c->wg[i].key = e[i].key;
+        c->wg[i].mtime_ms = e[i].mtime_ms;
+        e[i].key = NULL;
+    }
+    store_entries_free(e, n);
+    for (size_t i = 0; i < n; i++)
+        store_get(c->store, c->wg[i].key, WORLDREC_MAX, on_world_got, &c->wg[i]);
+}
+
+/* ---- progress ------------------------------------------------------------------ */
+
+/* A line on stderr, redrawn five times a second, while push, fetch or
+ * verify moves data; only on a terminal. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct ctl *c = arg;
+    const struct snap_counters *k = &c->c;
+    uint64_t done = !strcmp(c->cmd, "push") ? k->bytes_read : k->bytes_hashed + k->bytes_zero;
+    uint64_t total = k->bytes_total;
+    double secs = since(&c->t0), rate = secs > 0 ? (double)done / secs : 0;
+    double frac = total ? (double)(done > total ? total : done) / (double)total : 0;
+    char d[32], t[32], r[32], bar[31], eta[48] = "";
+    int fill = (int)(frac * 30);
+
+    human(d, sizeof(d), done);
+    human(t, sizeof(t), total);
+    human(r, sizeof(r), (uint64_t)rate);
+    memset(bar, '#', (size_t)fill);
+    memset(bar + fill, '.', (size_t)(30 - fill));
+    bar[30] = '\0';
+    if (rate > 0 && total > done)
+        snprintf(eta, sizeof(eta), "  ETA %.0f s", (double)(total - done) / rate);
+    fprintf(stderr, "\r%s [%s] %3.0f%%  %s of %s  %s/s%s\033[K", c->cmd, bar, frac * 100, d, t,
+            r, eta);
+}
+
+static void progress_start(struct ctl *c)
+{
+    struct timeval tv = { 0, 200 * 1000 };
+
+    if (c->json || !isatty(STDERR_FILENO) || (strcmp(c->cmd, "push") && strcmp(c->cmd, "fetch") &&
+                                              strcmp(c->cmd, "verify")))
+        return;
+    if ((c->tick = event_new(c->base, -1, EV_PERSIST, on_tick, c))) {
+        event_add(c->tick, &tv);
+        on_tick(-1, 0, c);
+    }
+}
+
+static void progress_end(struct ctl *c)
+{
+    if (!c->tick)
+        return;
+    event_free(c->tick);
+    c->tick = NULL;
+    fprintf(stderr, "\r\033[K");
+}
+
 /* "8MiB", "64KiB", "1G", "1048576": bytes. */
 static int parse_size(const char *s, uint64_t *ret)
 {
@@ -417,6 +812,7 @@ static int parse_size(const char *s, uint64_t *ret)
 enum {
     O_STORE = 256, O_JOB, O_ENDPOINT, O_REGION, O_PATH_STYLE, O_VIRTUAL_HOSTED, O_REQUESTS, O_INFLIGHT,
     O_CHUNK, O_THREADS, O_JSON, O_TIMEOUT, O_RETRIES, O_MIN_SAVING, O_GEN, O_RANK, O_STEP, O_REASON, O_KEEP, O_GRACE, O_DRY_RUN,
+    O_CONFIG, O_FILES, O_STATE_DIR, O_SPOTD,
 };
 
 static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -430,6 +826,153 @@ static int bad(const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "\n");
     return 2;
+}
+
+/* ---- configuration ----------------------------------------------------------- */
+
+extern char **environ;
+
+/* What spotd would read: --config FILE (among the options), else
+ * SPOTD_CONFIG, else the default file when it can be read; then the
+ * SPOTD_* variables.  Flags win over both.  Returns 0, or 2 after saying
+ * why. */
+static int load_config(int argc, char **argv, struct config *cfg)
+{
+    const char *file = getenv("SPOTD_CONFIG");
+    char err[1024], warn[1024];
+
+    for (int i = 2; i < argc && strcmp(argv[i], "--"); i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc)
+            file = argv[++i];
+        else if (!strncmp(argv[i], "--config=", 9))
+            file = argv[i] + 9;
+    }
+    if (config_init(cfg) < 0)
+        return bad("out of memory");
+    if ((!file || !*file) && access(CONFIG_DEFAULT_FILE, R_OK) == 0)
+        file = CONFIG_DEFAULT_FILE;
+    if (file && *file && config_load_file(cfg, file, err, sizeof(err)) < 0)
+        return bad("%s", err);
+    if (config_load_env(cfg, (const char *const *)environ, err, sizeof(err), warn,
+                        sizeof(warn)) < 0)
+        return bad("%s", err);
+    return 0;
+}
+
+/* ---- resume --------------------------------------------------------------------- */
+
+struct resume {
+    struct ctl *c;
+    uint64_t gen;                 /* the one found */
+    char method[MANIFEST_NAME_MAX + 1];
+};
+
+static void on_resume_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
+{
+    struct resume *rs = arg;
+    struct ctl *c = rs->c;
+    const struct snap_gen *found = NULL;
+
+    if (err) {
+        fail(c, err, msg);
+        stop(c);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (c->gen ? gens[i].gen == c->gen : gens[i].committed)
+            found = &gens[i];
+    if (!found && !c->gen)
+        fail(c, -ENOENT, "the job has no committed generation to resume from; 'spotctl ls' "
+             "lists what the store holds");
+    else if (!found)
+        fail(c, -ENOENT, "the job has no generation of that number; 'spotctl ls' lists them");
+    else if (!found->committed)
+        fail(c, -ENOENT, "that generation was never committed: it cannot be resumed from; "
+             "'spotctl ls' shows the committed ones");
+    if (found && found->committed) {
+        rs->gen = found->gen;
+        snprintf(rs->method, sizeof(rs->method), "%s", found->commit.method);
+    }
+    snap_gens_free(gens, n);
+    stop(c);
+}
+
+/* The spotd beside this spotctl, else the one in PATH. */
+static void find_spotd(char *buf, size_t size)
+{
+    char self[3800];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    char *slash;
+
+    if (n > 0) {
+        self[n] = '\0';
+        if ((slash = strrchr(self, '/'))) {
+            *slash = '\0';
+            snprintf(buf, size, "%s/spotd", self);
+            if (access(buf, X_OK) == 0)
+                return;
+        }
+    }
+    snprintf(buf, size, "spotd");
+}
+
+/* spotd run --resume GEN with this store and job, the command after
+ * them; spotctl becomes it. */
+static int exec_resume(const struct ctl *c, const struct resume *rs, const struct config *cfg,
+                       const char *config_file, const char *state_dir, const char *spotd,
+                       char **cmd, int n_cmd)
+{
+    char **av = calloc((size_t)n_cmd + 20, sizeof(*av)), gen[32], path[4000];
+    int i = 0;
+
+    if (!av)
+        return bad("out of memory");
+    if (spotd)
+        snprintf(path, sizeof(path), "%s", spotd);
+    else
+        find_spotd(path, sizeof(path));
+    snprintf(gen, sizeof(gen), "%" PRIu64, rs->gen);
+    av[i++] = path;
+    av[i++] = "run";
+    if (config_file) {
+        av[i++] = "--config";
+        av[i++] = (char *)config_file;
+    }
+    av[i++] = "--store";
+    av[i++] = (char *)c->url;
+    av[i++] = "--job";
+    av[i++] = (char *)c->job;
+    av[i++] = "--resume";
+    av[i++] = gen;
+    /* A CRIU generation is restored by the criu method alone; the others
+     * all reach the command through SPOT_RESUME_DIR, whatever method the
+     * configuration sets for its next checkpoints. */
+    if (!strcmp(rs->method, "criu")) {
+        av[i++] = "--method";
+        av[i++] = "criu";
+    }
+    if (state_dir) {
+        av[i++] = "--state-dir";
+        av[i++] = (char *)state_dir;
+    }
+    if (c->json) {
+        av[i++] = "--log-format";
+        av[i++] = "json";
+    }
+    if (n_cmd) {
+        av[i++] = "--";
+        for (int k = 0; k < n_cmd; k++)
+            av[i++] = cmd[k];
+    }
+    av[i] = NULL;
+    if (!c->json)
+        fprintf(stderr, "spotctl: resuming job %s from generation %s (%s) with %s\n", c->job, gen,
+                rs->method, path);
+    fflush(NULL);
+    execvp(av[0], av);
+    bad("cannot execute %s: %s; give --spotd PATH", path, strerror(errno));
+    free(av);
+    return 1;
 }
 
 /* ---- daemon commands ------------------------------------------------------ */
@@ -537,10 +1080,11 @@ static void print_status(const cJSON *o)
 }
 
 /* status, checkpoint, drill. */
-static int daemon_cmd(int argc, char **argv)
+static int daemon_cmd(int argc, char **argv, const struct config *cfg, int which)
 {
-    enum { D_SOCKET = 1, D_STATE, D_JOB, D_JSON, D_KIND, D_IN };
+    enum { D_SOCKET = 1, D_STATE, D_JOB, D_JSON, D_KIND, D_IN, D_CONFIG };
     static const struct option opts[] = {
+        { "config", required_argument, NULL, D_CONFIG },
         { "socket", required_argument, NULL, D_SOCKET },
         { "state-dir", required_argument, NULL, D_STATE },
         { "job", required_argument, NULL, D_JOB },
@@ -550,8 +1094,9 @@ static int daemon_cmd(int argc, char **argv)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    const char *cmd = argv[1], *sock = getenv("SPOT_SOCKET"), *state = getenv("SPOTD_STATE_DIR");
-    const char *job = getenv("SPOTD_JOB"), *kind = NULL;
+    const char *cmd = argv[1], *sock = config_str(cfg, OPT_SOCKET);
+    const char *state = config_str(cfg, OPT_STATE_DIR), *job = config_str(cfg, OPT_JOB);
+    const char *kind = NULL;
     char path[4200], line[512];
     bool json = false;
     int64_t in_ms = -1;
@@ -559,11 +1104,13 @@ static int daemon_cmd(int argc, char **argv)
     cJSON *o;
     int opt, ok;
 
-    if (getenv("SPOTD_SOCKET"))
-        sock = getenv("SPOTD_SOCKET");
+    /* A trainer's environment names its spotd. */
+    if (!sock && !state && getenv("SPOT_SOCKET"))
+        sock = getenv("SPOT_SOCKET");
     optind = 2;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
+        case D_CONFIG: break; /* read by load_config() */
         case D_SOCKET: sock = optarg; break;
         case D_STATE: state = optarg; sock = NULL; break;
         case D_JOB: job = optarg; break;
@@ -574,7 +1121,7 @@ static int daemon_cmd(int argc, char **argv)
                 return bad("--in: expected a duration such as 30s or 2m, not '%s'", optarg);
             in_ms = (int64_t)v;
             break;
-        case 'h': usage(stdout); return 0;
+        case 'h': usage_of(stdout, which); return 0;
         default: return 2;
         }
     }
@@ -634,6 +1181,7 @@ static int daemon_cmd(int argc, char **argv)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
+        { "config", required_argument, NULL, O_CONFIG },
         { "store", required_argument, NULL, O_STORE },
         { "job", required_argument, NULL, O_JOB },
         { "s3-endpoint", required_argument, NULL, O_ENDPOINT },
@@ -655,19 +1203,35 @@ int main(int argc, char **argv)
         { "keep", required_argument, NULL, O_KEEP },
         { "grace", required_argument, NULL, O_GRACE },
         { "dry-run", no_argument, NULL, O_DRY_RUN },
+        { "files", no_argument, NULL, O_FILES },
+        { "state-dir", required_argument, NULL, O_STATE_DIR },
+        { "spotd", required_argument, NULL, O_SPOTD },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
+    };
+    /* Which options each store command takes (the store's are everyone's). */
+    static const struct {
+        int opt;
+        const char *cmds;
+    } own[] = {
+        { O_GEN, " show verify fetch resume " }, { O_RANK, " fetch " },
+        { O_STEP, " push " }, { O_REASON, " push " }, { O_CHUNK, " push " },
+        { O_MIN_SAVING, " push " }, { O_KEEP, " gc " }, { O_GRACE, " gc " },
+        { O_DRY_RUN, " gc " }, { O_FILES, " show " }, { O_STATE_DIR, " resume " },
+        { O_SPOTD, " resume " },
     };
     struct ctl c = { .reason = "manual", .keep = SNAP_KEEP_DEFAULT,
                      .grace_ms = SNAP_GRACE_DEFAULT_MS };
     struct store_ctx sctx = { 0 };
     struct snap_opts so = { 0 };
-    const char *url = getenv("SPOTD_STORE"), *job = getenv("SPOTD_JOB");
-    char err[1024];
+    struct config cfg;
+    struct resume rs = { &c, 0, "" };
+    const char *url, *job, *config_file = NULL, *state_dir = NULL, *spotd = NULL;
+    char err[1024], spaced[32];
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned threads = cpus < 2 ? 2 : cpus > 8 ? 8 : (unsigned)cpus;
     uint64_t v;
-    int o;
+    int o, which, code;
 
     if (argc < 2) {
         usage(stderr);
@@ -675,25 +1239,45 @@ int main(int argc, char **argv)
     }
     c.cmd = argv[1];
     if (!strcmp(c.cmd, "-h") || !strcmp(c.cmd, "--help") || !strcmp(c.cmd, "help")) {
-        usage(stdout);
+        if (argc > 2 && (which = find_command(argv[2])) >= 0)
+            usage_of(stdout, which);
+        else
+            usage(stdout);
         return 0;
     }
     if (!strcmp(c.cmd, "--version") || !strcmp(c.cmd, "version")) {
         printf("spotctl %s\n", SPOT_VERSION);
         return 0;
     }
-    if (!strcmp(c.cmd, "status") || !strcmp(c.cmd, "checkpoint") || !strcmp(c.cmd, "drill"))
-        return daemon_cmd(argc, argv);
-    for (size_t i = 0; i < N_COMMANDS; i++)
-        if (!strcmp(c.cmd, commands[i].name) && commands[i].comes_with)
-            return bad("'%s' is not implemented yet; 'spotctl help' says when it comes", c.cmd);
-    if (strcmp(c.cmd, "push") && strcmp(c.cmd, "ls") && strcmp(c.cmd, "verify") &&
-        strcmp(c.cmd, "fetch") && strcmp(c.cmd, "gc"))
+    if ((which = find_command(c.cmd)) < 0)
         return bad("unknown command '%s'; 'spotctl help' lists the commands", c.cmd);
+    for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage_of(stdout, which);
+            return 0;
+        }
+    if ((code = load_config(argc, argv, &cfg)))
+        return code;
+    if (commands[which].kind == K_DAEMON) {
+        code = daemon_cmd(argc, argv, &cfg, which);
+        config_release(&cfg);
+        return code;
+    }
+    url = config_str(&cfg, OPT_STORE);
+    job = config_str(&cfg, OPT_JOB);
+    snprintf(spaced, sizeof(spaced), " %s ", c.cmd);
 
     optind = 2;
-    while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, commands[which].kind == K_RESUME ? "+h" : "h", opts,
+                            NULL)) != -1) {
+        for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+            if (own[i].opt == o && !strstr(own[i].cmds, spaced))
+                for (size_t k = 0; opts[k].name; k++)
+                    if (opts[k].val == o)
+                        return bad("%s takes no --%s; 'spotctl %s --help' lists its options",
+                                   c.cmd, opts[k].name, c.cmd);
         switch (o) {
+        case O_CONFIG: config_file = optarg; break;
         case O_STORE: url = optarg; break;
         case O_JOB: job = optarg; break;
         case O_ENDPOINT: sctx.s3_endpoint = optarg; break;
@@ -766,9 +1350,9 @@ int main(int argc, char **argv)
             c.grace_ms = (int64_t)v;
             break;
         case O_DRY_RUN: c.dry_run = true; break;
-        case 'h':
-            usage(stdout);
-            return 0;
+        case O_FILES: c.files = true; break;
+        case O_STATE_DIR: state_dir = optarg; break;
+        case O_SPOTD: spotd = optarg; break;
         default:
             return 2;
         }
@@ -776,18 +1360,24 @@ int main(int argc, char **argv)
     c.dirs = argv + optind;
     c.n_dirs = argc - optind;
     if (!url || !*url)
-        return bad("%s needs --store URL (or SPOTD_STORE)", c.cmd);
+        return bad("%s needs the store: --store URL, SPOTD_STORE, or \"store\" in the "
+                   "configuration file", c.cmd);
     if (!job || !*job)
-        return bad("%s needs --job NAME (or SPOTD_JOB)", c.cmd);
+        return bad("%s needs the job: --job NAME, SPOTD_JOB, or \"job\" in the configuration "
+                   "file", c.cmd);
     if (!strcmp(c.cmd, "push") && (c.n_dirs < 1 || c.n_dirs > WORLD_MAX))
         return bad("%s needs one directory per rank", c.cmd);
     if (!strcmp(c.cmd, "fetch") && c.n_dirs != 1)
         return bad("%s needs one destination directory", c.cmd);
-    if (strcmp(c.cmd, "push") && strcmp(c.cmd, "fetch") && c.n_dirs)
-        return bad("%s takes no arguments", c.cmd);
+    if (strcmp(c.cmd, "push") && strcmp(c.cmd, "fetch") && strcmp(c.cmd, "resume") && c.n_dirs)
+        return bad("%s takes no arguments ('%s')", c.cmd, c.dirs[0]);
     if (strlen(c.reason) > MANIFEST_NAME_MAX)
         return bad("--reason: too long: '%s'", c.reason);
+    if (!strcmp(c.cmd, "resume") && !c.n_dirs && !cfg.command)
+        return bad("resume needs the command to start (spotctl resume -- python3 train.py), or "
+                   "\"command\" in the configuration file");
     c.job = job;
+    c.url = url;
 
     evthread_use_pthreads();
     c.base = event_base_new();
@@ -811,6 +1401,7 @@ int main(int argc, char **argv)
         return 2;
     }
     clock_gettime(CLOCK_MONOTONIC, &c.t0);
+    progress_start(&c);
     if (!strcmp(c.cmd, "push")) {
         if (!(c.saved = calloc((size_t)c.n_dirs, sizeof(*c.saved)))) {
             fprintf(stderr, "spotctl: out of memory\n");
@@ -819,14 +1410,24 @@ int main(int argc, char **argv)
         snap_gens(c.snap, push_gens, &c);
     } else if (!strcmp(c.cmd, "ls")) {
         snap_gens(c.snap, on_ls, &c);
+    } else if (!strcmp(c.cmd, "show")) {
+        snap_manifests(c.snap, c.gen, on_shown, &c);
     } else if (!strcmp(c.cmd, "verify")) {
         snap_verify(c.snap, c.gen, &c.c, on_verified, &c);
     } else if (!strcmp(c.cmd, "fetch")) {
         snap_restore(c.snap, c.gen, c.rank, c.dirs[0], &c.c, on_fetched, &c);
+    } else if (!strcmp(c.cmd, "resume")) {
+        snap_gens(c.snap, on_resume_gens, &rs);
+    } else if (!strcmp(c.cmd, "world")) {
+        char prefix[STORE_KEY_MAX + 1];
+
+        snprintf(prefix, sizeof(prefix), "%s/world/", job);
+        store_list(c.store, prefix, on_world_listed, &c);
     } else {
         snap_gc(c.snap, c.keep, c.grace_ms, c.dry_run, on_gc, &c);
     }
     event_base_dispatch(c.base);
+    progress_end(&c);
     if (c.err)
         fprintf(stderr, "spotctl: %s\n", c.msg);
     c.snap = snap_free(c.snap);
@@ -834,5 +1435,12 @@ int main(int argc, char **argv)
     c.pool = pool_free(c.pool);
     event_base_free(c.base);
     free(c.saved);
-    return c.err ? 1 : 0;
+    for (size_t i = 0; i < c.n_wg; i++)
+        free(c.wg[i].key);
+    free(c.wg);
+    code = c.err ? 1 : 0;
+    if (!code && rs.gen)
+        code = exec_resume(&c, &rs, &cfg, config_file, state_dir, spotd, c.dirs, c.n_dirs);
+    config_release(&cfg);
+    return code;
 }

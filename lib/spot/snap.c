@@ -491,6 +491,7 @@ union snap_cb {
     snap_gens_fn gens;
     snap_verify_fn verified;
     snap_gc_fn gc;
+    snap_manifests_fn shown;
 };
 
 struct early {
@@ -1695,6 +1696,7 @@ struct ftask {
 struct fetch {
     struct snap *s;
     bool verify;
+    snap_manifests_fn shown;      /* snap_manifests: the manifests are all it wants */
     uint64_t gen;
     uint32_t rank;                /* restore: the rank; verify: all */
     char *dest, *tmp;
@@ -1741,7 +1743,10 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 
 static void fetch_report(struct fetch *fe)
 {
-    if (fe->verify) {
+    if (fe->shown) {
+        fe->shown(fe->arg, fe->err, fe->err ? fe->msg : "", fe->err ? NULL : &fe->commit,
+                  fe->err || !fe->f ? NULL : fe->f->mfs);
+    } else if (fe->verify) {
         fe->verified(fe->arg, fe->err, fe->err ? fe->msg : "", &fe->report);
     } else {
         fe->done(fe->arg, fe->err, fe->err ? fe->msg : "");
@@ -2118,6 +2123,10 @@ static void on_fetch_manifests(struct mf_fetch *f)
         fetch_report(fe);
         return;
     }
+    if (fe->shown) {
+        fetch_report(fe);
+        return;
+    }
     if (fe->verify) {
         for (uint32_t r = 0; r < fe->commit.world_size; r++)
             for (size_t i = 0; i < f->mfs[r].n_files; i++)
@@ -2250,6 +2259,28 @@ void snap_verify(struct snap *s, uint64_t gen, struct snap_counters *c, snap_ver
     if (!(fe->g = gens_start(s, on_fetch_gens, fe))) {
         free(fe);
         early(s, early_verified, (union snap_cb){ .verified = done }, arg, -ENOMEM, "out of memory");
+    }
+}
+
+static void early_shown(struct early *e)
+{
+    e->cb.shown(e->arg, e->err, e->msg, NULL, NULL);
+}
+
+void snap_manifests(struct snap *s, uint64_t gen, snap_manifests_fn done, void *arg)
+{
+    struct fetch *fe = fetch_new(s, gen, NULL);
+
+    if (!fe) {
+        early(s, early_shown, (union snap_cb){ .shown = done }, arg, -ENOMEM, "out of memory");
+        return;
+    }
+    fe->verify = true;            /* every rank, nothing written */
+    fe->shown = done;
+    fe->arg = arg;
+    if (!(fe->g = gens_start(s, on_fetch_gens, fe))) {
+        free(fe);
+        early(s, early_shown, (union snap_cb){ .shown = done }, arg, -ENOMEM, "out of memory");
     }
 }
 

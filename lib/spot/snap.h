@@ -175,6 +175,14 @@ void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
 void snap_verify(struct snap *s, uint64_t gen, struct snap_counters *c, snap_verify_fn done,
                  void *arg);
 
+/* The commit record and the manifests of every rank of committed
+ * generation gen (0: the newest committed), each manifest checked against
+ * the digest its commit record holds; no chunk is fetched.  On success
+ * c and mfs (c->world_size of them) are valid during the call. */
+typedef void (*snap_manifests_fn)(void *arg, int err, const char *msg, const struct commit *c,
+                                  const struct manifest *mfs);
+void snap_manifests(struct snap *s, uint64_t gen, snap_manifests_fn done, void *arg);
+
 /* Keep the newest keep committed generations (and any uncommitted one
  * newer than them, which may be in progress); delete the others, commit
  * record first, then every chunk that no kept generation references and
