@@ -66,10 +66,15 @@ ZDTM_STEP_US=500 start_spotd run --job p --store "file://$T/store" --state-dir "
     -- "$PY" "$TOP/tests/criu/zdtm.py" 4000
 wait_exit "$SPOTD_PID" 30
 expect_eq "criu python: the drill's dump, then exit 75" 75 "$RC"
-ZDTM_STEP_US=500 run_spotd run --job p --store "file://$T/store" --state-dir "$T/p2" \
-    --method criu --criu "$CRIU" --cloud none --events "$T/evp2" \
-    -- "$PY" "$TOP/tests/criu/zdtm.py" 4000
-expect_eq "criu python: restored, it finishes" 0 "$RC"
+# The operator's way this time: spotctl resume runs spotd with the criu
+# method for a CRIU generation (the rest from SPOTD_* as spotd reads them).
+ZDTM_STEP_US=500 SPOTD_CRIU="$CRIU" SPOTD_CLOUD=none SPOTD_EVENTS="$T/evp2" \
+    timeout -k 2 60 "$SPOTCTL" resume --store "file://$T/store" --job p --state-dir "$T/p2" \
+    -- "$PY" "$TOP/tests/criu/zdtm.py" 4000 >"$T/stdout" 2>"$T/stderr"
+RC=$?
+expect_eq "criu python: restored through spotctl resume, it finishes" 0 "$RC"
+check "criu python: ... spotctl saw a CRIU generation" \
+    grep -q "^spotctl: resuming job p from generation [0-9]* (criu)" "$T/stderr"
 [ "$RC" = 0 ] || { tail -n 30 "$T/stderr"; tail -n 20 "$T/p2/criu/restore.log"; }
 expect_eq "criu python: ... with the uninterrupted hash" "$pyref" "$(tail -n 1 "$T/stdout")"
 
