@@ -3,7 +3,9 @@
 #   make                      spotd, spotctl, libckpt.{a,so}
 #   make check                build and run the whole test suite
 #   make demo                 checkpoint the C trainer at a drill notice, resume it
-#   make install              PREFIX=/usr/local DESTDIR=
+#   make install              PREFIX=/usr/local DESTDIR= (also MANDIR, UNITDIR, SYSCONFDIR)
+#   make uninstall            the same variables
+#   make dist                 $(O)/spotd-VERSION.tar.gz: the files git tracks
 #   make SANITIZE=address,undefined check
 #   make DEV=1                -Werror and the strict warning set
 #
@@ -21,7 +23,14 @@ INCDIR     ?= $(PREFIX)/include
 PKGDIR     ?= $(LIBDIR)/pkgconfig
 DATADIR    ?= $(PREFIX)/share
 PYDIR      ?= $(PREFIX)/lib/python3/dist-packages
+MANDIR     ?= $(PREFIX)/share/man
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+# spotd reads /etc/spotd/spotd.json whatever the prefix; the units name the
+# installed file.
+SYSCONFDIR ?= /etc
 HOOKS      := on-notice pre-checkpoint post-checkpoint pre-restore post-restore
+MANPAGES   := man/spotctl.1 man/libckpt.3 man/spotd.8
+UNITS      := spotd.service spotd@.service
 
 CC         ?= cc
 PKG_CONFIG ?= pkg-config
@@ -48,7 +57,7 @@ ALL_CFLAGS  = -std=gnu11 $(WARN) $(if $(DEV),$(WARN_DEV)) -fvisibility=hidden \
 ALL_LDFLAGS = -Wl,--as-needed $(if $(SANITIZE),-fsanitize=$(SANITIZE)) $(LDFLAGS)
 
 # Generated once: pkg-config's answers, after the dependency check.
-ifeq ($(filter clean uninstall,$(MAKECMDGOALS)),)
+ifeq ($(filter clean uninstall dist,$(MAKECMDGOALS)),)
 include $(O)/config.mk
 endif
 $(O)/config.mk: Makefile
@@ -135,6 +144,11 @@ make_pc = sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCDI
               -e 's|@VERSION@|$(VERSION)|' lib/libckpt/libckpt.pc.in
 $(O)/libckpt.pc: lib/libckpt/libckpt.pc.in Makefile
 	$(make_pc) > $@
+# Man pages carry the version; units and the default configuration name the
+# installed spotd and configuration (make install writes them).
+make_man = sed -e 's|@VERSION@|$(VERSION)|g'
+make_paths = sed -e 's|/usr/bin/spotd|$(BINDIR)/spotd|g' -e 's|/etc/spotd/|$(SYSCONFDIR)/spotd/|g'
+man_dest = $(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(1)))/$(notdir $(1))
 
 $(O)/spotd: $(SPOTD_OBJ) $(O)/libspot.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTD_OBJ) $(O)/libspot.a $(SPOTCTL_LIBS)
@@ -209,19 +223,55 @@ install: all
 	install -m 0644 lib/python/libckpt.py $(DESTDIR)$(PYDIR)/
 	install -m 0755 $(addprefix hooks/,$(HOOKS)) $(DESTDIR)$(DATADIR)/spotd/hooks/
 	install -m 0644 hooks/README.md $(DESTDIR)$(DATADIR)/spotd/hooks/
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8 \
+	    $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/spotd
+	$(foreach m,$(MANPAGES),$(make_man) $(m) >$(call man_dest,$(m)) && \
+	    chmod 0644 $(call man_dest,$(m)) &&) true
+	$(foreach u,$(UNITS),$(make_paths) examples/systemd/$(u) >$(DESTDIR)$(UNITDIR)/$(u) && \
+	    chmod 0644 $(DESTDIR)$(UNITDIR)/$(u) &&) true
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/spotd/spotd.json ]; then \
+	    echo "spotd: keeping $(DESTDIR)$(SYSCONFDIR)/spotd/spotd.json (the shipped one is etc/spotd.json)"; \
+	else \
+	    $(make_paths) etc/spotd.json >$(DESTDIR)$(SYSCONFDIR)/spotd/spotd.json.tmp && \
+	    chmod 0644 $(DESTDIR)$(SYSCONFDIR)/spotd/spotd.json.tmp && \
+	    mv $(DESTDIR)$(SYSCONFDIR)/spotd/spotd.json.tmp $(DESTDIR)$(SYSCONFDIR)/spotd/spotd.json; \
+	fi
 
+# The configuration goes only when it is still the shipped one: an edited
+# file is the admin's, and stays.
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/spotd $(DESTDIR)$(BINDIR)/spotctl $(DESTDIR)$(BINDIR)/spotd-init \
 	      $(DESTDIR)$(LIBDIR)/libckpt.a $(DESTDIR)$(LIBDIR)/libckpt.so.0 \
 	      $(DESTDIR)$(LIBDIR)/libckpt.so $(DESTDIR)$(INCDIR)/ckpt.h \
 	      $(DESTDIR)$(PKGDIR)/libckpt.pc $(DESTDIR)$(PYDIR)/libckpt.py \
-	      $(addprefix $(DESTDIR)$(DATADIR)/spotd/hooks/,$(HOOKS) README.md)
+	      $(addprefix $(DESTDIR)$(DATADIR)/spotd/hooks/,$(HOOKS) README.md) \
+	      $(foreach m,$(MANPAGES),$(call man_dest,$(m))) $(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS))
 	-rmdir $(DESTDIR)$(DATADIR)/spotd/hooks $(DESTDIR)$(DATADIR)/spotd 2>/dev/null
+	@f=$(DESTDIR)$(SYSCONFDIR)/spotd/spotd.json; \
+	if [ -e $$f ] && ! $(make_paths) etc/spotd.json | cmp -s - $$f; then \
+	    echo "spotd: keeping $$f: it differs from the shipped one (remove it by hand)"; \
+	else \
+	    rm -f $$f; rmdir $(DESTDIR)$(SYSCONFDIR)/spotd 2>/dev/null || true; \
+	fi
+
+# The files git tracks, as the working tree has them, under spotd-VERSION/;
+# the tarball builds and tests without git.  Reproducible: sorted, owned by
+# root, dated by the last commit.
+DIST := spotd-$(VERSION)
+dist:
+	@[ -e .git ] && command -v git >/dev/null || \
+	    { echo "spotd: make dist packs the files git tracks: run it in a git checkout"; exit 1; }
+	@mkdir -p $(O)
+	git ls-files -z | tar -cf $(O)/$(DIST).tar.gz.tmp -I 'gzip -9n' --sort=name \
+	    --owner=0 --group=0 --numeric-owner --mtime=@$$(git log -1 --format=%ct) \
+	    --transform='s|^|$(DIST)/|S' --no-recursion --null --files-from=-
+	mv $(O)/$(DIST).tar.gz.tmp $(O)/$(DIST).tar.gz
+	@echo "spotd: $(O)/$(DIST).tar.gz, $$(git ls-files | wc -l) files"
 
 clean:
 	rm -rf build build-san
 
-.PHONY: all check demo bench bench-store install uninstall clean
+.PHONY: all check demo bench bench-store install uninstall dist clean
 .DELETE_ON_ERROR:
 .SECONDARY:
 
