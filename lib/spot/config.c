@@ -129,6 +129,21 @@ const struct config_option config_options[OPT__COUNT] = {
                            "resumes without them" },
     [OPT_SOCKET] = { "socket", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                      "path of the control socket for libckpt and spotctl" },
+    [OPT_METRICS] = { "metrics", CONFIG_STRING, NULL, NULL, 0, 0, false, "issue 9",
+                      "serve Prometheus metrics at http://ADDR:PORT/metrics ([ADDR]:PORT; "
+                      "the address defaults to 127.0.0.1)" },
+    [OPT_GPU_IDLE_THRESHOLD] = { "gpu_idle_threshold", CONFIG_UINT, "30", NULL, 0, 100, false,
+                                 "issue 9", "a GPU under this utilization (percent) counts as "
+                                 "idle for spotd_gpu_idle_seconds" },
+    [OPT_WEBHOOK] = { "webhook", CONFIG_STRING, NULL, NULL, 0, 0, true, "issue 9",
+                      "POST a JSON document to this URL at notices, commits, missed deadlines "
+                      "and resumes (several: separated by spaces)" },
+    [OPT_WEBHOOK_TEMPLATE] = { "webhook_template", CONFIG_STRING, NULL, NULL, 0, 0, false,
+                               "issue 9", "a file holding the webhook body with {placeholders} "
+                               "(Slack-style bodies); default: spotd's JSON document" },
+    [OPT_WEBHOOK_TIMEOUT] = { "webhook_timeout", CONFIG_DURATION, "10s", NULL, 0, 0, false,
+                              "issue 9", "a webhook delivery taking longer fails and is "
+                              "retried" },
 };
 
 /* Copy s into a message-safe form: printable, one line, bounded. */

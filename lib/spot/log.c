@@ -17,7 +17,29 @@ static struct {
     enum log_format format;
     enum log_level level;
     int events_fd;
-} logger = { LOG_TEXT, LOGL_INFO, -1 };
+    struct {
+        log_observer_fn fn;
+        void *arg;
+    } obs[LOG_OBSERVERS_MAX];
+} logger = { LOG_TEXT, LOGL_INFO, -1, { { NULL, NULL } } };
+
+int log_observe(log_observer_fn fn, void *arg)
+{
+    for (int i = 0; i < LOG_OBSERVERS_MAX; i++)
+        if (!logger.obs[i].fn) {
+            logger.obs[i].fn = fn;
+            logger.obs[i].arg = arg;
+            return 0;
+        }
+    return -ENOSPC;
+}
+
+void log_unobserve(log_observer_fn fn, void *arg)
+{
+    for (int i = 0; i < LOG_OBSERVERS_MAX; i++)
+        if (logger.obs[i].fn == fn && logger.obs[i].arg == arg)
+            logger.obs[i].fn = NULL;
+}
 
 static const char *const level_names[] = { "debug", "info", "warn", "error" };
 
@@ -289,6 +311,9 @@ void log_event(enum log_level level, cJSON *rec, const char *fmt, ...)
     if (logger.events_fd >= 0)
         write_json(logger.events_fd, rec);
     emit_stderr(level, rec, msg);
+    for (int i = 0; i < LOG_OBSERVERS_MAX; i++)
+        if (logger.obs[i].fn)
+            logger.obs[i].fn(logger.obs[i].arg, rec, level);
     cJSON_Delete(rec);
 }
 
