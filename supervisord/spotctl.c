@@ -624,7 +624,8 @@ static void world_report(struct ctl *c)
     cJSON *a = c->json ? cJSON_CreateArray() : NULL;
     int64_t now = (int64_t)time(NULL) * 1000;
 
-    qsort(c->wg, c->n_wg, sizeof(*c->wg), cmp_wg);
+    if (c->n_wg)
+        qsort(c->wg, c->n_wg, sizeof(*c->wg), cmp_wg);
     if (!c->json && c->n_wg)
         printf("%-7s %-5s %-22s %-18s %-9s %s\n", "RECORD", "RANK", "ADDRESS", "NODE", "AGE",
                "KEY");
@@ -830,8 +831,6 @@ static int bad(const char *fmt, ...)
 
 /* ---- configuration ----------------------------------------------------------- */
 
-extern char **environ;
-
 /* What spotd would read: --config FILE (among the options), else
  * SPOTD_CONFIG, else the default file when it can be read; then the
  * SPOTD_* variables.  Flags win over both.  Returns 0, or 2 after saying
@@ -851,11 +850,12 @@ static int load_config(int argc, char **argv, struct config *cfg)
         return bad("out of memory");
     if ((!file || !*file) && access(CONFIG_DEFAULT_FILE, R_OK) == 0)
         file = CONFIG_DEFAULT_FILE;
-    if (file && *file && config_load_file(cfg, file, err, sizeof(err)) < 0)
+    if ((file && *file && config_load_file(cfg, file, err, sizeof(err)) < 0) ||
+        config_load_env(cfg, (const char *const *)environ, err, sizeof(err), warn,
+                        sizeof(warn)) < 0) {
+        config_release(cfg);
         return bad("%s", err);
-    if (config_load_env(cfg, (const char *const *)environ, err, sizeof(err), warn,
-                        sizeof(warn)) < 0)
-        return bad("%s", err);
+    }
     return 0;
 }
 
@@ -916,62 +916,93 @@ static void find_spotd(char *buf, size_t size)
     snprintf(buf, size, "spotd");
 }
 
+/* The argument list of exec_resume(), copied. */
+struct args {
+    char **v;
+    int n, cap;
+    bool oom;
+};
+
+static void arg(struct args *a, const char *s)
+{
+    if (a->oom)
+        return;
+    if (a->n + 2 > a->cap) {
+        int cap = a->cap ? a->cap * 2 : 32;
+        char **v = realloc(a->v, (size_t)cap * sizeof(*v));
+
+        if (!v) {
+            a->oom = true;
+            return;
+        }
+        a->v = v;
+        a->cap = cap;
+    }
+    if (!(a->v[a->n] = strdup(s))) {
+        a->oom = true;
+        return;
+    }
+    a->v[++a->n] = NULL;
+}
+
 /* spotd run --resume GEN with this store and job, the command after
  * them; spotctl becomes it. */
-static int exec_resume(const struct ctl *c, const struct resume *rs, const struct config *cfg,
-                       const char *config_file, const char *state_dir, const char *spotd,
-                       char **cmd, int n_cmd)
+static int exec_resume(const struct ctl *c, const struct resume *rs, const char *config_file,
+                       const char *state_dir, const char *spotd, char **cmd, int n_cmd)
 {
-    char **av = calloc((size_t)n_cmd + 20, sizeof(*av)), gen[32], path[4000];
-    int i = 0;
+    struct args a = { NULL, 0, 0, false };
+    char gen[32], path[4000];
 
-    if (!av)
-        return bad("out of memory");
     if (spotd)
         snprintf(path, sizeof(path), "%s", spotd);
     else
         find_spotd(path, sizeof(path));
     snprintf(gen, sizeof(gen), "%" PRIu64, rs->gen);
-    av[i++] = path;
-    av[i++] = "run";
+    arg(&a, path);
+    arg(&a, "run");
     if (config_file) {
-        av[i++] = "--config";
-        av[i++] = (char *)config_file;
+        arg(&a, "--config");
+        arg(&a, config_file);
     }
-    av[i++] = "--store";
-    av[i++] = (char *)c->url;
-    av[i++] = "--job";
-    av[i++] = (char *)c->job;
-    av[i++] = "--resume";
-    av[i++] = gen;
+    arg(&a, "--store");
+    arg(&a, c->url);
+    arg(&a, "--job");
+    arg(&a, c->job);
+    arg(&a, "--resume");
+    arg(&a, gen);
     /* A CRIU generation is restored by the criu method alone; the others
      * all reach the command through SPOT_RESUME_DIR, whatever method the
      * configuration sets for its next checkpoints. */
     if (!strcmp(rs->method, "criu")) {
-        av[i++] = "--method";
-        av[i++] = "criu";
+        arg(&a, "--method");
+        arg(&a, "criu");
     }
     if (state_dir) {
-        av[i++] = "--state-dir";
-        av[i++] = (char *)state_dir;
+        arg(&a, "--state-dir");
+        arg(&a, state_dir);
     }
     if (c->json) {
-        av[i++] = "--log-format";
-        av[i++] = "json";
+        arg(&a, "--log-format");
+        arg(&a, "json");
     }
     if (n_cmd) {
-        av[i++] = "--";
+        arg(&a, "--");
         for (int k = 0; k < n_cmd; k++)
-            av[i++] = cmd[k];
+            arg(&a, cmd[k]);
     }
-    av[i] = NULL;
-    if (!c->json)
-        fprintf(stderr, "spotctl: resuming job %s from generation %s (%s) with %s\n", c->job, gen,
-                rs->method, path);
-    fflush(NULL);
-    execvp(av[0], av);
-    bad("cannot execute %s: %s; give --spotd PATH", path, strerror(errno));
-    free(av);
+    if (a.oom) {
+        bad("out of memory");
+    } else {
+        if (!c->json)
+            fprintf(stderr, "spotctl: resuming job %s from generation %s (%s) with %s\n", c->job,
+                    gen, rs->method, path);
+        fflush(NULL);
+        execvp(a.v[0], a.v);
+        bad("cannot execute %s: %s; give --spotd PATH", path, strerror(errno));
+    }
+    for (int k = 0; k < a.n; k++)
+        free(a.v[k]);
+    free(a.v);
     return 1;
 }
 
@@ -1178,7 +1209,8 @@ static int daemon_cmd(int argc, char **argv, const struct config *cfg, int which
     return ok ? 0 : 1;
 }
 
-int main(int argc, char **argv)
+/* The store commands, and resume. */
+static int store_cmd(int argc, char **argv, struct config *cfgp, int which)
 {
     static const struct option opts[] = {
         { "config", required_argument, NULL, O_CONFIG },
@@ -1224,47 +1256,17 @@ int main(int argc, char **argv)
                      .grace_ms = SNAP_GRACE_DEFAULT_MS };
     struct store_ctx sctx = { 0 };
     struct snap_opts so = { 0 };
-    struct config cfg;
     struct resume rs = { &c, 0, "" };
     const char *url, *job, *config_file = NULL, *state_dir = NULL, *spotd = NULL;
     char err[1024], spaced[32];
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned threads = cpus < 2 ? 2 : cpus > 8 ? 8 : (unsigned)cpus;
     uint64_t v;
-    int o, which, code;
+    int o, code;
 
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
     c.cmd = argv[1];
-    if (!strcmp(c.cmd, "-h") || !strcmp(c.cmd, "--help") || !strcmp(c.cmd, "help")) {
-        if (argc > 2 && (which = find_command(argv[2])) >= 0)
-            usage_of(stdout, which);
-        else
-            usage(stdout);
-        return 0;
-    }
-    if (!strcmp(c.cmd, "--version") || !strcmp(c.cmd, "version")) {
-        printf("spotctl %s\n", SPOT_VERSION);
-        return 0;
-    }
-    if ((which = find_command(c.cmd)) < 0)
-        return bad("unknown command '%s'; 'spotctl help' lists the commands", c.cmd);
-    for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage_of(stdout, which);
-            return 0;
-        }
-    if ((code = load_config(argc, argv, &cfg)))
-        return code;
-    if (commands[which].kind == K_DAEMON) {
-        code = daemon_cmd(argc, argv, &cfg, which);
-        config_release(&cfg);
-        return code;
-    }
-    url = config_str(&cfg, OPT_STORE);
-    job = config_str(&cfg, OPT_JOB);
+    url = config_str(cfgp, OPT_STORE);
+    job = config_str(cfgp, OPT_JOB);
     snprintf(spaced, sizeof(spaced), " %s ", c.cmd);
 
     optind = 2;
@@ -1373,7 +1375,7 @@ int main(int argc, char **argv)
         return bad("%s takes no arguments ('%s')", c.cmd, c.dirs[0]);
     if (strlen(c.reason) > MANIFEST_NAME_MAX)
         return bad("--reason: too long: '%s'", c.reason);
-    if (!strcmp(c.cmd, "resume") && !c.n_dirs && !cfg.command)
+    if (!strcmp(c.cmd, "resume") && !c.n_dirs && !cfgp->command)
         return bad("resume needs the command to start (spotctl resume -- python3 train.py), or "
                    "\"command\" in the configuration file");
     c.job = job;
@@ -1440,7 +1442,43 @@ int main(int argc, char **argv)
     free(c.wg);
     code = c.err ? 1 : 0;
     if (!code && rs.gen)
-        code = exec_resume(&c, &rs, &cfg, config_file, state_dir, spotd, c.dirs, c.n_dirs);
+        code = exec_resume(&c, &rs, config_file, state_dir, spotd, c.dirs, c.n_dirs);
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    struct config cfg;
+    int which, code;
+
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        if (argc > 2 && (which = find_command(argv[2])) >= 0)
+            usage_of(stdout, which);
+        else
+            usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("spotctl %s\n", SPOT_VERSION);
+        return 0;
+    }
+    if ((which = find_command(argv[1])) < 0)
+        return bad("unknown command '%s'; 'spotctl help' lists the commands", argv[1]);
+    for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage_of(stdout, which);
+            return 0;
+        }
+    if ((code = load_config(argc, argv, &cfg)))
+        return code;
+    if (commands[which].kind == K_DAEMON)
+        code = daemon_cmd(argc, argv, &cfg, which);
+    else
+        code = store_cmd(argc, argv, &cfg, which);
     config_release(&cfg);
     return code;
 }
