@@ -80,6 +80,12 @@ store_cases() {
     ctl ls
     check "$name: ls shows the committed generation with its step" \
         grep -qE '^1 +committed +1200 +1 ' "$T/out"
+    ctl show --json --files
+    expect_eq "$name: show lists the generation's files from its manifest" "0|1200|1" \
+        "$RC|$(jget "$(cat "$T/out")" step)|$(grep -c '"path":"latest","type":"symlink"' "$T/out")"
+    ctl world --json
+    expect_eq "$name: world lists no rendezvous records for a job without any" "0|[]" \
+        "$RC|$(cat "$T/out")"
 
     # ---- deduplication ----
     ctl push --json --chunk-size 256KiB "$T/ck"

@@ -74,8 +74,10 @@ mkdir -p "$T/fck"
 head -c $((6 * 1024 * 1024)) /dev/urandom >"$T/fck/a.bin"
 cp "$T/ck/model.bin" "$T/fck/model.bin"
 fctl() {
+    local chunks=()
+    [ "$1" = push ] && chunks=(--chunk-size 256KiB)
     timeout -k 2 120 "$SPOTCTL" "$@" --store "$URL" --job "$JOB" --s3-endpoint "$FAULT_URL" \
-        --chunk-size 256KiB --requests 4 >"$T/out" 2>"$T/err"
+        "${chunks[@]}" --requests 4 >"$T/out" 2>"$T/err"
     RC=$?
 }
 fault_rules '[{"nth":2,"action":500},
