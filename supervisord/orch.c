@@ -80,6 +80,7 @@ struct orch {
     bool terminating;
     int64_t deadline_ms;
     int64_t t_begin, t_saved, t_uploaded;
+    int64_t t_restore;             /* the restore at start began */
     struct snap_counters counters;
     struct snap_saved saved;
     int exit_code;
@@ -889,6 +890,44 @@ static void reply_json(cJSON *o, char *reply, size_t len)
     cJSON_Delete(o);
 }
 
+/* What `spotctl status` shows and the metrics read: added to o. */
+void orch_status(struct orch *r, cJSON *o)
+{
+    double rate = r->control && control_rate(r->control) > 0 ? control_rate(r->control)
+                                                              : steps_per_s(r);
+
+    cJSON_AddStringToObject(o, "job", r->job);
+    cJSON_AddStringToObject(o, "store", r->store_url);
+    cJSON_AddNumberToObject(o, "rank", r->world ? world_rank(r->world) : 0);
+    if (r->world) {
+        cJSON_AddNumberToObject(o, "world_size", world_size(r->world));
+        cJSON_AddNumberToObject(o, "trainer_rank", world_trainer_rank(r->world));
+        cJSON_AddNumberToObject(o, "trainers_size", world_trainer_size(r->world));
+        cJSON_AddNumberToObject(o, "coordinator", world_coordinator(r->world));
+        cJSON_AddNumberToObject(o, "alive", world_alive(r->world));
+    }
+    cJSON_AddStringToObject(o, "method", r->mops->name);
+    cJSON_AddStringToObject(o, "state", state_name[r->state]);
+    cJSON_AddNumberToObject(o, "workers", r->control ? control_workers(r->control) : 0);
+    cJSON_AddNumberToObject(o, "step", r->control ? (double)control_step(r->control) : -1);
+    cJSON_AddNumberToObject(o, "committed_gen", (double)r->resume_gen);
+    cJSON_AddNumberToObject(o, "committed_step", (double)r->resume_step);
+    if (rate > 0)
+        cJSON_AddNumberToObject(o, "steps_per_s", rate);
+    if (r->last_notice[0])
+        cJSON_AddStringToObject(o, "last_notice", r->last_notice);
+    if (r->state >= SAVING && r->state <= COMMITTING) {
+        cJSON *p = cJSON_AddObjectToObject(o, "in_progress");
+        cJSON_AddNumberToObject(p, "gen", (double)r->gen);
+        cJSON_AddStringToObject(p, "reason", r->reason);
+        cJSON_AddStringToObject(p, "phase", state_name[r->state]);
+        cJSON_AddNumberToObject(p, "bytes_total", (double)r->counters.bytes_total);
+        cJSON_AddNumberToObject(p, "bytes_read", (double)r->counters.bytes_read);
+        cJSON_AddNumberToObject(p, "bytes_sent", (double)r->counters.bytes_sent);
+        cJSON_AddNumberToObject(p, "ms", (double)(notice_now_ms() - r->t_begin));
+    }
+}
+
 static void on_command(void *arg, const char *cmd, const struct jsonl_msg *m, char *reply,
                        size_t len)
 {
@@ -898,39 +937,8 @@ static void on_command(void *arg, const char *cmd, const struct jsonl_msg *m, ch
     cJSON_AddNumberToObject(o, "v", 1);
     cJSON_AddStringToObject(o, "type", "result");
     if (strcmp(cmd, "status") == 0) {
-        double rate = r->control && control_rate(r->control) > 0 ? control_rate(r->control)
-                                                                  : steps_per_s(r);
         cJSON_AddBoolToObject(o, "ok", 1);
-        cJSON_AddStringToObject(o, "job", r->job);
-        cJSON_AddStringToObject(o, "store", r->store_url);
-        cJSON_AddNumberToObject(o, "rank", r->world ? world_rank(r->world) : 0);
-        if (r->world) {
-            cJSON_AddNumberToObject(o, "world_size", world_size(r->world));
-            cJSON_AddNumberToObject(o, "trainer_rank", world_trainer_rank(r->world));
-            cJSON_AddNumberToObject(o, "trainers_size", world_trainer_size(r->world));
-            cJSON_AddNumberToObject(o, "coordinator", world_coordinator(r->world));
-            cJSON_AddNumberToObject(o, "alive", world_alive(r->world));
-        }
-        cJSON_AddStringToObject(o, "method", r->mops->name);
-        cJSON_AddStringToObject(o, "state", state_name[r->state]);
-        cJSON_AddNumberToObject(o, "workers", r->control ? control_workers(r->control) : 0);
-        cJSON_AddNumberToObject(o, "step", r->control ? (double)control_step(r->control) : -1);
-        cJSON_AddNumberToObject(o, "committed_gen", (double)r->resume_gen);
-        cJSON_AddNumberToObject(o, "committed_step", (double)r->resume_step);
-        if (rate > 0)
-            cJSON_AddNumberToObject(o, "steps_per_s", rate);
-        if (r->last_notice[0])
-            cJSON_AddStringToObject(o, "last_notice", r->last_notice);
-        if (r->state >= SAVING && r->state <= COMMITTING) {
-            cJSON *p = cJSON_AddObjectToObject(o, "in_progress");
-            cJSON_AddNumberToObject(p, "gen", (double)r->gen);
-            cJSON_AddStringToObject(p, "reason", r->reason);
-            cJSON_AddStringToObject(p, "phase", state_name[r->state]);
-            cJSON_AddNumberToObject(p, "bytes_total", (double)r->counters.bytes_total);
-            cJSON_AddNumberToObject(p, "bytes_read", (double)r->counters.bytes_read);
-            cJSON_AddNumberToObject(p, "bytes_sent", (double)r->counters.bytes_sent);
-            cJSON_AddNumberToObject(p, "ms", (double)(notice_now_ms() - r->t_begin));
-        }
+        orch_status(r, o);
     } else if (strcmp(cmd, "checkpoint") == 0) {
         bool idle = r->state == IDLE;
         bool nobody = r->mops == &method_app && r->control && !control_workers(r->control);
@@ -1157,6 +1165,7 @@ static void on_restored(void *arg, int err, const char *msg)
         cJSON_AddNumberToObject(e, "gen", (double)r->resume_gen);
         cJSON_AddNumberToObject(e, "step", (double)r->resume_step);
         cJSON_AddStringToObject(e, "dir", r->resume_dir);
+        cJSON_AddNumberToObject(e, "ms", (double)(notice_now_ms() - r->t_restore));
         log_event(LOGL_INFO, e, "resuming from generation %llu (step %lld)",
                   (unsigned long long)r->resume_gen, (long long)r->resume_step);
         he = (struct hook_env){ .job = r->job, .dir = r->resume_dir, .gen = r->resume_gen,
@@ -1176,9 +1185,11 @@ static void restore(struct orch *r)
     make_dirs(dir);
     prune_local(r, "restore", r->resume_dir);
     if (access(r->resume_dir, F_OK) == 0) {
+        r->t_restore = notice_now_ms();
         on_restored(r, 0, "");
         return;
     }
+    r->t_restore = notice_now_ms();
     snap_restore(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir, NULL,
                  on_restored, r);
 }

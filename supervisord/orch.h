@@ -43,6 +43,7 @@
 struct event_base;
 struct child;
 struct orch;
+struct cJSON;
 
 /* spotd's exit code after a terminating notice whose checkpoint was
  * committed: preempted, state saved (EX_TEMPFAIL). */
@@ -105,5 +106,10 @@ void orch_finish(struct orch *r);
  * preemption checkpoint; 125 when a pre-restore hook refused the start),
  * else -1: the command's. */
 int orch_exit_code(const struct orch *r);
+
+/* Its state as `spotctl status` shows it (job, rank, state, step,
+ * steps_per_s, committed_gen, the world's coordinator and alive...), added
+ * to o. */
+void orch_status(struct orch *r, struct cJSON *o);
 
 #endif

@@ -460,46 +460,12 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 /* ---- the API --------------------------------------------------------------- */
 
-/* "ADDR:PORT" or "[V6]:PORT", numeric, port 0 to 65535.  Returns 0 or
- * -EINVAL. */
-static int parse_addr(const char *text, struct sockaddr_storage *ss, int *len)
-{
-    char host[64];
-    const char *colon = strrchr(text, ':');
-    uint64_t port;
-    size_t hl;
-
-    if (!colon || parse_u64(colon + 1, 0, 65535, &port) < 0)
-        return -EINVAL;
-    hl = (size_t)(colon - text);
-    if (hl >= 2 && text[0] == '[' && text[hl - 1] == ']')
-        text++, hl -= 2;
-    if (hl == 0 || hl >= sizeof(host))
-        return -EINVAL;
-    memcpy(host, text, hl);
-    host[hl] = '\0';
-    memset(ss, 0, sizeof(*ss));
-    if (inet_pton(AF_INET, host, &((struct sockaddr_in *)ss)->sin_addr) == 1) {
-        ((struct sockaddr_in *)ss)->sin_family = AF_INET;
-        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
-        *len = sizeof(struct sockaddr_in);
-        return 0;
-    }
-    if (inet_pton(AF_INET6, host, &((struct sockaddr_in6 *)ss)->sin6_addr) == 1) {
-        ((struct sockaddr_in6 *)ss)->sin6_family = AF_INET6;
-        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
-        *len = sizeof(struct sockaddr_in6);
-        return 0;
-    }
-    return -EINVAL;
-}
-
 int peers_listen(struct peers *p, const char *addr, char *err, size_t errlen)
 {
     struct sockaddr_storage ss;
     int len = sizeof(ss);
 
-    if (parse_addr(addr, &ss, &len) < 0) {
+    if (parse_sockaddr(addr, &ss, &len) < 0) {
         snprintf(err, errlen, "invalid listen address '%s': expected ADDR:PORT, numeric "
                  "(10.0.0.5:7070, [::1]:7070)", addr);
         return -EINVAL;
@@ -544,7 +510,7 @@ int peers_set_addr(struct peers *p, uint32_t rank, const char *addr, char *err, 
     s = &p->slots[rank];
     len = sizeof(s->ss);
     /* (sin_port and sin6_port are at the same place) */
-    if (parse_addr(addr, &s->ss, &len) < 0 ||
+    if (parse_sockaddr(addr, &s->ss, &len) < 0 ||
         ntohs(((struct sockaddr_in *)&s->ss)->sin_port) == 0) {
         snprintf(err, errlen, "invalid address '%s' for rank %u: expected ADDR:PORT, numeric",
                  addr, rank);

@@ -1,6 +1,8 @@
 #include "spot/parse.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -126,4 +128,38 @@ const char *parse_signal_name(int sig)
         if (signal_names[i].sig == sig)
             return signal_names[i].name;
     return NULL;
+}
+
+/* "ADDR:PORT" or "[V6]:PORT", numeric, port 0 to 65535.  Returns 0 or
+ * -EINVAL. */
+int parse_sockaddr(const char *text, struct sockaddr_storage *ss, int *len)
+{
+    char host[64];
+    const char *colon = strrchr(text, ':');
+    uint64_t port;
+    size_t hl;
+
+    if (!colon || parse_u64(colon + 1, 0, 65535, &port) < 0)
+        return -EINVAL;
+    hl = (size_t)(colon - text);
+    if (hl >= 2 && text[0] == '[' && text[hl - 1] == ']')
+        text++, hl -= 2;
+    if (hl == 0 || hl >= sizeof(host))
+        return -EINVAL;
+    memcpy(host, text, hl);
+    host[hl] = '\0';
+    memset(ss, 0, sizeof(*ss));
+    if (inet_pton(AF_INET, host, &((struct sockaddr_in *)ss)->sin_addr) == 1) {
+        ((struct sockaddr_in *)ss)->sin_family = AF_INET;
+        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+        *len = sizeof(struct sockaddr_in);
+        return 0;
+    }
+    if (inet_pton(AF_INET6, host, &((struct sockaddr_in6 *)ss)->sin6_addr) == 1) {
+        ((struct sockaddr_in6 *)ss)->sin6_family = AF_INET6;
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+        *len = sizeof(struct sockaddr_in6);
+        return 0;
+    }
+    return -EINVAL;
 }

@@ -33,4 +33,9 @@ int parse_signal(const char *s);
  * number is not one we name. */
 const char *parse_signal_name(int sig);
 
+/* "ADDR:PORT" or "[V6]:PORT", numeric, port 0 to 65535, into ss and
+ * *len.  Returns 0 or -EINVAL. */
+struct sockaddr_storage;
+int parse_sockaddr(const char *text, struct sockaddr_storage *ss, int *len);
+
 #endif
