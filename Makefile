@@ -92,7 +92,7 @@ SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supe
               supervisord/control.c supervisord/orch.c supervisord/hooks.c supervisord/peer.c \
               supervisord/world.c supervisord/rendezvous.c \
               supervisord/method_app.c supervisord/method_signal.c supervisord/method_dir.c \
-              supervisord/method_criu.c supervisord/cuda.c \
+              supervisord/method_criu.c supervisord/cuda.c supervisord/nvml.c \
               supervisord/watch_local.c supervisord/watch_poll.c supervisord/watch_aws.c \
               supervisord/watch_alibaba.c supervisord/watch_tencent.c supervisord/watch_gcp.c \
               supervisord/watch_azure.c
@@ -105,7 +105,7 @@ UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c
               tests/unit/test_timeparse.c tests/unit/test_cloudparse.c tests/unit/test_s3xml.c tests/unit/test_awscreds.c \
               tests/unit/test_manifest.c tests/unit/test_control.c tests/unit/test_frame.c \
               tests/unit/test_peer.c tests/unit/test_peermsg.c tests/unit/test_snap.c \
-              tests/unit/test_worldrec.c tests/unit/test_gpuinv.c
+              tests/unit/test_worldrec.c tests/unit/test_gpuinv.c tests/unit/test_nvml.c
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)
 FUZZ_NAMES := config duration aws azure gcp time termination chunk s3xml awscreds manifest zipgrid jsonl \
               frame peermsg worldrec gpuinv
@@ -165,9 +165,10 @@ $(O)/spotctl: $(SPOTCTL_OBJ) $(O)/libspot.a
 $(O)/examples/c-trainer/trainer: $(O)/examples/c-trainer/trainer.o $(O)/libckpt.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/libckpt.a
 
-$(O)/tests/unit/run: $(UNIT_OBJ) $(O)/supervisord/control.o $(O)/supervisord/peer.o $(O)/libspot.a $(O)/libckpt.a
-	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(O)/supervisord/control.o $(O)/supervisord/peer.o $(O)/libspot.a \
-	    $(O)/libckpt.a $(DEP_LIBS)
+UNIT_SPOTD := $(O)/supervisord/control.o $(O)/supervisord/peer.o $(O)/supervisord/nvml.o
+$(O)/tests/unit/run: $(UNIT_OBJ) $(UNIT_SPOTD) $(O)/libspot.a $(O)/libckpt.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(UNIT_SPOTD) $(O)/libspot.a \
+	    $(O)/libckpt.a $(DEP_LIBS) -ldl
 
 # Fuzz targets build as plain programs that replay their corpus (make check);
 # with FUZZ=1 (and CC=clang) they are libFuzzer programs:

@@ -9,6 +9,7 @@
  * and later, driver 550 and later), written out so that spotd builds
  * without the CUDA toolkit. */
 #include "cuda.h"
+#include "nvml.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -323,53 +324,28 @@ size_t cuda_find_nspids(pid_t root, const int *nspids, size_t n, pid_t *out)
     return k;
 }
 
-/* ---- the inventory (NVML) ------------------------------------------------------ */
+/* ---- the inventory (NVML: nvml.c) ---------------------------------------------- */
 
 int cuda_inventory(char *buf, size_t size)
 {
-    typedef int (*init_fn)(void);
-    typedef int (*count_fn)(unsigned *);
-    typedef int (*handle_fn)(unsigned, void **);
-    typedef int (*str_fn)(void *, char *, unsigned);
-    typedef int (*sys_fn)(char *, unsigned);
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    init_fn init;
-    count_fn count;
-    handle_fn handle;
-    str_fn name, uuid;
-    sys_fn driver;
-    char drv[96] = "";
-    unsigned n = 0;
+    struct nvml_gpu gpu[NVML_GPUS_MAX];
+    struct nvml *n;
+    char why[256];
     size_t len = 0;
+    int count;
 
-    if (!lib)
-        return -ENOENT;
-    *(void **)&init = dlsym(lib, "nvmlInit_v2");
-    *(void **)&count = dlsym(lib, "nvmlDeviceGetCount_v2");
-    *(void **)&handle = dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
-    *(void **)&name = dlsym(lib, "nvmlDeviceGetName");
-    *(void **)&uuid = dlsym(lib, "nvmlDeviceGetUUID");
-    *(void **)&driver = dlsym(lib, "nvmlSystemGetDriverVersion");
-    if (!init || !count || !handle || !name || !uuid || !driver || init() != 0 ||
-        count(&n) != 0) {
-        dlclose(lib);
-        return -ENODEV;
-    }
-    driver(drv, sizeof(drv));
-    len += (size_t)snprintf(buf + len, size - len, "{\"driver\":\"%s\",\"gpus\":[", drv);
-    for (unsigned i = 0; i < n && len < size; i++) {
-        char model[96] = "", id[96] = "";
-        void *h = NULL;
-        if (handle(i, &h) != 0)
-            continue;
-        name(h, model, sizeof(model));
-        uuid(h, id, sizeof(id));
+    if (!(n = nvml_open(why, sizeof(why))))
+        return errno == ENOENT ? -ENOENT : -ENODEV;
+    count = nvml_sample(n, gpu, NVML_GPUS_MAX);
+    /* nvml.h's strings hold no '"' or '\': they go into JSON as they are. */
+    len += (size_t)snprintf(buf + len, size - len, "{\"driver\":\"%s\",\"gpus\":[",
+                            nvml_driver(n));
+    for (int i = 0; i < count && len < size; i++)
         len += (size_t)snprintf(buf + len, size - len, "%s{\"model\":\"%s\",\"uuid\":\"%s\"}",
-                                i ? "," : "", model, id);
-    }
+                                i ? "," : "", gpu[i].name, gpu[i].uuid);
     if (len < size)
-        snprintf(buf + len, size - len, "]}");
-    dlclose(lib);
+        len += (size_t)snprintf(buf + len, size - len, "]}");
+    nvml_close(n);
     return len < size ? 0 : -ENOSPC;
 }
 

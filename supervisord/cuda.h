@@ -37,9 +37,10 @@ int cuda_nspid(pid_t pid);
  * (n of them), into out (room for n); how many. */
 size_t cuda_find_nspids(pid_t root, const int *nspids, size_t n, pid_t *out);
 
-/* The GPUs through NVML, as JSON: {"driver":"550.54","gpus":[{"model":
- * "NVIDIA H100 80GB HBM3","uuid":"GPU-..."}]}.  -ENOENT without NVML,
- * -ENODEV when it does not answer. */
+/* The GPUs through NVML (nvml.h: printable strings), as JSON:
+ * {"driver":"550.54","gpus":[{"model":"NVIDIA H100 80GB HBM3","uuid":
+ * "GPU-..."}]}.  -ENOENT without NVML, -ENODEV when it does not answer,
+ * -ENOSPC when size is too small. */
 int cuda_inventory(char *buf, size_t size);
 
 #endif
