@@ -192,7 +192,17 @@ $(O)/tests/criu/zdtm: tests/criu/zdtm.c $(O)/config.mk
 	@mkdir -p $(@D)
 	$(CC) -std=gnu11 $(WARN) $(if $(DEV),$(WARN_DEV)) -D_GNU_SOURCE -O2 -g -o $@ $< $(LDFLAGS)
 
-check: all $(O)/tests/unit/run $(FUZZ_BINS) $(O)/tests/criu/zdtm
+# A test double of the driver's libnvidia-ml.so.1 (tests/gpu/fake_nvml.c)
+# for tests/integration/t-nvml.sh, alone in its folder for LD_LIBRARY_PATH;
+# never sanitized: a sanitized library cannot be loaded into a program
+# built without the sanitizer, a plain one loads into both kinds.
+FAKE_NVML  := $(O)/tests/gpu/fake/libnvidia-ml.so.1
+$(FAKE_NVML): tests/gpu/fake_nvml.c $(O)/config.mk
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 $(WARN) $(if $(DEV),$(WARN_DEV)) -D_GNU_SOURCE -O2 -g -fPIC -shared \
+	    -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -o $@ $< $(LDFLAGS)
+
+check: all $(O)/tests/unit/run $(FUZZ_BINS) $(O)/tests/criu/zdtm $(FAKE_NVML)
 	@O=$(O) SANITIZE=$(SANITIZE) tests/run
 
 demo: all
