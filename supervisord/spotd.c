@@ -19,6 +19,7 @@
 
 #include "child.h"
 #include "cuda.h"
+#include "metrics.h"
 #include "notices.h"
 #include "orch.h"
 #include "spot/config.h"
@@ -28,6 +29,7 @@
 #include "spot/log.h"
 #include "spot/parse.h"
 #include "spot/worldrec.h"
+#include "timeline.h"
 #include "watch.h"
 
 /* spotd's own failures, distinct from 126/127 (see docs/events.md). */
@@ -530,6 +532,8 @@ static int cmd_run(int argc, char **argv)
     struct config cfg;
     struct child *child;
     struct orch *orch = NULL;
+    struct metrics *metrics = NULL;
+    struct timeline *timeline = NULL;
     struct world_cfg wc = { 0 };
     sigset_t orig_mask, notice_sigs;
     char err[1024], url[1024];
@@ -697,6 +701,23 @@ static int cmd_run(int argc, char **argv)
         say("out of memory");
         goto out_child;
     }
+    if (orch)
+        timeline = timeline_new(base);
+    if (config_str(&cfg, OPT_METRICS)) {
+        metrics = metrics_new(&(struct metrics_opts){
+                                  .base = base,
+                                  .addr = config_str(&cfg, OPT_METRICS),
+                                  .child = child,
+                                  .orch = orch,
+                                  .gpu_idle_threshold =
+                                      (unsigned)config_num(&cfg, OPT_GPU_IDLE_THRESHOLD),
+                              },
+                              err, sizeof(err));
+        if (!metrics) {
+            say("%s", err);
+            goto out_child;
+        }
+    }
     struct watch_ctx ctx = {
         .base = base,
         .poll_ms = config_num(&cfg, OPT_POLL_INTERVAL),
@@ -756,6 +777,8 @@ out_child:
         cloud->stop(watcher);
     http_free(http);
     watch_local_free(run.local);
+    metrics_free(metrics);
+    timeline_free(timeline);
     notices_free(notices);
     orch_free(orch);
 

@@ -129,11 +129,11 @@ const struct config_option config_options[OPT__COUNT] = {
                            "resumes without them" },
     [OPT_SOCKET] = { "socket", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                      "path of the control socket for libckpt and spotctl" },
-    [OPT_METRICS] = { "metrics", CONFIG_STRING, NULL, NULL, 0, 0, false, "issue 9",
+    [OPT_METRICS] = { "metrics", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                       "serve Prometheus metrics at http://ADDR:PORT/metrics ([ADDR]:PORT; "
                       "the address defaults to 127.0.0.1)" },
     [OPT_GPU_IDLE_THRESHOLD] = { "gpu_idle_threshold", CONFIG_UINT, "30", NULL, 0, 100, false,
-                                 "issue 9", "a GPU under this utilization (percent) counts as "
+                                 NULL, "a GPU under this utilization (percent) counts as "
                                  "idle for spotd_gpu_idle_seconds" },
     [OPT_WEBHOOK] = { "webhook", CONFIG_STRING, NULL, NULL, 0, 0, true, "issue 9",
                       "POST a JSON document to this URL at notices, commits, missed deadlines "

@@ -36,10 +36,12 @@ struct cJSON *log_event_new(const char *event);
 void log_event(enum log_level level, struct cJSON *rec, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Observers see every event record as it is emitted, before it is freed:
- * the metrics and the webhooks are built from the same events as the
- * event log.  fn runs inside log_event(), on the thread that logs (spotd
- * logs from its loop only); it must not keep rec nor log events itself.
+/* Observers see every event record as it is emitted, once it is written
+ * and before it is freed: the metrics, the webhooks and the notices'
+ * timeline are built from the same events as the event log.  fn runs
+ * inside log_event(), on the thread that logs (spotd logs from its loop
+ * only); it must not keep rec.  It may log an event of its own, which every
+ * observer then sees first (so never one that would make it log again).
  * At most LOG_OBSERVERS_MAX; returns 0 or -ENOSPC. */
 #define LOG_OBSERVERS_MAX 4
 typedef void (*log_observer_fn)(void *arg, const struct cJSON *rec, enum log_level level);

@@ -23,7 +23,7 @@ cleanup() {
     for p in "${_bg_pids[@]}"; do kill_tree "$p"; done
     for p in $(tagged); do kill -KILL "$p" 2>/dev/null; done
     for p in "${_bg_pids[@]}"; do wait "$p" 2>/dev/null; done
-    rm -rf "$T"
+    [ -n "${KEEP_T:-}" ] || rm -rf "$T"
 }
 
 pass() { echo "PASS: $1"; }
