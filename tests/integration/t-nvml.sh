@@ -49,7 +49,7 @@ sys.stdout.write(urllib.request.urlopen("http://%s/metrics" % sys.argv[1], timeo
 # The command lists where its descriptors lead: one run with NVML loaded in
 # spotd, one without, must list the same.
 # (The files spotd's stdout and stderr go to differ by name: FILE.)
-fds_cmd='for f in /proc/$$/fd/*; do readlink "$f"; done | grep -v "^/proc/" | sort; sleep 2'
+fds_cmd='for f in /proc/$$/fd/*; do readlink "$f"; done | grep -v "^/proc/" | sort; sleep 20'
 fds_of() { sed "s|^$T/.*|FILE|" "$1"; }
 addr=$(free_ports 1)
 LD_LIBRARY_PATH="$FAKE" "$SPOTD" run --cloud none --metrics "$addr" --gpu-idle-threshold 30 \
@@ -57,8 +57,6 @@ LD_LIBRARY_PATH="$FAKE" "$SPOTD" run --cloud none --metrics "$addr" --gpu-idle-t
 pid=$!
 _bg_pids+=("$pid")
 wait_for 5 eval 'scrape "$addr" >"$T/m1" 2>/dev/null'
-sleep 1.2
-scrape "$addr" >"$T/m2" 2>/dev/null
 g0='gpu="0",uuid="GPU-00000000-1111-2222-3333-444444444444",name="NVIDIA H100 80GB HBM3"'
 g1='gpu="1",uuid="'$uuid1'",name="Fake?GPU ?1? ? 24GB"'
 row() { grep -F "$1{$2} " "$T/m1" | sed 's/.*} //'; }
@@ -72,16 +70,24 @@ expect_eq "nvml: /metrics: temperatures" "64 41" \
 expect_eq "nvml: /metrics: GPU 0's power" 312.456 "$(num "$(row spotd_gpu_power_watts "$g0")")"
 expect_eq "nvml: /metrics: no power row for GPU 1 (NOT_SUPPORTED)" 0 \
     "$(grep -c '^spotd_gpu_power_watts{gpu="1"' "$T/m1")"
-idle0=$(grep -F "spotd_gpu_idle_seconds{$g0} " "$T/m2" | sed 's/.*} //')
-idle1=$(grep -F "spotd_gpu_idle_seconds{$g1} " "$T/m2" | sed 's/.*} //')
+# idle SCRAPE GPU_LABELS: the idle seconds of that GPU in that scrape.
+idle() { grep -F "spotd_gpu_idle_seconds{$2} " "$1" | sed 's/.*} //'; }
+idle_grows() {
+    scrape "$addr" >"$T/m2" 2>/dev/null &&
+        python3 -c 'import sys; assert float(sys.argv[1]) > 1' "$(idle "$T/m2" "$g1")" 2>/dev/null
+}
+wait_for 5 idle_grows
 check "nvml: /metrics: GPU 0 (87 %) is not idle, GPU 1 (3 %, under 30 %) has been for a while" \
-    python3 -c 'import sys; assert float(sys.argv[1]) == 0 and float(sys.argv[2]) > 0.5' \
-    "${idle0:-x}" "${idle1:-x}"
+    python3 -c 'import sys; assert float(sys.argv[1]) == 0 and float(sys.argv[2]) > 1' \
+    "$(idle "$T/m2" "$g0")" "$(idle "$T/m2" "$g1")"
+cp "$T/m.err" "$T/m.err.running" # (the TERM below is a notice, logged as a warning)
+kill -TERM "$pid"
 wait_exit "$pid" 10
-"$SPOTD" run --cloud none -- sh -c "$fds_cmd" >"$T/plain.out" 2>"$T/plain.err"
+"$SPOTD" run --cloud none -- sh -c "${fds_cmd%; sleep 20}" >"$T/plain.out" 2>"$T/plain.err"
 expect_eq "nvml: the command inherits no descriptor NVML opened in spotd" \
     "$(fds_of "$T/plain.out")" "$(fds_of "$T/m.out")"
-check "nvml: ... and spotd said nothing above info" eval '! grep -Eq "level=(warn|error)" "$T/m.err"'
+check "nvml: ... and spotd said nothing above info" \
+    eval '! grep -Eq "level=(warn|error)" "$T/m.err.running"'
 
 if ! real_nvml; then
     addr=$(free_ports 1)
