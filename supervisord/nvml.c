@@ -1,10 +1,10 @@
 /* nvml: NVIDIA GPUs through NVML, loaded at run time (nvml.h).
  *
- * The declarations below are the few pieces of NVML's ABI spotd uses
- * (nvml.h of the NVIDIA driver, R450 and later), written out so that spotd
- * builds without the CUDA toolkit: the _v2 entry points of initialisation,
- * count and handles, and the device queries that have kept their first
- * version since NVML began. */
+ * The declarations below are the few pieces of NVML's ABI spotd uses (the
+ * driver's nvml.h), written out so that spotd builds without the CUDA
+ * toolkit: the _v2 entry points of initialisation, count and handles, and
+ * the device queries in their first versions, which every driver still
+ * exports (nvmlMemory_t, not the _v2 struct with its version field). */
 #include "nvml.h"
 
 #include <dirent.h>
@@ -211,7 +211,7 @@ struct nvml *nvml_open(char *why, size_t size)
     }
     for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++)
         if (!sym(n, required[i])) {
-            snprintf(why, size, "libnvidia-ml.so.1 has no %s: a driver older than R450?",
+            snprintf(why, size, "libnvidia-ml.so.1 has no %s: too old an NVIDIA driver?",
                      required[i]);
             goto out_close;
         }
