@@ -137,7 +137,8 @@ const struct config_option config_options[OPT__COUNT] = {
                                  "idle for spotd_gpu_idle_seconds" },
     [OPT_WEBHOOK] = { "webhook", CONFIG_STRING, NULL, NULL, 0, 0, true, "issue 9",
                       "POST a JSON document to this URL at notices, commits, missed deadlines "
-                      "and resumes (several: separated by spaces)" },
+                      "and resumes (several: separated by spaces, or the flag repeated)",
+                      .repeat = true },
     [OPT_WEBHOOK_TEMPLATE] = { "webhook_template", CONFIG_STRING, NULL, NULL, 0, 0, false,
                                "issue 9", "a file holding the webhook body with {placeholders} "
                                "(Slack-style bodies); default: spotd's JSON document" },
@@ -237,15 +238,27 @@ int config_set(struct config *c, enum config_id id, const char *value,
     struct config_value *v = &c->v[id];
     char what[320], vbuf[128];
     uint64_t num;
-    char *str = NULL, *org;
+    char *str = NULL, *org, *joined = NULL;
 
+    /* A repeated flag adds its value to the one before (--webhook A
+     * --webhook B is "A B"); a flag still replaces the file's and the
+     * environment's. */
+    if (value && o->repeat && source == CONFIG_FLAG && v->source == CONFIG_FLAG && v->str) {
+        if (asprintf(&joined, "%s %s", v->str, value) < 0) {
+            joined = NULL;
+            goto out_nomem;
+        }
+        value = joined;
+    }
     if (value) {
         if (check_value(o, value, &num, what, sizeof(what)) < 0) {
-            snprintf(err, errlen, "invalid %s '%s' (from %s): %s", o->key,
-                     o->secret ? "<redacted>" : shown(value, vbuf, sizeof(vbuf)), origin, what);
+            snprintf(err, errlen, "invalid %s '%s' (from %s%s): %s", o->key,
+                     o->secret ? "<redacted>" : shown(value, vbuf, sizeof(vbuf)), origin,
+                     joined ? ", with the values before it" : "", what);
+            free(joined);
             return -EINVAL;
         }
-        str = strdup(value);
+        str = joined ? joined : strdup(value);
         if (!str)
             goto out_nomem;
     } else {

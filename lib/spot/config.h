@@ -85,6 +85,7 @@ struct config_option {
     bool secret;                  /* redacted by config_print(), kept from the child */
     const char *later;            /* capability that will implement it, NULL if done */
     const char *help;
+    bool repeat;                  /* a second flag adds its value, space separated */
 };
 
 struct config_value {
@@ -118,7 +119,9 @@ int config_init(struct config *c);
 void config_release(struct config *c);
 
 /* Set option id from text given by origin (for messages).  On a bad value
- * writes the one-line reason into err and returns -EINVAL. */
+ * writes the one-line reason into err and returns -EINVAL.  For an option
+ * with repeat, a flag after a flag adds its value to the one before,
+ * separated by a space (--webhook A --webhook B). */
 int config_set(struct config *c, enum config_id id, const char *value,
                enum config_source source, const char *origin, char *err, size_t errlen);
 

@@ -215,6 +215,43 @@ TEST(config_later)
     config_release(&c);
 }
 
+/* --webhook A --webhook B: the second flag adds to the first; every other
+ * option, and a flag after the file or the environment, replaces. */
+TEST(config_repeat)
+{
+    struct config c;
+    char err[512], big[4080];
+
+    config_init(&c);
+    CHECK(config_options[OPT_WEBHOOK].repeat);
+    CHECK(!config_options[OPT_GRACE].repeat);
+    CHECK_INT(load(&c, "{\"webhook\": \"http://file/x\"}", err, sizeof(err)), 0);
+    CHECK_INT(config_set(&c, OPT_WEBHOOK, "http://env/x", CONFIG_ENV, "SPOTD_WEBHOOK", err,
+                         sizeof(err)), 0);
+    CHECK_STR(config_str(&c, OPT_WEBHOOK), "http://env/x");
+    CHECK_INT(config_set(&c, OPT_WEBHOOK, "http://a/1", CONFIG_FLAG, "--webhook", err,
+                         sizeof(err)), 0);
+    CHECK_STR(config_str(&c, OPT_WEBHOOK), "http://a/1");
+    CHECK_INT(config_set(&c, OPT_WEBHOOK, "http://b/2", CONFIG_FLAG, "--webhook", err,
+                         sizeof(err)), 0);
+    CHECK_STR(config_str(&c, OPT_WEBHOOK), "http://a/1 http://b/2");
+    CHECK_INT(c.v[OPT_WEBHOOK].source, CONFIG_FLAG);
+    /* Together they must still fit a value, and the refusal redacts them. */
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    CHECK_INT(config_set(&c, OPT_WEBHOOK, big, CONFIG_FLAG, "--webhook", err, sizeof(err)),
+              -EINVAL);
+    CHECK_HAS(err, "invalid webhook '<redacted>' (from --webhook, with the values before it)");
+    CHECK(strstr(err, "http://a/1") == NULL);
+    CHECK_STR(config_str(&c, OPT_WEBHOOK), "http://a/1 http://b/2");
+    /* Not repeatable: the last flag wins. */
+    CHECK_INT(config_set(&c, OPT_GRACE, "1s", CONFIG_FLAG, "--grace", err, sizeof(err)), 0);
+    CHECK_INT(config_set(&c, OPT_GRACE, "2s", CONFIG_FLAG, "--grace", err, sizeof(err)), 0);
+    CHECK_STR(config_str(&c, OPT_GRACE), "2s");
+    CHECK_INT(config_num(&c, OPT_GRACE), 2000);
+    config_release(&c);
+}
+
 TEST(config_to_json_redacts)
 {
     struct config c;
