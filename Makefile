@@ -95,7 +95,7 @@ SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supe
               supervisord/method_criu.c supervisord/cuda.c supervisord/nvml.c \
               supervisord/watch_local.c supervisord/watch_poll.c supervisord/watch_aws.c \
               supervisord/watch_alibaba.c supervisord/watch_tencent.c supervisord/watch_gcp.c \
-              supervisord/watch_azure.c
+              supervisord/watch_azure.c supervisord/webhook.c
 SPOTD_OBJ  := $(SPOTD_SRC:%.c=$(O)/%.o)
 SPOTCTL_OBJ := $(O)/supervisord/spotctl.o
 

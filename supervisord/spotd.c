@@ -31,6 +31,7 @@
 #include "spot/worldrec.h"
 #include "timeline.h"
 #include "watch.h"
+#include "webhook.h"
 
 /* spotd's own failures, distinct from 126/127 (see docs/events.md). */
 #define EXIT_USAGE 125
@@ -525,6 +526,7 @@ static int cmd_run(int argc, char **argv)
     struct watcher *watcher = NULL;
     struct notices *notices = NULL;
     struct http *http = NULL;
+    struct webhook *webhook = NULL;
     struct run run = { NULL, NULL };
     struct child_opts opts;
     struct watch_local_opts lo;
@@ -629,6 +631,29 @@ static int cmd_run(int argc, char **argv)
         goto out_base;
     }
     run.child = child;
+    if (config_str(&cfg, OPT_WEBHOOK)) {
+        webhook = webhook_new(&(struct webhook_opts){
+                                  .base = base,
+                                  .urls = config_str(&cfg, OPT_WEBHOOK),
+                                  .urls_origin = cfg.v[OPT_WEBHOOK].origin,
+                                  .template_path = config_str(&cfg, OPT_WEBHOOK_TEMPLATE),
+                                  .template_origin = cfg.v[OPT_WEBHOOK_TEMPLATE].origin,
+                                  .timeout_ms = config_num(&cfg, OPT_WEBHOOK_TIMEOUT),
+                                  .job = config_str(&cfg, OPT_JOB),
+                                  .rank = config_str(&cfg, OPT_RANK)
+                                              ? (long)config_num(&cfg, OPT_RANK)
+                                              : -1,
+                              },
+                              err, sizeof(err));
+        if (!webhook) {
+            say("%s", err);
+            goto out_child;
+        }
+    } else if (config_str(&cfg, OPT_WEBHOOK_TEMPLATE)) {
+        say("webhook_template (from %s) needs --webhook: without a URL nothing is sent",
+            cfg.v[OPT_WEBHOOK_TEMPLATE].origin);
+        goto out_child;
+    }
 
     e = log_event_new("start");
     cJSON_AddStringToObject(e, "version", SPOT_VERSION);
@@ -767,6 +792,8 @@ static int cmd_run(int argc, char **argv)
     }
     event_base_dispatch(base);
     orch_finish(orch);
+    /* A preemption's commit webhook gets its chance before spotd goes. */
+    webhook_drain(webhook, WEBHOOK_DRAIN_MS);
     code = child_exit_code(child);
     if (orch_exit_code(orch) >= 0)
         code = orch_exit_code(orch);
@@ -781,6 +808,7 @@ out_child:
     timeline_free(timeline);
     notices_free(notices);
     orch_free(orch);
+    webhook_free(webhook);
 
     child_free(child);
 out_base:

@@ -135,15 +135,15 @@ const struct config_option config_options[OPT__COUNT] = {
     [OPT_GPU_IDLE_THRESHOLD] = { "gpu_idle_threshold", CONFIG_UINT, "30", NULL, 0, 100, false,
                                  NULL, "a GPU under this utilization (percent) counts as "
                                  "idle for spotd_gpu_idle_seconds" },
-    [OPT_WEBHOOK] = { "webhook", CONFIG_STRING, NULL, NULL, 0, 0, true, "issue 9",
+    [OPT_WEBHOOK] = { "webhook", CONFIG_STRING, NULL, NULL, 0, 0, true, NULL,
                       "POST a JSON document to this URL at notices, commits, missed deadlines "
                       "and resumes (several: separated by spaces, or the flag repeated)",
                       .repeat = true },
     [OPT_WEBHOOK_TEMPLATE] = { "webhook_template", CONFIG_STRING, NULL, NULL, 0, 0, false,
-                               "issue 9", "a file holding the webhook body with {placeholders} "
+                               NULL, "a file holding the webhook body with {placeholders} "
                                "(Slack-style bodies); default: spotd's JSON document" },
     [OPT_WEBHOOK_TIMEOUT] = { "webhook_timeout", CONFIG_DURATION, "10s", NULL, 0, 0, false,
-                              "issue 9", "a webhook delivery taking longer fails and is "
+                              NULL, "a webhook delivery taking longer fails and is "
                               "retried" },
 };
 

@@ -249,6 +249,8 @@ TEST(config_repeat)
     CHECK_INT(config_set(&c, OPT_GRACE, "2s", CONFIG_FLAG, "--grace", err, sizeof(err)), 0);
     CHECK_STR(config_str(&c, OPT_GRACE), "2s");
     CHECK_INT(config_num(&c, OPT_GRACE), 2000);
+    /* Implemented: no longer refused. */
+    CHECK_INT(config_check_implemented(&c, err, sizeof(err)), 0);
     config_release(&c);
 }
 
