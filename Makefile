@@ -215,6 +215,7 @@ bench: all
 	@O=$(O) BENCH_STEP=0 tests/bench/notice.sh
 	@O=$(O) tests/bench/world.sh
 	@O=$(O) tests/bench/criu.sh
+	@O=$(O) tests/bench/metrics.sh
 
 # The store against a real Swift (about 10 minutes at 2 GiB), and the
 # chunking measurements (a few minutes; installs Debian's torch as root).

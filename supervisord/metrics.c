@@ -228,7 +228,7 @@ static void on_event(void *arg, const cJSON *rec, enum log_level level)
         observe_ms(m, PH_COMMIT, rec, "commit_ms");
         if (jnum(rec, "bytes", &v))
             m->bytes_stored += (uint64_t)v;
-        if (jnum(rec, "margin_ms", &v)) {
+        if (!strcmp(trigger, "notice") && jnum(rec, "margin_ms", &v)) {
             m->has_margin = true;
             m->margin_s = v / 1000.0;
         }
@@ -495,7 +495,7 @@ static void expose(struct metrics *m, struct evbuffer *b)
     }
     if (m->has_margin)
         one(b, "spotd_notice_margin_seconds", "gauge", "Time left before the deadline when the "
-            "last checkpoint with one committed; negative when it was missed.", m->margin_s);
+            "last notice's checkpoint committed; negative when it was missed.", m->margin_s);
     if (m->last_commit_ts > 0)
         one(b, "spotd_last_commit_timestamp_seconds", "gauge", "When the last generation was "
             "committed, in seconds since the epoch.", m->last_commit_ts);

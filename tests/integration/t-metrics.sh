@@ -139,6 +139,28 @@ check "... and there are no checkpoint gauges" \
 kill -TERM "$SPOTD_PID"
 wait_exit "$SPOTD_PID" 10
 
+# ---- GPUs, through a test double of NVML ------------------------------------------------------
+# tests/gpu/fake_nvml.c: GPU 0 87 % busy, 312.456 W; GPU 1 3 % busy, no
+# power reading, a name with a tab, quotes and a backslash.  (The real
+# library is checked by tests/gpu/run.sh on a GPU machine.)
+ADDR3=$(free_ports 1)
+URL=http://$ADDR3/metrics
+LD_LIBRARY_PATH="$TOP/$O/tests/gpu/fake" start_spotd run --metrics "$ADDR3" --cloud none \
+    --gpu-idle-threshold 30 -- sleep 30
+check "with NVML: the GPU gauges are served and parse" wait_for 10 eval \
+    'scrape gpu && grep -q "^spotd_gpu_utilization_ratio{gpu=\"1\"" "$T/gpu.txt"'
+g0='gpu="0",uuid="GPU-00000000-1111-2222-3333-444444444444",name="NVIDIA H100 80GB HBM3"'
+expect_eq "GPU 0: utilization as a ratio, memory in bytes, power in watts" \
+    "0.87|12884901888|85899345920|64|312.456" \
+    "$(val gpu "spotd_gpu_utilization_ratio{$g0}")|$(val gpu "spotd_gpu_memory_used_bytes{$g0}")|$(val gpu "spotd_gpu_memory_total_bytes{$g0}")|$(val gpu "spotd_gpu_temperature_celsius{$g0}")|$(val gpu "spotd_gpu_power_watts{$g0}")"
+expect_eq "GPU 1: no power reading, no power series" 1 "$(grep -c '^spotd_gpu_power_watts{' "$T/gpu.txt")"
+check "GPU 0 (busy) is not idle; GPU 1 (3 % < 30 %) has been idle for a while" wait_for 10 eval \
+    'scrape gpu && [ "$(val gpu "spotd_gpu_idle_seconds{$g0}")" = 0 ] &&
+     python3 -c "import json,sys; d=json.load(open(sys.argv[1]))[\"samples\"]
+sys.exit(not [v for k, v in d.items() if k.startswith(\"spotd_gpu_idle_seconds{gpu=\\\"1\\\"\") and v >= 1])" "$T/gpu.json"'
+kill -TERM "$SPOTD_PID"
+wait_exit "$SPOTD_PID" 10
+
 # ---- refused at start ----------------------------------------------------------------------
 run_spotd run --metrics 127.0.0.1 --cloud none -- true
 check "a metrics address without a port is refused (125), saying the form" \
