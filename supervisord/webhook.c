@@ -92,7 +92,7 @@ struct target {
     bool told;                            /* a failure message went out, at told_ms */
     int64_t told_ms;
     unsigned untold;                      /* failures since */
-    char last_error[96];                  /* the last failure, "" when none */
+    char last_error[96];                  /* the last failure since a success, or "" */
 };
 
 /* The first terminating notice: none yet, waiting for its checkpoint, or
@@ -618,6 +618,7 @@ static void on_done(void *arg, const struct http_result *res)
     t->tries++;
     /* A 2xx status is the receiver's word, whatever came after it. */
     if (res->status >= 200 && res->status < 300) {
+        t->last_error[0] = '\0';
         pop(t);
         next(t);
         return;
