@@ -107,23 +107,6 @@ static int64_t mono_ms(void)
 
 /* ---- from the events ---------------------------------------------------------- */
 
-static const char *jstr(const cJSON *o, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static bool jnum(const cJSON *o, const char *key, double *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-
-    if (!cJSON_IsNumber(v))
-        return false;
-    *out = v->valuedouble;
-    return true;
-}
-
 static void count(struct family *f, const char *a, const char *b, const char *c)
 {
     const char *v[3] = { a ? a : "", b ? b : "", c ? c : "" };
@@ -170,7 +153,7 @@ static void observe_ms(struct metrics *m, enum phase p, const cJSON *rec, const 
 {
     double ms;
 
-    if (jnum(rec, key, &ms))
+    if (log_rec_num(rec, key, &ms))
         observe(&m->phase[p], ms / 1000.0);
 }
 
@@ -193,46 +176,46 @@ static void trigger_of(const char *reason, char *out)
 static void on_event(void *arg, const cJSON *rec, enum log_level level)
 {
     struct metrics *m = arg;
-    const char *ev = jstr(rec, "event");
+    const char *ev = log_rec_str(rec, "event", NULL);
     double v;
 
     if (!ev)
         return;
     if (!strcmp(ev, "notice")) {
-        count(&m->notices, jstr(rec, "source"), jstr(rec, "kind"), NULL);
+        count(&m->notices, log_rec_str(rec, "source", NULL), log_rec_str(rec, "kind", NULL), NULL);
     } else if (!strcmp(ev, "checkpoint_begin")) {
-        m->gen = jnum(rec, "gen", &v) ? (uint64_t)v : 0;
-        trigger_of(jstr(rec, "reason"), m->trigger);
-        snprintf(m->method, sizeof(m->method), "%s", jstr(rec, "method") ? jstr(rec, "method")
+        m->gen = log_rec_num(rec, "gen", &v) ? (uint64_t)v : 0;
+        trigger_of(log_rec_str(rec, "reason", NULL), m->trigger);
+        snprintf(m->method, sizeof(m->method), "%s", log_rec_str(rec, "method", NULL) ? log_rec_str(rec, "method", NULL)
                                                                          : "unknown");
     } else if (!strcmp(ev, "upload_done")) {
         double hash = 0, encode = 0;
 
-        if (jnum(rec, "bytes", &v))
+        if (log_rec_num(rec, "bytes", &v))
             m->bytes_read += (uint64_t)v;
-        if (jnum(rec, "bytes_sent", &v))
+        if (log_rec_num(rec, "bytes_sent", &v))
             m->bytes_sent += (uint64_t)v;
-        if (jnum(rec, "bytes_skipped", &v))
+        if (log_rec_num(rec, "bytes_skipped", &v))
             m->bytes_skipped += (uint64_t)v;
-        if (jnum(rec, "hash_ms", &hash) | jnum(rec, "encode_ms", &encode))
+        if (log_rec_num(rec, "hash_ms", &hash) | log_rec_num(rec, "encode_ms", &encode))
             observe(&m->phase[PH_HASH], (hash + encode) / 1000.0);
     } else if (!strcmp(ev, "commit")) {
         char trigger[LABEL_MAX];
 
         /* A world's member logs the coordinator's commit with no phases of
          * its own. */
-        trigger_of(jstr(rec, "reason"), trigger);
+        trigger_of(log_rec_str(rec, "reason", NULL), trigger);
         count(&m->checkpoints, trigger, m->method[0] ? m->method : "unknown", "committed");
         observe_ms(m, PH_SAVE, rec, "save_ms");
         observe_ms(m, PH_UPLOAD, rec, "upload_ms");
         observe_ms(m, PH_COMMIT, rec, "commit_ms");
-        if (jnum(rec, "bytes", &v))
+        if (log_rec_num(rec, "bytes", &v))
             m->bytes_stored += (uint64_t)v;
-        if (!strcmp(trigger, "notice") && jnum(rec, "margin_ms", &v)) {
+        if (!strcmp(trigger, "notice") && log_rec_num(rec, "margin_ms", &v)) {
             m->has_margin = true;
             m->margin_s = v / 1000.0;
         }
-        if (jnum(rec, "gen", &v))
+        if (log_rec_num(rec, "gen", &v))
             m->committed_gen = (uint64_t)v;
         {
             struct timeval tv;
@@ -247,7 +230,7 @@ static void on_event(void *arg, const cJSON *rec, enum log_level level)
         m->restarts++;
     } else if (!strcmp(ev, "resume")) {
         observe_ms(m, PH_RESTORE, rec, "ms");
-        if (jnum(rec, "gen", &v))
+        if (log_rec_num(rec, "gen", &v))
             m->committed_gen = (uint64_t)v;
     }
 }
@@ -507,17 +490,17 @@ static void expose(struct metrics *m, struct evbuffer *b)
 
         if (st) {
             orch_status(m->o.orch, st);
-            if (jnum(st, "committed_gen", &v) && v > (double)m->committed_gen)
+            if (log_rec_num(st, "committed_gen", &v) && v > (double)m->committed_gen)
                 m->committed_gen = (uint64_t)v;
-            if (jnum(st, "step", &v) && v >= 0)
+            if (log_rec_num(st, "step", &v) && v >= 0)
                 one(b, "spotd_trainer_step", "gauge", "The step the trainers last reported "
                     "through libckpt.", v);
             one(b, "spotd_trainer_steps_per_second", "gauge", "Training steps per second, "
-                "from the trainers' reports.", jnum(st, "steps_per_s", &v) ? v : 0);
-            if (jnum(st, "alive", &v))
+                "from the trainers' reports.", log_rec_num(st, "steps_per_s", &v) ? v : 0);
+            if (log_rec_num(st, "alive", &v))
                 one(b, "spotd_peers_alive", "gauge", "Nodes of the world that are up, this one "
                     "included.", v);
-            if (jnum(st, "coordinator", &v))
+            if (log_rec_num(st, "coordinator", &v))
                 one(b, "spotd_coordinator_rank", "gauge", "The rank of the world's coordinator "
                     "(-1: none).", v);
             cJSON_Delete(st);

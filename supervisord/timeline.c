@@ -30,23 +30,6 @@ struct timeline {
     int64_t budget[P__COUNT];     /* the plan's figures; -1: none */
 };
 
-static const char *jstr(const cJSON *o, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-
-    return cJSON_IsString(v) ? v->valuestring : "";
-}
-
-static bool jnum(const cJSON *o, const char *key, double *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-
-    if (!cJSON_IsNumber(v))
-        return false;
-    *out = v->valuedouble;
-    return true;
-}
-
 /* rec's "text" is the log line's message. */
 static void emit(cJSON *rec)
 {
@@ -56,7 +39,7 @@ static void emit(cJSON *rec)
 
     snprintf(msg, sizeof(msg), "%s", cJSON_IsString(text) ? text->valuestring : "timeline");
     cJSON_DeleteItemFromObjectCaseSensitive(rec, "text");
-    log_event(jnum(rec, "margin_ms", &margin) && margin < 0 ? LOGL_WARN : LOGL_INFO, rec, "%s",
+    log_event(log_rec_num(rec, "margin_ms", &margin) && margin < 0 ? LOGL_WARN : LOGL_INFO, rec, "%s",
               msg);
 }
 
@@ -152,10 +135,10 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 static void on_event(void *arg, const cJSON *rec, enum log_level level)
 {
     struct timeline *t = arg;
-    const char *ev = jstr(rec, "event");
+    const char *ev = log_rec_str(rec, "event", "");
     int64_t now = notice_now_ms();
     double v;
-    uint64_t gen = jnum(rec, "gen", &v) ? (uint64_t)v : 0;
+    uint64_t gen = log_rec_num(rec, "gen", &v) ? (uint64_t)v : 0;
 
     if (!strcmp(ev, "notice")) {
         const cJSON *drill = cJSON_GetObjectItemCaseSensitive(rec, "drill");
@@ -163,8 +146,8 @@ static void on_event(void *arg, const cJSON *rec, enum log_level level)
         if (t->open)
             return; /* the first notice's story goes on */
         t->open = true;
-        snprintf(t->what, sizeof(t->what), "%s %s%s", jstr(rec, "source"), jstr(rec, "kind"),
-                 cJSON_IsTrue(drill) && strcmp(jstr(rec, "source"), "drill") ? " (drill)" : "");
+        snprintf(t->what, sizeof(t->what), "%s %s%s", log_rec_str(rec, "source", ""), log_rec_str(rec, "kind", ""),
+                 cJSON_IsTrue(drill) && strcmp(log_rec_str(rec, "source", ""), "drill") ? " (drill)" : "");
         t->notice_gen = t->gen; /* one under way becomes the notice's */
         t->deadline = 0;
         for (int p = 0; p < P__COUNT; p++)
@@ -187,7 +170,7 @@ static void on_event(void *arg, const cJSON *rec, enum log_level level)
     } else if (!strcmp(ev, "plan") && t->open) {
         double left;
 
-        if (jnum(rec, "left_ms", &left)) {
+        if (log_rec_num(rec, "left_ms", &left)) {
             struct timeval tv;
 
             t->deadline = now + (int64_t)left;
@@ -196,11 +179,11 @@ static void on_event(void *arg, const cJSON *rec, enum log_level level)
             if (t->deadline_timer)
                 evtimer_add(t->deadline_timer, &tv);
         }
-        if (jnum(rec, "save_ms", &v))
+        if (log_rec_num(rec, "save_ms", &v))
             t->budget[P_SAVE] = (int64_t)v;
-        if (jnum(rec, "upload_ms", &v))
+        if (log_rec_num(rec, "upload_ms", &v))
             t->budget[P_UPLOAD] = (int64_t)v;
-        if (jnum(rec, "commit_ms", &v))
+        if (log_rec_num(rec, "commit_ms", &v))
             t->budget[P_COMMIT] = (int64_t)v;
     } else if (!strcmp(ev, "checkpoint_saved") && gen == t->gen) {
         t->phase = P_UPLOAD;
@@ -215,7 +198,7 @@ static void on_event(void *arg, const cJSON *rec, enum log_level level)
             double margin;
 
             /* The commit's own margin is the one the orchestrator reports. */
-            if (committed && jnum(rec, "margin_ms", &margin))
+            if (committed && log_rec_num(rec, "margin_ms", &margin))
                 t->deadline = now + (int64_t)margin;
             finish(t, !committed ? "failed" : t->deadline && t->deadline < now ? "missed"
                                                                                 : "committed");

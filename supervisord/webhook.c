@@ -132,23 +132,6 @@ static const cJSON *field(const cJSON *rec, const char *key)
     return cJSON_GetObjectItemCaseSensitive(rec, key);
 }
 
-static const char *str_of(const cJSON *rec, const char *key, const char *def)
-{
-    const cJSON *it = field(rec, key);
-
-    return cJSON_IsString(it) ? it->valuestring : def;
-}
-
-static bool num_of(const cJSON *rec, const char *key, double *ret)
-{
-    const cJSON *it = field(rec, key);
-
-    if (!cJSON_IsNumber(it))
-        return false;
-    *ret = it->valuedouble;
-    return true;
-}
-
 /* ---- the body ----------------------------------------------------------- */
 
 struct buf {
@@ -277,13 +260,13 @@ static const char *newest_words(const struct webhook *w, char *buf, size_t size)
 
 static void notice_text(const struct webhook *w, const cJSON *rec, char *text, size_t size)
 {
-    const char *deadline = str_of(rec, "deadline", "?"), *kind = str_of(rec, "kind", "?"),
-               *source = str_of(rec, "source", "?");
+    const char *deadline = log_rec_str(rec, "deadline", "?"), *kind = log_rec_str(rec, "kind", "?"),
+               *source = log_rec_str(rec, "source", "?");
     bool terminating = cJSON_IsTrue(field(rec, "terminating"));
     char when[96], s[32];
     double in;
 
-    if (!num_of(rec, "deadline_in_ms", &in))
+    if (!log_rec_num(rec, "deadline_in_ms", &in))
         snprintf(when, sizeof(when), "at %s", deadline);
     else if (in >= 0)
         snprintf(when, sizeof(when), "in %s (%s)", secs(in, s, sizeof(s)), deadline);
@@ -305,47 +288,47 @@ static void commit_text(const struct webhook *w, const cJSON *rec, char *text, s
     double gen = 0, step = 0, bytes = 0, ms = 0, margin;
     char margin_words[64] = "", sz[32], s[32];
 
-    num_of(rec, "gen", &gen);
-    num_of(rec, "step", &step);
-    num_of(rec, "bytes", &bytes);
-    num_of(rec, "total_ms", &ms);
-    if (num_of(rec, "margin_ms", &margin))
+    log_rec_num(rec, "gen", &gen);
+    log_rec_num(rec, "step", &step);
+    log_rec_num(rec, "bytes", &bytes);
+    log_rec_num(rec, "total_ms", &ms);
+    if (log_rec_num(rec, "margin_ms", &margin))
         snprintf(margin_words, sizeof(margin_words), ", %s %s its deadline",
                  secs(margin < 0 ? -margin : margin, s, sizeof(s)),
                  margin < 0 ? "after" : "before");
     snprintf(text, size, "generation %.0f of job %s committed at step %.0f (%s, %s, %.0f ms%s)",
-             gen, w->job ? w->job : "?", step, str_of(rec, "reason", "?"),
+             gen, w->job ? w->job : "?", step, log_rec_str(rec, "reason", "?"),
              size_words(bytes, sz, sizeof(sz)), ms, margin_words);
 }
 
 /* rec is the record that showed the miss (see the top of the file). */
 static void missed_text(const struct webhook *w, const cJSON *rec, char *text, size_t size)
 {
-    const char *ev = str_of(rec, "event", ""), *job = w->job ? w->job : "?";
+    const char *ev = log_rec_str(rec, "event", ""), *job = w->job ? w->job : "?";
     double a = 0, b = 0, lost;
     char newest[128], s1[32], s2[32], more[64] = "";
 
     newest_words(w, newest, sizeof(newest));
     if (strcmp(ev, "plan") == 0) {
-        num_of(rec, "predicted_ms", &a);
-        num_of(rec, "left_ms", &b);
-        if (num_of(rec, "steps_lost", &lost))
+        log_rec_num(rec, "predicted_ms", &a);
+        log_rec_num(rec, "left_ms", &b);
+        if (log_rec_num(rec, "steps_lost", &lost))
             snprintf(more, sizeof(more), ", about %.0f steps lost", lost);
         snprintf(text, size, "job %s misses the notice's deadline: a checkpoint takes about %s, "
                  "only %s are left%s%s", job, secs(a, s1, sizeof(s1)), secs(b, s2, sizeof(s2)),
                  newest, more);
     } else if (strcmp(ev, "checkpoint_failed") == 0) {
-        num_of(rec, "gen", &a);
+        log_rec_num(rec, "gen", &a);
         snprintf(text, size, "job %s missed the notice's deadline: the checkpoint of generation "
-                 "%.0f failed while %s (%s)%s", job, a, str_of(rec, "phase", "?"),
-                 str_of(rec, "error", "?"), newest);
+                 "%.0f failed while %s (%s)%s", job, a, log_rec_str(rec, "phase", "?"),
+                 log_rec_str(rec, "error", "?"), newest);
     } else if (strcmp(ev, "commit") == 0) {
-        num_of(rec, "gen", &a);
-        num_of(rec, "margin_ms", &b);
+        log_rec_num(rec, "gen", &a);
+        log_rec_num(rec, "margin_ms", &b);
         snprintf(text, size, "job %s missed the notice's deadline: generation %.0f was committed "
                  "%s after its deadline", job, a, secs(-b, s1, sizeof(s1)));
     } else {
-        num_of(rec, "pgid", &a);
+        log_rec_num(rec, "pgid", &a);
         snprintf(text, size, "the command%s%s did not stop before the notice's deadline and was "
                  "killed (SIGKILL to process group %.0f)%s", w->job ? " of job " : "",
                  w->job ? w->job : "", a, w->job ? "; no checkpoint was committed for it" : "");
@@ -368,8 +351,8 @@ static void describe(const struct webhook *w, enum kind k, const cJSON *rec, cha
         missed_text(w, rec, text, size);
         break;
     case K_RESUME:
-        num_of(rec, "gen", &gen);
-        num_of(rec, "step", &step);
+        log_rec_num(rec, "gen", &gen);
+        log_rec_num(rec, "step", &step);
         snprintf(text, size, "job %s resumed from generation %.0f at step %.0f",
                  w->job ? w->job : "?", gen, step);
         break;
@@ -397,7 +380,7 @@ static char *document(const struct webhook *w, enum kind k, const cJSON *rec, co
     cJSON_AddStringToObject(d, "node", w->host);
     if (w->rank >= 0)
         cJSON_AddNumberToObject(d, "rank", (double)w->rank);
-    cJSON_AddStringToObject(d, "ts", str_of(rec, "ts", ""));
+    cJSON_AddStringToObject(d, "ts", log_rec_str(rec, "ts", ""));
     cJSON_AddStringToObject(d, "text", text);
     /* The record as the event log has it: stderr's additions go. */
     record = cJSON_Duplicate(rec, true);
@@ -427,27 +410,27 @@ static char *from_template(const struct webhook *w, enum kind k, const cJSON *re
     double d = 0;
 
     /* A missed deadline without a commit: the generation that stays. */
-    if (k == K_DEADLINE_MISSED && strcmp(str_of(rec, "event", ""), "commit") != 0) {
+    if (k == K_DEADLINE_MISSED && strcmp(log_rec_str(rec, "event", ""), "commit") != 0) {
         whole((double)w->newest_gen, w->newest_gen >= 0, gen, sizeof(gen));
         whole((double)w->newest_step, w->newest_gen >= 0, step, sizeof(step));
     } else {
-        have = num_of(rec, "gen", &d);
+        have = log_rec_num(rec, "gen", &d);
         whole(d, have, gen, sizeof(gen));
-        have = num_of(rec, "step", &d);
+        have = log_rec_num(rec, "step", &d);
         whole(d, have, step, sizeof(step));
     }
-    have = num_of(rec, "margin_ms", &d);
+    have = log_rec_num(rec, "margin_ms", &d);
     whole(d, have, margin, sizeof(margin));
     v[PH_EVENT] = kind_name[k];
     v[PH_JOB] = w->job;
     v[PH_HOST] = w->host;
     v[PH_TEXT] = text;
-    v[PH_TS] = str_of(rec, "ts", NULL);
+    v[PH_TS] = log_rec_str(rec, "ts", NULL);
     v[PH_GEN] = gen;
     v[PH_STEP] = step;
     v[PH_MARGIN] = margin;
-    v[PH_KIND] = str_of(rec, "kind", watching ? w->notice_kind : NULL);
-    v[PH_SOURCE] = str_of(rec, "source", watching ? w->notice_source : NULL);
+    v[PH_KIND] = log_rec_str(rec, "kind", watching ? w->notice_kind : NULL);
+    v[PH_SOURCE] = log_rec_str(rec, "source", watching ? w->notice_source : NULL);
     return fill(w->tmpl, w->tmpl_len, v, ret_len);
 }
 
@@ -716,9 +699,9 @@ static void newest(struct webhook *w, const cJSON *rec)
 {
     double gen, step = -1;
 
-    if (!num_of(rec, "gen", &gen))
+    if (!log_rec_num(rec, "gen", &gen))
         return;
-    num_of(rec, "step", &step);
+    log_rec_num(rec, "step", &step);
     w->newest_gen = (long long)gen;
     w->newest_step = (long long)step;
 }
@@ -727,20 +710,20 @@ static void newest(struct webhook *w, const cJSON *rec)
 static void on_event(void *arg, const cJSON *rec, enum log_level level)
 {
     struct webhook *w = arg;
-    const char *ev = str_of(rec, "event", "");
+    const char *ev = log_rec_str(rec, "event", "");
     double d;
 
     if (strcmp(ev, "notice") == 0) {
         if (w->watch == W_NONE && cJSON_IsTrue(field(rec, "terminating"))) {
             w->watch = W_NOTICE;
-            snprintf(w->notice_kind, sizeof(w->notice_kind), "%s", str_of(rec, "kind", ""));
-            snprintf(w->notice_source, sizeof(w->notice_source), "%s", str_of(rec, "source", ""));
+            snprintf(w->notice_kind, sizeof(w->notice_kind), "%s", log_rec_str(rec, "kind", ""));
+            snprintf(w->notice_source, sizeof(w->notice_source), "%s", log_rec_str(rec, "source", ""));
         }
         queue(w, K_NOTICE, rec);
     } else if (strcmp(ev, "commit") == 0) {
         newest(w, rec);
         queue(w, K_COMMIT, rec);
-        if (w->watch == W_NOTICE && num_of(rec, "margin_ms", &d) && d < 0)
+        if (w->watch == W_NOTICE && log_rec_num(rec, "margin_ms", &d) && d < 0)
             missed(w, rec);
         else if (w->watch == W_NOTICE)
             w->watch = W_SETTLED;
@@ -755,7 +738,7 @@ static void on_event(void *arg, const cJSON *rec, enum log_level level)
         missed(w, rec);
     } else if (strcmp(ev, "world_resume") == 0) {
         /* "node" is this node's rank when the trainers' differs. */
-        if (num_of(rec, "node", &d) || num_of(rec, "rank", &d))
+        if (log_rec_num(rec, "node", &d) || log_rec_num(rec, "rank", &d))
             w->rank = (long)d;
     }
 }

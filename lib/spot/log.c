@@ -34,6 +34,23 @@ int log_observe(log_observer_fn fn, void *arg)
     return -ENOSPC;
 }
 
+const char *log_rec_str(const cJSON *rec, const char *key, const char *def)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(rec, key);
+
+    return cJSON_IsString(v) ? v->valuestring : def;
+}
+
+bool log_rec_num(const cJSON *rec, const char *key, double *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(rec, key);
+
+    if (!cJSON_IsNumber(v))
+        return false;
+    *out = v->valuedouble;
+    return true;
+}
+
 void log_unobserve(log_observer_fn fn, void *arg)
 {
     for (int i = 0; i < LOG_OBSERVERS_MAX; i++)

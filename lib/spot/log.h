@@ -12,6 +12,7 @@
 #ifndef SPOT_LOG_H
 #define SPOT_LOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct cJSON;
@@ -47,6 +48,11 @@ void log_event(enum log_level level, struct cJSON *rec, const char *fmt, ...)
 typedef void (*log_observer_fn)(void *arg, const struct cJSON *rec, enum log_level level);
 int log_observe(log_observer_fn fn, void *arg);
 void log_unobserve(log_observer_fn fn, void *arg);
+
+/* An event record's member, for observers: a string (def when absent or
+ * not a string), or a number (false when absent or not a number). */
+const char *log_rec_str(const struct cJSON *rec, const char *key, const char *def);
+bool log_rec_num(const struct cJSON *rec, const char *key, double *out);
 
 /* A message that is not an event: stderr only. */
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
