@@ -32,7 +32,9 @@ O=${O:-build}
 make -s O="$O" all >/dev/null || { echo "metrics.sh: make failed" >&2; exit 1; }
 tmp=$(mktemp -d /tmp/spotd-bench-metrics.XXXXXX)
 pids=()
-trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+# The trainer is spotd's child, in a process group of its own: it goes first.
+trap 'for p in "${pids[@]}"; do pkill -KILL -P "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+      rm -rf "$tmp"' EXIT
 
 cpu_ns() {
     cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {print s + 0}'
