@@ -115,7 +115,7 @@ mock_state "{\"notice\":{\"action\":\"terminate\",\"time\":\"$(iso_in 25)\"}}" >
 wait_exit "$SPOTD_PID" 40
 after_notice app e2e-app "$T/app1.ev" aws app
 check "app: notice, checkpoint, commit, stop, in that order" \
-    grep -q "notice plan checkpoint_begin checkpoint_saved upload_done commit child_exit exit$" \
+    grep -q "notice plan checkpoint_begin checkpoint_saved upload_done commit timeline child_exit exit$" \
     <(events_of "$T/app1.ev")
 expect_eq "app: generation 1, the notice's" "1 notice" "$GEN $(jget "$(committed e2e-app)" reason)"
 mock_reset
@@ -220,7 +220,7 @@ wait_exit "$SPOTD_PID" 60
 expect_eq "upload: spotd exits 75" 75 "$RC"
 seq=$(events_of "$T/big1.ev")
 check "upload: the terminating notice came while the rebalance's checkpoint uploaded" \
-    grep -q "checkpoint_saved notice upload_done commit child_exit exit$" <(echo "$seq")
+    grep -q "checkpoint_saved notice upload_done commit timeline child_exit exit$" <(echo "$seq")
 expect_eq "upload: one checkpoint, not a second for the terminating notice" "1 1" \
     "$(event_count "$T/big1.ev" checkpoint_begin) $(event_count "$T/big1.ev" commit)"
 expect_eq "upload: the notices: rebalance (advisory), then terminate" \
@@ -265,7 +265,7 @@ while read -r l; do
 done < <(ev "$T/per1.ev" upload_done)
 expect_eq "periodic: every upload sent all its bytes" 0 "$short"
 check "periodic: the last commit came after the notice" \
-    grep -q "notice .*commit child_exit exit$" <(events_of "$T/per1.ev")
+    grep -q "notice .*commit timeline child_exit exit$" <(events_of "$T/per1.ev")
 cs=$(committed e2e-per)
 n=$(echo "$cs" | grep -c .)
 check "periodic: retention keeps at most 3 committed generations ($n)" test "$n" -ge 1 -a "$n" -le 3

@@ -13,7 +13,7 @@ run_spotd run --cloud none --job j --store "file://$T/store" --state-dir "$T/nod
     --drill-after 1s --events "$T/ev1" -- "$TRAINER" 3000 2
 expect_eq "orch: after the notice's checkpoint spotd exits 75 (preempted, state saved)" 75 "$RC"
 expect_eq "orch: the events of the checkpoint, in order" \
-    "start child_start notice plan checkpoint_begin checkpoint_saved upload_done commit child_exit exit" \
+    "start child_start notice plan checkpoint_begin checkpoint_saved upload_done commit timeline child_exit exit" \
     "$(events_of "$T/ev1")"
 commit=$(ev "$T/ev1" commit)
 expect_eq "orch: generation 1 is committed" 1 "$(jget "$commit" gen)"
