@@ -33,6 +33,7 @@
 
 #include "spot/log.h"
 #include "spot/parse.h"
+#include "spot/proc.h"
 
 enum child_state {
     CHILD_IDLE, CHILD_RUNNING, CHILD_DRAINING, CHILD_BACKOFF, CHILD_PARKED, CHILD_DONE
@@ -743,34 +744,6 @@ static bool is_launcher(pid_t pid)
     return false;
 }
 
-/* The children of pid, from /proc/PID/task/PID/children.  Returns how many
- * were written into pids. */
-static size_t children_of(pid_t pid, pid_t *pids, size_t max)
-{
-    char path[64], buf[4096], *p, *end;
-    size_t n = 0;
-    ssize_t len;
-    int fd;
-
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    len = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (len <= 0)
-        return 0;
-    buf[len] = '\0';
-    for (p = buf; n < max; p = end) {
-        long v = strtol(p, &end, 10);
-        if (end == p)
-            break;
-        if (v > 0)
-            pids[n++] = (pid_t)v;
-    }
-    return n;
-}
-
 int child_signal_workers(struct child *c, int sig)
 {
     pid_t pids[256];
@@ -782,7 +755,7 @@ int child_signal_workers(struct child *c, int sig)
         signal_group(c, sig);
         return 1;
     }
-    n = children_of(c->pid, pids, sizeof(pids) / sizeof(pids[0]));
+    n = proc_children(c->pid, pids, sizeof(pids) / sizeof(pids[0]));
     for (size_t i = 0; i < n; i++)
         if (kill(pids[i], sig) < 0 && errno != ESRCH)
             log_msg(LOGL_WARN, "cannot send SIG%s to worker pid %d: %s", signame(sig),
@@ -808,7 +781,7 @@ static void on_linger(evutil_socket_t fd, short what, void *arg)
         event_del(c->linger_timer);
         return;
     }
-    if (children_of(c->pid, pids, 1) > 0) {
+    if (proc_children(c->pid, pids, 1) > 0) {
         c->linger_ticks = 0;
         return;
     }

@@ -23,6 +23,7 @@
 
 #include "spot/notice.h"
 #include "spot/parse.h"
+#include "spot/proc.h"
 
 typedef int CUresult; /* CUDA_SUCCESS is 0 */
 
@@ -240,43 +241,10 @@ int cuda_uses_nccl(pid_t pid)
     return found;
 }
 
-/* pid and every descendant, breadth first, into out (at most max). */
-static size_t tree(pid_t pid, pid_t *out, size_t max)
-{
-    size_t n = 0, head = 0;
-
-    if (max)
-        out[n++] = pid;
-    while (head < n) {
-        char path[96], buf[4096];
-        ssize_t len;
-        int fd;
-
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)out[head],
-                 (int)out[head]);
-        head++;
-        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-            continue;
-        len = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (len <= 0)
-            continue;
-        buf[len] = '\0';
-        for (char *p = buf, *e; *p && n < max; p = e) {
-            long v = strtol(p, &e, 10);
-            if (e == p)
-                break;
-            if (v > 0)
-                out[n++] = (pid_t)v;
-        }
-    }
-    return n;
-}
-
 size_t cuda_gpu_processes(pid_t root, pid_t *out, size_t max)
 {
     pid_t all[4096];
-    size_t n = tree(root, all, sizeof(all) / sizeof(all[0])), k = 0;
+    size_t n = proc_tree(root, all, sizeof(all) / sizeof(all[0])), k = 0;
 
     for (size_t i = 0; i < n && k < max; i++)
         if (holds_gpu(all[i]))
@@ -311,7 +279,7 @@ int cuda_nspid(pid_t pid)
 size_t cuda_find_nspids(pid_t root, const int *nspids, size_t n, pid_t *out)
 {
     pid_t all[4096];
-    size_t m = tree(root, all, sizeof(all) / sizeof(all[0])), k = 0;
+    size_t m = proc_tree(root, all, sizeof(all) / sizeof(all[0])), k = 0;
 
     for (size_t i = 0; i < m && k < n; i++) {
         int ns = cuda_nspid(all[i]);

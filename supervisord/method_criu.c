@@ -36,6 +36,7 @@
 #include "spot/log.h"
 #include "spot/notice.h"
 #include "spot/parse.h"
+#include "spot/proc.h"
 
 #define GPU_MAX 256
 /* The most a CUDA lock and checkpoint may take without a deadline. */
@@ -114,24 +115,12 @@ static void explain(const struct method *m, char *msg, size_t size)
 /* PID 1 of the command's namespace: the outer spotd-init's one child. */
 static pid_t init_pid(const struct method *m)
 {
-    pid_t outer = child_pid(m->ctx.child);
-    char path[64], buf[64], comm[32];
-    uint64_t v;
+    pid_t outer = child_pid(m->ctx.child), v;
+    char path[64], comm[32];
     ssize_t n;
     int fd;
 
-    if (outer <= 0)
-        return -ESRCH;
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)outer, (int)outer);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return -ESRCH;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -ESRCH;
-    buf[n] = '\0';
-    buf[strcspn(buf, " \n")] = '\0';
-    if (parse_u64(buf, 2, INT32_MAX, &v) < 0)
+    if (outer <= 0 || proc_children(outer, &v, 1) != 1)
         return -ESRCH;
     /* While a restore runs, the outer's child is CRIU, not the tree. */
     snprintf(path, sizeof(path), "/proc/%d/comm", (int)v);
@@ -140,7 +129,7 @@ static pid_t init_pid(const struct method *m)
     n = read(fd, comm, sizeof(comm) - 1);
     close(fd);
     comm[n > 0 ? n : 0] = '\0';
-    return strcmp(comm, "spotd-init\n") == 0 ? (pid_t)v : -ESRCH;
+    return strcmp(comm, "spotd-init\n") == 0 ? v : -ESRCH;
 }
 
 /* The pipes the tree writes its output into, for the restore. */

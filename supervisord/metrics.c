@@ -1,7 +1,5 @@
 #include "metrics.h"
 
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -25,6 +23,7 @@
 #include "orch.h"
 #include "spot/log.h"
 #include "spot/parse.h"
+#include "spot/proc.h"
 
 #define LABELED_MAX 64            /* label sets kept per family; more go to "other" */
 #define LABEL_MAX 32
@@ -273,43 +272,14 @@ static int read_stat(pid_t pid, bool children, struct pstat *ps)
     return 0;
 }
 
-/* pid and everything below it (/proc/PID/task/TID/children). */
-static void read_tree(pid_t pid, bool root, struct pstat *ps, int *budget)
+/* pid and everything below it. */
+static void read_tree(pid_t pid, struct pstat *ps)
 {
-    char path[64], buf[4096];
-    struct dirent *d;
-    DIR *dir;
+    pid_t pids[TREE_MAX];
+    size_t n = proc_tree(pid, pids, TREE_MAX);
 
-    if (--*budget < 0 || read_stat(pid, root, ps) < 0)
-        return;
-    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-    if (!(dir = opendir(path)))
-        return;
-    while ((d = readdir(dir))) {
-        char cpath[128], *s, *end;
-        ssize_t n;
-        int fd;
-
-        if (!isdigit((unsigned char)d->d_name[0]))
-            continue;
-        snprintf(cpath, sizeof(cpath), "/proc/%d/task/%.16s/children", (int)pid, d->d_name);
-        if ((fd = open(cpath, O_RDONLY | O_CLOEXEC)) < 0)
-            continue;
-        n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-            continue;
-        buf[n] = '\0';
-        for (s = buf; *s; s = end) {
-            long c = strtol(s, &end, 10);
-
-            if (end == s)
-                break;
-            if (c > 0)
-                read_tree((pid_t)c, false, ps, budget);
-        }
-    }
-    closedir(dir);
+    for (size_t i = 0; i < n; i++)
+        read_stat(pids[i], i == 0, ps);
 }
 
 /* ---- GPUs ------------------------------------------------------------------------ */
@@ -438,7 +408,6 @@ static void expose(struct metrics *m, struct evbuffer *b)
     static const char *const notice_labels[3] = { "source", "kind", NULL };
     static const char *const ckpt_labels[3] = { "trigger", "method", "result" };
     struct pstat self = { 0, 0 }, cmd = { 0, 0 };
-    int budget = TREE_MAX;
     pid_t pid = child_pid(m->o.child);
     int64_t now = mono_ms();
 
@@ -511,7 +480,7 @@ static void expose(struct metrics *m, struct evbuffer *b)
     if (pid > 0) {
         /* The tree is walked at most once a second, however often scraped. */
         if (pid != m->tree_pid || now - m->tree_ms >= 1000) {
-            read_tree(pid, true, &cmd, &budget);
+            read_tree(pid, &cmd);
             m->tree = cmd;
             m->tree_pid = pid;
             m->tree_ms = now;
