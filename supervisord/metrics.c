@@ -82,14 +82,12 @@ struct metrics {
     /* The checkpoint under way, from its checkpoint_begin. */
     uint64_t gen;
     char trigger[LABEL_MAX], method[LABEL_MAX];
-    uint64_t scrapes;
 
     struct nvml *nvml;
     struct event *gpu_timer;
     struct nvml_gpu gpus[GPU_MAX];
     int n_gpus;                   /* < 0: the last sample failed */
     int64_t idle_since[GPU_MAX];  /* ms; 0: busy */
-    int64_t sampled_ms;
     /* The command's tree as last read. */
     struct pstat tree;
     pid_t tree_pid;
@@ -291,7 +289,6 @@ static void on_gpu_timer(evutil_socket_t fd, short what, void *arg)
     int n = nvml_sample(m->nvml, m->gpus, GPU_MAX);
 
     m->n_gpus = n;
-    m->sampled_ms = now;
     for (int i = 0; i < n; i++) {
         bool idle = m->gpus[i].has_util &&
                     m->gpus[i].util_ratio * 100.0 < (double)m->o.gpu_idle_threshold;
@@ -525,7 +522,6 @@ static void on_request(struct evhttp_request *req, void *arg)
         evhttp_send_error(req, HTTP_INTERNAL, "out of memory");
         return;
     }
-    m->scrapes++;
     expose(m, b);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4; charset=utf-8");

@@ -16,11 +16,10 @@ enum phase { P_WAIT, P_SAVE, P_UPLOAD, P_COMMIT, P__COUNT };
 static const char *const phase_names[P__COUNT] = { "wait", "save", "upload", "commit" };
 
 struct timeline {
-    struct event_base *base;
     struct event *deadline_timer;
     /* The checkpoint under way, followed whether or not a notice came. */
     uint64_t gen;                 /* 0: none */
-    int64_t start[P__COUNT + 1];  /* when each phase began; [P__COUNT]: the end */
+    int64_t start[P__COUNT];      /* when each phase began */
     enum phase phase;             /* the one in progress */
     /* The notice followed. */
     bool open;
@@ -48,20 +47,16 @@ static void emit(cJSON *rec)
 static void finish(struct timeline *t, const char *result)
 {
     cJSON *rec = log_event_new("timeline");
-    int64_t now = notice_now_ms(), end, from, total;
+    int64_t end = notice_now_ms(), from = t->start[P_WAIT], total = end - from;
+    int64_t margin = t->deadline - end;
     char text[512], part[96];
     int missed = -1, over = -1;
     size_t len;
 
     t->open = false;
-    if (t->deadline_timer)
-        evtimer_del(t->deadline_timer);
+    evtimer_del(t->deadline_timer);
     if (!rec)
         return;
-    end = now;
-    t->start[P__COUNT] = end;
-    from = t->start[P_WAIT];
-    total = end - from;
     len = (size_t)snprintf(text, sizeof(text), "notice %s: ", t->what);
     cJSON_AddStringToObject(rec, "notice", t->what);
     cJSON_AddStringToObject(rec, "result", result);
@@ -93,8 +88,6 @@ static void finish(struct timeline *t, const char *result)
         len += (size_t)snprintf(text + len, sizeof(text) - len, " = %lld ms (%s)",
                                 (long long)total, result);
     if (t->deadline) {
-        int64_t margin = t->deadline - end;
-
         cJSON_AddNumberToObject(rec, "margin_ms", (double)margin);
         if (margin < 0 && missed < 0)
             missed = (int)t->phase;
@@ -106,7 +99,7 @@ static void finish(struct timeline *t, const char *result)
                                     "; missed the deadline by %lld ms, in %s", (long long)-margin,
                                     phase_names[missed]);
     }
-    if (missed >= 0 && (t->deadline - end) < 0)
+    if (t->deadline && margin < 0)
         cJSON_AddStringToObject(rec, "missed_in", phase_names[missed]);
     if (over >= 0) {
         char key[32];
@@ -159,12 +152,10 @@ static void on_event(void *arg, const cJSON *rec, enum log_level level)
     }
     if (!strcmp(ev, "checkpoint_begin")) {
         t->gen = gen;
-        if (!t->open || t->notice_gen) {
-            if (!t->open)
-                t->start[P_WAIT] = now;
-        } else {
+        if (!t->open)
+            t->start[P_WAIT] = now;
+        else if (!t->notice_gen)
             t->notice_gen = gen;
-        }
         t->phase = P_SAVE;
         t->start[P_SAVE] = now;
     } else if (!strcmp(ev, "plan") && t->open) {
@@ -176,8 +167,7 @@ static void on_event(void *arg, const cJSON *rec, enum log_level level)
             t->deadline = now + (int64_t)left;
             tv.tv_sec = left > 0 ? (time_t)(left / 1000) : 0;
             tv.tv_usec = left > 0 ? (suseconds_t)((int64_t)left % 1000) * 1000 : 0;
-            if (t->deadline_timer)
-                evtimer_add(t->deadline_timer, &tv);
+            evtimer_add(t->deadline_timer, &tv);
         }
         if (log_rec_num(rec, "save_ms", &v))
             t->budget[P_SAVE] = (int64_t)v;
@@ -221,7 +211,6 @@ struct timeline *timeline_new(struct event_base *base)
         free(t);
         return NULL;
     }
-    t->base = base;
     return t;
 }
 
