@@ -297,7 +297,7 @@ static void maybe_commit(struct world *w)
 {
     struct commit c;
     int64_t step = -1;
-    uint32_t i = 0;
+    uint32_t i = 0, unsaved = 0;
 
     if (w->phase != R_PREPARE || w->coordinator != w->o.rank)
         return;
@@ -308,8 +308,10 @@ static void maybe_commit(struct world *w)
             abort_round(w, "rank %u went down before it saved its shard", r);
             return;
         }
-        return;
+        unsaved++;
     }
+    if (unsaved)
+        return;
     for (uint32_t r = 0; r < w->o.world_size; r++) {
         if (!w->m[r].in)
             continue;

@@ -5,8 +5,9 @@
 # the others stop and wait; a replacement takes the vacant rank, the world
 # resumes from the generation, and every final hash equals an
 # uninterrupted run's.  Then: the coordinator itself preempted, a
-# coordinator killed in the middle of a round, a peer that goes silent,
-# and hostile frames.
+# coordinator killed in the middle of a round, a peer that goes silent
+# (while it trains, and in the middle of a checkpoint), and hostile frames.
+# The coordinator killed after the commit: t-world-commit.sh.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/world_lib.sh"
 . "$TOP/tests/mocks/lib.sh"
@@ -250,6 +251,40 @@ wait_node r9 10
 expect_eq "world (rendezvous): ... and exits on SIGTERM while it waits" 75 "$RC"
 check "world (rendezvous): ... taking its join record with it" \
     eval '[ -z "$(ls "$T/store/$JOB/world" | grep "^join-")" ]'
+
+# ---- 9. a peer that goes silent in the middle of a checkpoint -----------------
+# Generation 1 is committed.  In generation 2's round rank 1's spotd is
+# stopped (SIGSTOP) while its trainer saves: rank 0 gives the round up
+# once rank 1 has been silent for --peer-timeout and waits; nothing of
+# generation 2 is committed, even after rank 1 wakes up with its shard
+# saved, and the world resumes from generation 1.
+JOB=wm
+P=$(free_ports 2)
+node m0 0 2 "$P" --cloud none --peer-timeout 2s
+TRAINER_SAVE_SLEEP_MS=1500 node m1 1 2 "$P" --cloud none --peer-timeout 2s
+check "world: both trainers run (silent mid-checkpoint)" wait_for 20 started m0 m1
+"$SPOTCTL" checkpoint --socket "$T/m0/control.sock" >/dev/null 2>&1
+check "world: generation 1 is committed first" \
+    wait_for 20 has '"event":"commit","gen":1' "$T/m1.ev"
+"$SPOTCTL" checkpoint --socket "$T/m0/control.sock" >/dev/null 2>&1
+check "world: generation 2's round reaches rank 1" \
+    wait_for 10 has '"event":"checkpoint_begin","gen":2' "$T/m1.ev"
+kill -STOP "${PID[m1]}"
+check "world: rank 0 gives generation 2 up once rank 1 is silent" \
+    wait_for 15 eval 'grep -q "generation 2 is given up: rank 1 went down before it saved" "$T/m0.err"'
+check "world: ... and stops its trainer to wait" wait_for 15 has '"event":"parked"' "$T/m0.ev"
+kill -CONT "${PID[m1]}"
+check "world: rank 1 back, its generation 2 fails too" \
+    wait_for 15 has '"event":"checkpoint_failed","gen":2' "$T/m1.ev"
+for n in m0 m1; do
+    wait_node $n 60
+    expect_eq "world: $n finishes after the silence mid-checkpoint" 0 "$RC"
+    [ "$RC" = 0 ] || show m0 m1
+    expect_eq "world: $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
+done
+check "world: generation 2 was never committed" test ! -e "$T/store/$JOB/gens/00000002/COMMIT.json"
+check "world: both resumed from generation 1" \
+    eval 'has "\"event\":\"world_resume\",\"gen\":1" "$T/m0.ev" && has "\"event\":\"world_resume\",\"gen\":1" "$T/m1.ev"'
 
 # ---- 5. hostile frames ---------------------------------------------------------------
 JOB=wh
