@@ -43,8 +43,9 @@ BLOCK = 1 << 20              # largest recv/send of a body
 HEAD_MAX = 64 * 1024         # a request or response head larger is refused
 CONTROL_BODY_MAX = 1 << 20   # a /_fault/ request body larger is refused
 LOG_CAP = 200000             # log entries kept (oldest dropped)
-STALL_DEFAULT = 30.0         # "stall" without "seconds"
-ACTIONS = ("500", "503", "expired", "reset", "reset_body", "stall", "truncate", "corrupt")
+STALL_DEFAULT = 30.0         # "stall" or "lose" without "seconds"
+ACTIONS = ("500", "503", "expired", "reset", "reset_body", "stall", "lose", "truncate",
+           "corrupt")
 RULE_KEYS = ("nth", "every", "from", "count", "method", "path", "action",
              "times", "seconds")
 
@@ -368,8 +369,8 @@ class Rule:
         self.seconds = None
         if "seconds" in spec:
             v = spec["seconds"]
-            if self.action != "stall":
-                raise BadRules("%s: seconds goes with the stall action" % where)
+            if self.action not in ("stall", "lose"):
+                raise BadRules("%s: seconds goes with the stall and lose actions" % where)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise BadRules("%s: seconds must be a number >= 0" % where)
             self.seconds = float(v)
@@ -649,6 +650,8 @@ class Session:
             n = self.reply(status, body, hdrs, head_only=req.method == "HEAD")
             st.count(entry, resp_bytes=n)
             return True
+        if action == "lose":
+            self.lose_seconds = rule.seconds if rule.seconds is not None else STALL_DEFAULT
         return self.forward(req, entry, action)
 
     def stall(self, seconds):
@@ -807,6 +810,17 @@ class Session:
             def send(_, data):
                 client.send(data)
                 sent[0] += len(data)
+        if action == "lose":
+            # The upstream has done what was asked; its answer never comes.
+            if kind == "length":
+                up.pump(n, None, self.block)
+            elif kind == "chunked":
+                up.pump_chunked(None, None, self.block)
+            elif kind == "close":
+                up.pump_to_close(None, self.block)
+            self.drop_upstream()
+            self.stall(self.lose_seconds)
+            return False
         try:
             if action is None or (action == "corrupt" and kind in ("none", "length")):
                 client.send(resp.raw)

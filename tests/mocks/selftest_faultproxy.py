@@ -481,6 +481,21 @@ def test_actions(p):
     p.ctl("POST", "rules", [{"nth": 2, "action": "stall"}])
     result("action-stall-default-30s", p.ctl("GET", "rules")[0].get("seconds") is None, "")
 
+    # lose: the PUT is done upstream, the client never hears so.
+    p.reset()
+    p.rules([{"nth": 1, "action": "lose", "seconds": 1}])
+    t0 = time.monotonic()
+    e = raised(lambda: p.req("PUT", "/bkt/lost", b"y" * 3000))
+    dt = time.monotonic() - t0
+    seen = up_seen("/bkt/lost")
+    log = p.log()
+    result("action-lose-1s", isinstance(e, http.client.RemoteDisconnected)
+           and 0.95 <= dt < 2 and len(seen) == 1 and log[0]["req_bytes"] == 3000
+           and log[0]["status"] == 200 and log[0]["resp_bytes"] == 0,
+           "got %r after %.2fs, log %r, upstream %r" % (e, dt, log, seen))
+    s, _, b = p.req("PUT", "/bkt/lost2", b"z" * 10)
+    result("action-lose-then-forwarded", s == 200 and json.loads(b)["len"] == 10, "%d %r" % (s, b))
+
     p.reset()
     p.rules([{"every": 1, "action": "truncate"}])
     c = p.conn()
