@@ -15,7 +15,8 @@ it), and on each connection:
     the dialer's ack (our nonce echoed); every frame is checked (magic,
     version, flags, length, HMAC-SHA256 with the world key, strictly
     increasing sequence number), a bad one closes the connection;
-  * sends a heartbeat every second, and `ready` every second until the
+  * sends its `state` once the handshake is done (not live, in a fresh
+    world), a heartbeat every second, and `ready` every second until the
     coordinator's `resume` (with the newest committed generation it saw,
     none in a fresh world);
   * answers `query` with `step` (--step, 0 by default: the real trainers'
@@ -108,6 +109,7 @@ class Gen:
         self.conns = {}              # rank -> Conn (the one that is up)
         self.waiting = {r: True for r in ranks}   # not resumed: send ready
         self.newest = 0              # the newest committed generation seen
+        self.members = None          # the last resume's, when it named them
         self.listening = 0
         self.resumed = 0
         self.errors = []
@@ -166,6 +168,14 @@ class Gen:
 
     def ready(self):
         return {"type": "ready", "gen": self.newest} if self.newest else {"type": "ready"}
+
+    def state(self, rank):
+        m = {"type": "state", "live": not self.waiting[rank]}
+        if self.newest:
+            m["gen"] = self.newest
+        if self.members:
+            m["members"] = self.members
+        return m
 
     def fingerprint(self, rank):
         """The fingerprint of a shard with no files: not rank 0's, so the
@@ -254,7 +264,10 @@ class Conn:
                 old.close()
             w.conns[self.rank] = self
             w.dirty = True
-            # As a real node does when a peer comes up: it waits, so ready.
+            # As a real node does when a peer comes up: its state (a peer
+            # coordinates only once every peer up has sent one), and, as
+            # it waits, ready.
+            self.send(w.state(self.rank))
             if w.waiting[self.rank]:
                 self.send(w.ready())
             while True:
@@ -361,6 +374,8 @@ class Conn:
             self.pending.pop(m["gen"], None)
             w.write_soon()
         elif t == "resume":
+            if isinstance(m.get("members"), list):
+                w.members = m["members"]
             if w.waiting[self.rank]:
                 w.waiting[self.rank] = False
                 w.resumed += 1
