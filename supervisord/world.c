@@ -358,14 +358,18 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     struct world *w = arg;
     char who[256] = "";
     size_t len = 0;
+    uint32_t n = 0;
 
     if (w->phase == R_NONE || w->phase == R_COMMITTING)
         return;
     for (uint32_t r = 0; r < w->o.world_size && len < sizeof(who) - 16; r++)
-        if (w->m[r].in && (w->phase == R_QUERY ? !w->m[r].answered : !w->m[r].saved))
+        if (w->m[r].in && (w->phase == R_QUERY ? !w->m[r].answered : !w->m[r].saved)) {
             len += (size_t)snprintf(who + len, sizeof(who) - len, "%s%u", len ? ", " : "", r);
-    abort_round(w, "the deadline passed before rank %s %s", who,
-                w->phase == R_QUERY ? "said its step" : "saved its shard");
+            n++;
+        }
+    abort_round(w, "the deadline passed before rank%s %s %s", n > 1 ? "s" : "", who,
+                w->phase == R_QUERY ? (n > 1 ? "said their steps" : "said its step")
+                                    : (n > 1 ? "saved their shards" : "saved its shard"));
 }
 
 /* The coordinator, the world running: a rank that waits outside an

@@ -286,6 +286,36 @@ check "world: generation 2 was never committed" test ! -e "$T/store/$JOB/gens/00
 check "world: both resumed from generation 1" \
     eval 'has "\"event\":\"world_resume\",\"gen\":1" "$T/m0.ev" && has "\"event\":\"world_resume\",\"gen\":1" "$T/m1.ev"'
 
+# ---- 10. a rank that cannot save before the deadline ---------------------------
+# Rank 0 gets a notice with 4 s to go (less the margin and the stop: under
+# a second for the round); rank 1's trainer takes 8 s to save.  At the
+# deadline rank 1 aborts the generation, or the coordinator's own timer
+# fires first; either way it is given up for everyone, nothing is committed, the preempted node stops its command
+# (spotd exits with the command's code, not 75: nothing was saved), and the
+# world starts afresh with its replacement.
+JOB=wl
+P=$(free_ports 2)
+node l0 0 2 "$P" --cloud none --notice-margin 1s
+TRAINER_SAVE_SLEEP_MS=8000 node l1 1 2 "$P" --cloud none --notice-margin 1s
+check "world: both trainers run (deadline)" wait_for 20 started l0 l1
+"$SPOTCTL" drill --in 4s --socket "$T/l0/control.sock" >/dev/null 2>&1
+expect_eq "world: spotctl drill with a 4 s deadline is accepted" 0 "$?"
+wait_node l0 30
+expect_eq "world: the preempted node stops its command, with nothing committed (143, not 75)" \
+    143 "$RC"
+check "world: the coordinator gave generation 1 up: rank 1 missed the deadline" \
+    grep -Eq "generation 1 is given up: (rank 1: .* did not report its save before the deadline|the deadline passed before ranks? ([0-9]+, )*1 saved)" "$T/l0.err"
+check "world: ... and nothing is committed" test ! -e "$T/store/$JOB/gens/00000001/COMMIT.json"
+check "world: rank 1's checkpoint fails too" \
+    wait_for 15 has '"event":"checkpoint_failed","gen":1' "$T/l1.ev"
+node l0b 0 2 "$P" --cloud none
+for n in l0b l1; do
+    wait_node $n 60
+    expect_eq "world: $n finishes after the missed deadline" 0 "$RC"
+    [ "$RC" = 0 ] || show l0b l1
+    expect_eq "world: $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
+done
+
 # ---- 5. hostile frames ---------------------------------------------------------------
 JOB=wh
 P=$(free_ports 2)
