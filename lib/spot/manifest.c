@@ -481,7 +481,8 @@ int manifest_parse(const char *text, size_t len, struct manifest *out, const cha
         if ((r = parse_file(o, &m.files[i++], m.chunk_size, ret_why)) < 0)
             goto out;
     }
-    qsort(m.files, m.n_files, sizeof(*m.files), cmp_path);
+    if (m.n_files > 1)
+        qsort(m.files, m.n_files, sizeof(*m.files), cmp_path);
     for (i = 1; i < m.n_files; i++)
         if (strcmp(m.files[i - 1].path, m.files[i].path) == 0) {
             r = garbage(ret_why, "a path is listed twice");

@@ -68,6 +68,16 @@ TEST(manifest_roundtrip)
     CHECK_HAS(json, "[8388608]");
     manifest_release(&back);
     free(json);
+
+    /* An empty shard (a rank that saved nothing) is a manifest too. */
+    m.n_files = 0;
+    m.files = NULL;
+    CHECK((json = manifest_to_json(&m, &len)) != NULL);
+    CHECK_HAS(json, "\"files\":[]");
+    CHECK_INT(manifest_parse(json, len, &back, &why), 0);
+    CHECK_INT(back.n_files, 0);
+    manifest_release(&back);
+    free(json);
 }
 
 /* Parse text after replacing the first occurrence of from with to. */
