@@ -367,9 +367,8 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
             len += (size_t)snprintf(who + len, sizeof(who) - len, "%s%u", len ? ", " : "", r);
             n++;
         }
-    abort_round(w, "the deadline passed before rank%s %s %s", n > 1 ? "s" : "", who,
-                w->phase == R_QUERY ? (n > 1 ? "said their steps" : "said its step")
-                                    : (n > 1 ? "saved their shards" : "saved its shard"));
+    abort_round(w, "the deadline passed before %s %s %s", n > 1 ? "ranks" : "rank", who,
+                w->phase == R_QUERY ? "answered" : "saved");
 }
 
 /* The coordinator, the world running: a rank that waits outside an
