@@ -45,6 +45,10 @@ typedef void (*method_saved_fn)(void *arg, int err, const char *msg, int64_t ste
 
 struct method_ops {
     const char *name;
+    /* The chunk size its saves are cut into; 0: the store's default.  A
+     * dump's memory changes in runs of pages: smaller chunks let more of
+     * the unchanged ones be skipped. */
+    uint32_t chunk_size;
     /* Returns NULL with the reason in err.  Sets the command's
      * environment (SPOT_CKPT_DIR...) before it starts. */
     struct method *(*open)(const struct method_ctx *ctx, char *err, size_t errlen);

@@ -1763,6 +1763,7 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
     so.pool = r->pool;
     so.store = r->store;
     so.job = r->job;
+    so.chunk_size = r->mops->chunk_size;
     if (!(r->snap = snap_new(&so, err, errlen)))
         return orch_free(r);
     r->master_port = o->master_port;
