@@ -89,13 +89,7 @@ check "world-commit: rank 1 has generation 2 too" has '"event":"commit","gen":2'
 check "world-commit: ... coordinates, stops its trainer and waits" \
     wait_for 15 eval '[ "$(ev "$T/a1.ev" parked | wc -l)" = 2 ]'
 node a0c 0
-for n in a0c a1; do
-    wait_node $n 90
-    expect_eq "world-commit: $n finishes" 0 "$RC"
-    [ "$RC" = 0 ] || show a0c a1
-    expect_eq "world-commit: $n ends with the hash of an uninterrupted run" "$ref" \
-        "$(tail -n 1 "$T/$n.out")"
-done
+nodes_finish world-commit 90 a0c a1
 check "world-commit: the last replacement resumed from generation 2" \
     has '"event":"world_resume","gen":2' "$T/a0c.ev"
 expect_eq "world-commit: two generations committed, each once" "1 2" "$(committed | xargs)"

@@ -76,12 +76,7 @@ check "elastic: the newcomer restores shard 0 of the two generation 2 holds" \
     grep -q "start rank=2 size=3 gen=2 shard=0/2" "$T/e2b.err"
 check "elastic: ... from its restore directory" \
     test -d "$T/e2b/restore/gen-00000002-rank-0"
-for n in e0 e1 e2b; do
-    wait_node $n 90
-    expect_eq "elastic: $n finishes" 0 "$RC"
-    [ "$RC" = 0 ] || show $n
-    expect_eq "elastic: $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
-done
+nodes_finish elastic 90 e0 e1 e2b
 step1=$(saved_step e0 1) step2=$(saved_step e0 2)
 check "elastic: the two went on short from the step after generation 1's" \
     grep -q "^resumed at step $((step1 + 1)) from $T/e1/work/gen-00000001/w0\$" "$T/e1.out"

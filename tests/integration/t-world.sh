@@ -89,11 +89,7 @@ expect_eq "world: a preempted coordinator commits, then exits 75" 75 "$RC"
 check "world: rank 1 coordinates once rank 0 is gone" \
     wait_for 10 grep -q "rank 1 coordinates (this node)" "$T/b1.err"
 node b0b 0 2 "$P" --cloud none
-for n in b0b b1; do
-    wait_node $n 60
-    expect_eq "world: $n (after the coordinator's preemption) finishes" 0 "$RC"
-    expect_eq "world: $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
-done
+nodes_finish "world (after the coordinator's preemption)" 60 b0b b1
 check "world: the new rank 0 coordinates again" grep -q "rank 0 coordinates" "$T/b1.err"
 
 # ---- 3. the coordinator killed in the middle of a round -------------------------
@@ -140,11 +136,7 @@ check "world: ... and the other node stops its trainer and waits" \
 kill -CONT "${PID[s1]}"
 check "world: the peer back, the world resumes (from nothing committed: afresh)" \
     wait_for 20 eval '[ "$(ev "$T/s0.ev" world_resume | wc -l)" = 2 ]'
-for n in s0 s1; do
-    wait_node $n 60
-    expect_eq "world: $n finishes after the silence" 0 "$RC"
-    expect_eq "world: $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
-done
+nodes_finish "world (after the silence)" 60 s0 s1
 
 export TRAINER_STEP_US=1500
 
@@ -170,11 +162,7 @@ check "world: ... and commits generation 1 with both shards" \
 check "world: ... a whole commit record" grep -q '"world_size":2' "$T/store/$JOB/gens/00000001/COMMIT.json"
 check "world: ... then waits for rank 0" wait_for 15 has '"event":"parked"' "$T/d1.ev"
 node d0b 0 2 "$P" --cloud none
-for n in d0b d1; do
-    wait_node $n 60
-    expect_eq "world: $n (after the takeover's commit) finishes" 0 "$RC"
-    expect_eq "world: $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
-done
+nodes_finish "world (after the takeover's commit)" 60 d0b d1
 check "world: the replacement resumed from the generation the new coordinator committed" \
     grep -q '"event":"world_resume","gen":1' "$T/d0b.ev"
 
@@ -197,11 +185,7 @@ expect_eq "world: ... one generation served both" "1 1" \
 check "world: ... at one step" eval '[ "$(saved_step t1 1)" = "$(saved_step t2 1)" ] && [ "$(saved_step t0 1)" = "$(saved_step t1 1)" ]'
 node t1b 1 3 "$P" --cloud none
 node t2b 2 3 "$P" --cloud none
-for n in t0 t1b t2b; do
-    wait_node $n 90
-    expect_eq "world: $n finishes after the double preemption" 0 "$RC"
-    expect_eq "world: $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
-done
+nodes_finish "world (after the double preemption)" 90 t0 t1b t2b
 parked=$(ts_ms "$(jget "$(ev "$T/t0.ev" parked)" ts)")
 resumed=$(ts_ms "$(jget "$(ev "$T/t1b.ev" world_resume)" ts)")
 check "world: the replacements waited for the slow survivor to stop" \
@@ -229,11 +213,7 @@ expect_eq "world (rendezvous): the preempted node exits 75" 75 "$RC"
 check "world (rendezvous): each rank's record is in the store" \
     test -e "$T/store/$JOB/world/rank-0.json" -a -e "$T/store/$JOB/world/rank-2.json"
 rdv r1b
-for n in r0 r1b r2; do
-    wait_node $n 60
-    expect_eq "world (rendezvous): $n finishes" 0 "$RC"
-    expect_eq "world (rendezvous): $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
-done
+nodes_finish "world (rendezvous)" 60 r0 r1b r2
 check "world (rendezvous): the rank-less replacement was given rank 1" \
     grep -q "this node takes rank 1" "$T/r1b.err"
 check "world (rendezvous): ... by the coordinator" grep -q "it takes vacant rank 1" "$T/r0.err"
@@ -277,12 +257,7 @@ check "world: ... and stops its trainer to wait" wait_for 15 has '"event":"parke
 kill -CONT "${PID[m1]}"
 check "world: rank 1 back, its generation 2 fails too" \
     wait_for 15 has '"event":"checkpoint_failed","gen":2' "$T/m1.ev"
-for n in m0 m1; do
-    wait_node $n 60
-    expect_eq "world: $n finishes after the silence mid-checkpoint" 0 "$RC"
-    [ "$RC" = 0 ] || show m0 m1
-    expect_eq "world: $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
-done
+nodes_finish "world (after the silence mid-checkpoint)" 60 m0 m1
 check "world: generation 2 was never committed" test ! -e "$T/store/$JOB/gens/00000002/COMMIT.json"
 check "world: both resumed from generation 1" \
     eval 'has "\"event\":\"world_resume\",\"gen\":1" "$T/m0.ev" && has "\"event\":\"world_resume\",\"gen\":1" "$T/m1.ev"'
@@ -310,12 +285,7 @@ check "world: ... and nothing is committed" test ! -e "$T/store/$JOB/gens/000000
 check "world: rank 1's checkpoint fails too" \
     wait_for 15 has '"event":"checkpoint_failed","gen":1' "$T/l1.ev"
 node l0b 0 2 "$P" --cloud none
-for n in l0b l1; do
-    wait_node $n 60
-    expect_eq "world: $n finishes after the missed deadline" 0 "$RC"
-    [ "$RC" = 0 ] || show l0b l1
-    expect_eq "world: $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
-done
+nodes_finish "world (after the missed deadline)" 60 l0b l1
 
 # ---- 5. hostile frames ---------------------------------------------------------------
 JOB=wh

@@ -1,4 +1,4 @@
-# Helpers for the world's tests (t-world.sh, t-world-netns.sh); source it
+# Helpers for the world's tests (t-world*.sh); source it
 # after lib.sh.  Each node is a spotd in the background, known by NAME: its
 # state in $T/NAME, events in $T/NAME.ev, stdout in $T/NAME.out, stderr in
 # $T/NAME.err, pid in PID[NAME].
@@ -33,6 +33,20 @@ show() {
     for n in "$@"; do
         echo "--- $n.err (tail)"
         grep -v '"progress"' "$T/$n.err" 2>/dev/null | tail -n 25 | cut -c1-300
+    done
+}
+
+# nodes_finish LABEL SECONDS NAME...: each node ends within SECONDS with
+# exit 0 and the hash of an uninterrupted run ($ref); the logs of all of
+# them when one does not.  LABEL starts the checks' names.
+nodes_finish() {
+    local label=$1 secs=$2 n
+    shift 2
+    for n in "$@"; do
+        wait_node "$n" "$secs"
+        expect_eq "$label: $n finishes" 0 "$RC"
+        [ "$RC" = 0 ] || show "$@"
+        expect_eq "$label: $n ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/$n.out")"
     done
 }
 
