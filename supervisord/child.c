@@ -497,22 +497,33 @@ int child_resolve(const char *cmd, char *buf, size_t size)
     return r;
 }
 
-/* In the child, between fork() and execve(): only async-signal-safe calls. */
-static __attribute__((noreturn)) void exec_child(const struct child *c, const char *path,
-                                                  int errfd)
+void child_reset_signals(const sigset_t *mask)
 {
     /* Every disposition back to default, glibc's internal signals (32, 33)
      * included, which sigaction() refuses to touch and posix_spawn() leaves
      * ignored: hence the system call.  A zeroed kernel sigaction is SIG_DFL
      * with no flags and an empty mask. */
     unsigned long ksa[4] = { 0, 0, 0, 0 };
-    int err;
+    sigset_t none;
 
-    setsid();
     for (int sig = 1; sig < NSIG; sig++)
         if (sig != SIGKILL && sig != SIGSTOP)
             syscall(SYS_rt_sigaction, sig, ksa, NULL, (size_t)8);
-    sigprocmask(SIG_SETMASK, &c->orig_mask, NULL);
+    if (!mask) {
+        sigemptyset(&none);
+        mask = &none;
+    }
+    sigprocmask(SIG_SETMASK, mask, NULL);
+}
+
+/* In the child, between fork() and execve(): only async-signal-safe calls. */
+static __attribute__((noreturn)) void exec_child(const struct child *c, const char *path,
+                                                  int errfd)
+{
+    int err;
+
+    setsid();
+    child_reset_signals(&c->orig_mask);
     execve(path, c->opts.argv, environ);
     err = errno;
     if (write(errfd, &err, sizeof(err)) < 0) {

@@ -98,6 +98,11 @@ int child_exit_code(const struct child *c);
  * -ENAMETOOLONG. */
 int child_resolve(const char *cmd, char *buf, size_t size);
 
+/* In a child between fork() and exec(): every signal disposition back to
+ * its default, and the mask set to mask (NULL: nothing blocked), so that
+ * the program runs as if spotd were not there.  Async-signal-safe. */
+void child_reset_signals(const sigset_t *mask);
+
 /* The command's pid while it runs, else 0. */
 pid_t child_pid(const struct child *c);
 

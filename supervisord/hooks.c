@@ -90,7 +90,6 @@ int hooks_run(struct hooks *h, const char *name, const struct hook_env *env, hoo
     char *argv[3], **envp;
     struct run *r = NULL;
     struct timeval tv;
-    sigset_t none;
     size_t n = 0, k = 0;
     pid_t pid;
 
@@ -128,7 +127,6 @@ int hooks_run(struct hooks *h, const char *name, const struct hook_env *env, hoo
     snprintf(arg1, sizeof(arg1), "%s", name);
     argv[1] = arg1;
     argv[2] = NULL;
-    sigemptyset(&none);
 
     pid = fork();
     if (pid == 0) {
@@ -136,9 +134,7 @@ int hooks_run(struct hooks *h, const char *name, const struct hook_env *env, hoo
         /* Its own group, default dispositions, nothing blocked: a hook
          * is a program of its own, not part of spotd. */
         setpgid(0, 0);
-        for (int sig = 1; sig < NSIG; sig++)
-            signal(sig, SIG_DFL);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        child_reset_signals(NULL);
         if (fd >= 0)
             dup2(fd, STDIN_FILENO);
         execve(path, argv, envp);

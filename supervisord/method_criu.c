@@ -202,12 +202,8 @@ static int spawn(struct method *m, char **argv, const char *log, child_reaped_fn
     }
     if (pid == 0) {
         int null = open("/dev/null", O_RDONLY);
-        sigset_t none;
         /* A program of its own: default dispositions, nothing blocked. */
-        for (int sig = 1; sig < NSIG; sig++)
-            signal(sig, SIG_DFL);
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        child_reset_signals(NULL);
         setpgid(0, 0);
         if (null >= 0)
             dup2(null, STDIN_FILENO);
@@ -585,11 +581,7 @@ static int check_criu(const struct method *m, char *err, size_t errlen)
     }
     pid = fork();
     if (pid == 0) {
-        sigset_t none;
-        for (int sig = 1; sig < NSIG; sig++)
-            signal(sig, SIG_DFL);
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        child_reset_signals(NULL);
         dup2(fd, STDOUT_FILENO);
         dup2(fd, STDERR_FILENO);
         execv(exe, argv);

@@ -153,8 +153,8 @@ check "resume GEN: ... saying so" grep -q "no committed generation 999" "$T/stde
 # ---- hooks ------------------------------------------------------------------
 mkdir "$T/hooks"
 for h in on-notice pre-checkpoint post-checkpoint pre-restore post-restore; do
-    printf '#!/bin/sh\nenv | grep "^SPOT_" | sort >"%s/%s.env"\necho "$1" >"%s/%s.argv"\n' \
-        "$T" "$h" "$T" "$h" >"$T/hooks/$h"
+    printf '#!/bin/sh\nenv | grep "^SPOT_" | sort >"%s/%s.env"\necho "$1" >"%s/%s.argv"\ngrep "^Sig[IB]" /proc/$$/status >"%s/%s.sig"\n' \
+        "$T" "$h" "$T" "$h" "$T" "$h" >"$T/hooks/$h"
     chmod +x "$T/hooks/$h"
 done
 run_spotd run --cloud none --job hk --store "$S" --state-dir "$T/h1" --hooks-dir "$T/hooks" \
@@ -163,6 +163,8 @@ expect_eq "hooks: the checkpoint still commits" 75 "$RC"
 for h in on-notice pre-checkpoint post-checkpoint; do
     check "hooks: $h ran with its name as argv[1]" grep -qx "$h" "$T/$h.argv"
 done
+expect_eq "hooks: a hook runs with no signal ignored or blocked (spotd's own are reset)" \
+    "SigBlk:	0000000000000000 SigIgn:	0000000000000000" "$(sort "$T/pre-checkpoint.sig" | xargs -d '\n')"
 check "hooks: the environment names the job" grep -qx "SPOT_JOB=hk" "$T/pre-checkpoint.env"
 check "hooks: ... the generation" grep -qx "SPOT_GEN=1" "$T/post-checkpoint.env"
 check "hooks: ... the result" grep -qx "SPOT_RESULT=committed" "$T/post-checkpoint.env"
