@@ -49,11 +49,23 @@ sys.stdout.write(urllib.request.urlopen("http://%s/metrics" % sys.argv[1], timeo
 # The command lists where its descriptors lead: one run with NVML loaded in
 # spotd, one without, must list the same.
 # (The files spotd's stdout and stderr go to differ by name: FILE.)
-fds_cmd='for f in /proc/$$/fd/*; do readlink "$f"; done | grep -v "^/proc/" | sort; sleep 20'
+# A shell pipeline would race with its own pipes (one of them, not yet
+# closed by the shell, was seen once): the listing is one Python process.
+lister='import os, sys, time
+out = []
+for f in os.listdir("/proc/self/fd"):
+    try:
+        t = os.readlink("/proc/self/fd/" + f)
+    except OSError:
+        continue
+    if not t.startswith("/proc/"):
+        out.append(t)
+print("\n".join(sorted(out)), flush=True)
+time.sleep(float(sys.argv[1]))'
 fds_of() { sed "s|^$T/.*|FILE|" "$1"; }
 addr=$(free_ports 1)
 LD_LIBRARY_PATH="$FAKE" "$SPOTD" run --cloud none --metrics "$addr" --gpu-idle-threshold 30 \
-    -- sh -c "$fds_cmd" >"$T/m.out" 2>"$T/m.err" &
+    -- python3 -c "$lister" 20 >"$T/m.out" 2>"$T/m.err" &
 pid=$!
 _bg_pids+=("$pid")
 wait_for 5 eval 'scrape "$addr" >"$T/m1" 2>/dev/null'
@@ -83,7 +95,7 @@ check "nvml: /metrics: GPU 0 (87 %) is not idle, GPU 1 (3 %, under 30 %) has bee
 cp "$T/m.err" "$T/m.err.running" # (the TERM below is a notice, logged as a warning)
 kill -TERM "$pid"
 wait_exit "$pid" 10
-"$SPOTD" run --cloud none -- sh -c "${fds_cmd%; sleep 20}" >"$T/plain.out" 2>"$T/plain.err"
+"$SPOTD" run --cloud none -- python3 -c "$lister" 0 >"$T/plain.out" 2>"$T/plain.err"
 expect_eq "nvml: the command inherits no descriptor NVML opened in spotd" \
     "$(fds_of "$T/plain.out")" "$(fds_of "$T/m.out")"
 check "nvml: ... and spotd said nothing above info" \
