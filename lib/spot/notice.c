@@ -59,6 +59,14 @@ int64_t notice_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t notice_mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* The proleptic Gregorian date of a day number (days since 1970-01-01),
  * the inverse of time_days_from_civil(); by hand, so that every int64_t
  * millisecond value formats, whatever time_t and gmtime_r() allow. */

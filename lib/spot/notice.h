@@ -52,6 +52,10 @@ void notice_copy(char *dst, size_t size, const char *src, size_t len);
 
 /* Milliseconds since the epoch, UTC, now. */
 int64_t notice_now_ms(void);
+/* CLOCK_MONOTONIC ms (an arbitrary origin): for every timeout, interval,
+ * duration and liveness check.  The wall clock (notice_now_ms) only for
+ * deadlines a cloud gives and timestamps in records: an NTP step moves it. */
+int64_t notice_mono_ms(void);
 
 /* Add the notice's fields (source, kind, deadline as RFC 3339, event_id,
  * raw, drill, terminating, detected) to obj. */
