@@ -87,6 +87,10 @@ struct child {
     struct event *linger_timer;   /* a launcher whose workers are gone */
     unsigned linger_ticks;
     struct event *backoff_timer;
+    /* A restart waits for its owner's word (child_before_restart). */
+    void (*before_restart)(void *arg);
+    void *before_arg;
+    bool restart_waits;
     /* Other children of spotd whose end someone waits for (hooks). */
     struct {
         pid_t pid;
@@ -344,6 +348,25 @@ static void on_backoff_timer(evutil_socket_t fd, short what, void *arg)
     struct child *c = arg;
 
     c->restarts++;
+    if (c->before_restart) {
+        c->restart_waits = true;
+        c->before_restart(c->before_arg);
+        return;
+    }
+    spawn(c);
+}
+
+void child_before_restart(struct child *c, void (*fn)(void *arg), void *arg)
+{
+    c->before_restart = fn;
+    c->before_arg = arg;
+}
+
+void child_restart_now(struct child *c)
+{
+    if (c->state != CHILD_BACKOFF || !c->restart_waits)
+        return;
+    c->restart_waits = false;
     spawn(c);
 }
 
@@ -426,6 +449,7 @@ void child_park(struct child *c, void (*on_parked)(void *arg), void *arg)
     }
     if (c->state == CHILD_BACKOFF) {
         evtimer_del(c->backoff_timer);
+        c->restart_waits = false;
         c->on_parked = NULL;
         c->state = CHILD_PARKED;
         on_parked(arg);

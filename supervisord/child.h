@@ -67,6 +67,12 @@ void child_park(struct child *c, void (*on_parked)(void *arg), void *arg);
 /* While parked (or before the first start): end spotd's loop with code. */
 void child_end(struct child *c, int code, const char *reason);
 
+/* Each restart, once its backoff is over, calls fn(arg) instead of
+ * starting the command, which then starts at child_restart_now() (a stop
+ * meanwhile ends spotd as in the backoff).  NULL: restarts start at once. */
+void child_before_restart(struct child *c, void (*fn)(void *arg), void *arg);
+void child_restart_now(struct child *c);
+
 /* The command line of the next start; borrowed, outlives the child. */
 void child_set_argv(struct child *c, char *const *argv);
 

@@ -51,6 +51,15 @@ struct figures {
     int64_t prev_step, prev_at_ms; /* of the one before */
 };
 
+/* A committed generation the start may resume from, and, once tried,
+ * why it did not restore. */
+struct cand {
+    uint64_t gen;
+    int64_t step;
+    int err;
+    char why[512];
+};
+
 struct orch {
     struct orch_opts o;
     char *job, *store_url, *state_dir;
@@ -98,6 +107,22 @@ struct orch {
     bool pausing, parked;          /* the command is being stopped / is stopped */
     bool ending;                   /* this node goes once the command is not running */
     bool resumed_once;             /* --resume applies to the first resume only */
+    /* The start (and a restart's resume): what the store holds, what was
+     * tried.  gc runs only once the job's generations were read, and
+     * spares what this spotd neither resumed from nor wrote. */
+    enum { RESUME_AUTO, RESUME_FRESH, RESUME_GEN } resume_mode;
+    uint64_t resume_want;          /* RESUME_GEN */
+    bool gens_read;
+    uint64_t resumed_from;         /* 0: started fresh */
+    uint64_t *own;                 /* generations this spotd committed, ascending */
+    size_t n_own, cap_own;
+    struct cand *cands;            /* newest first */
+    size_t n_cands, next_cand;
+    int64_t wait_from;             /* monotonic ms the store first failed; 0: it did not */
+    unsigned store_tries;
+    struct event *retry;           /* the next try of a store that could not be read */
+    void (*retry_fn)(struct orch *r);
+    bool restarting;               /* a restart of the command waits for its resume */
     uint64_t world_want;           /* the generation the world resumes from */
     uint64_t commit_gen;           /* coordinator: the commit record being written */
     struct snap_split *split;      /* the upload waits for the world's split */
@@ -339,16 +364,57 @@ static void finish_checkpoint(struct orch *r, int err, const char *msg)
 
 static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g);
 
-/* One collection at a time; a commit during one asks for another. */
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* gc spares every committed generation newer than the one this spotd
+ * resumed from that it did not write itself: a generation it could not
+ * restore, or another writer's, is the operator's to delete (spotctl gc). */
+static bool spare(void *arg, uint64_t gen)
+{
+    const struct orch *r = arg;
+
+    return gen > r->resumed_from && !bsearch(&gen, r->own, r->n_own, sizeof(*r->own), cmp_u64);
+}
+
+/* Remember gen as written by this spotd (when memory fails it stays
+ * spared: the safe side). */
+static void add_own(struct orch *r, uint64_t gen)
+{
+    if (r->n_own && r->own[r->n_own - 1] >= gen)
+        return;
+    if (r->n_own == r->cap_own) {
+        size_t cap = r->cap_own ? 2 * r->cap_own : 16;
+        uint64_t *o = realloc(r->own, cap * sizeof(*o));
+        if (!o)
+            return;
+        r->own = o;
+        r->cap_own = cap;
+    }
+    r->own[r->n_own++] = gen;
+}
+
+/* One collection at a time; a commit during one asks for another.  Never
+ * by a spotd that has not read the job's generations. */
 static void collect(struct orch *r)
 {
+    if (!r->gens_read)
+        return;
     if (r->collecting) {
         r->collect_again = true;
         return;
     }
     r->collecting = true;
     r->collect_again = false;
-    snap_gc(r->snap, SNAP_KEEP_DEFAULT, SNAP_GRACE_DEFAULT_MS, false, on_collected, r);
+    snap_gc(r->snap, &(struct snap_gc_opts){ .keep = SNAP_KEEP_DEFAULT,
+                                             .grace_ms = SNAP_GRACE_DEFAULT_MS,
+                                             .spare = spare,
+                                             .spare_arg = r },
+            on_collected, r);
 }
 
 static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g)
@@ -399,10 +465,77 @@ static void set_resume(struct orch *r, uint64_t gen, int64_t step, const char *d
         control_set_resume(r->control, dir, step, gen);
 }
 
+/* link -r src dst: the files are not copied, only named again. */
+static int link_tree(const char *src, const char *dst, int depth)
+{
+    char s[4200], d[4200];
+    struct dirent *de;
+    struct stat st;
+    DIR *dp;
+    int r = 0;
+
+    if (depth > 64)
+        return -ELOOP;
+    if (mkdir(dst, 0700) < 0)
+        return -errno;
+    if (!(dp = opendir(src)))
+        return -errno;
+    while (r == 0 && (de = readdir(dp))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        if ((size_t)snprintf(s, sizeof(s), "%s/%s", src, de->d_name) >= sizeof(s) ||
+            (size_t)snprintf(d, sizeof(d), "%s/%s", dst, de->d_name) >= sizeof(d))
+            r = -ENAMETOOLONG;
+        else if (lstat(s, &st) < 0)
+            r = -errno;
+        else if (S_ISDIR(st.st_mode) && (r = link_tree(s, d, depth + 1)) == 0)
+            r = chmod(d, st.st_mode & 07777) < 0 ? -errno : 0;
+        else if (!S_ISDIR(st.st_mode) && link(s, d) < 0)
+            r = -errno;
+    }
+    closedir(dp);
+    return r;
+}
+
+/* Where a restart finds the generation just committed: the method's own
+ * folder when it is spotd's (STATE/work/gen-N, written through libckpt or
+ * by criu), else (signal, dir: the trainer's folder, which it rewrites
+ * and prunes) STATE/restore/gen-N, hard links to the same files.  Either
+ * is checked against the manifest before a restart uses it, and restored
+ * from the store when it does not match. */
+static void own_copy(struct orch *r, char *buf, size_t size)
+{
+    char work[4200];
+    int err;
+
+    snprintf(work, sizeof(work), "%s/work/", r->state_dir);
+    if (strncmp(r->dir, work, strlen(work)) == 0) {
+        snprintf(buf, size, "%s", r->dir);
+        return;
+    }
+    snprintf(buf, size, "%s/restore/gen-%08llu%s", r->state_dir, (unsigned long long)r->gen,
+             r->world ? "-rank-" : "");
+    if (r->world) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, size - len, "%u", r->restore_rank);
+    }
+    snprintf(work, sizeof(work), "%s/restore", r->state_dir);
+    make_dirs(work);
+    remove_tree(buf);
+    /* Names only, no data: a checkpoint's few files take microseconds. */
+    if ((err = link_tree(r->dir, buf, 0)) < 0) {
+        log_msg(LOGL_INFO, "no local copy of generation %llu (cannot link '%s' into '%s': %s); "
+                "a restart restores it from the store", (unsigned long long)r->gen, r->dir,
+                buf, strerror(-err));
+        remove_tree(buf);
+    }
+}
+
 static void on_committed(void *arg, int err, const char *msg)
 {
     struct orch *r = arg;
     int64_t now = notice_now_ms();
+    char copy[4200];
     cJSON *e;
 
     if (err) {
@@ -410,6 +543,7 @@ static void on_committed(void *arg, int err, const char *msg)
         return;
     }
     r->newest_gen = r->gen;
+    add_own(r, r->gen);
     r->fig.save_ms = r->t_saved - r->t_begin;
     r->fig.upload_ms = r->t_uploaded - r->t_saved;
     r->fig.commit_ms = now - r->t_uploaded;
@@ -435,16 +569,18 @@ static void on_committed(void *arg, int err, const char *msg)
     log_event(LOGL_INFO, e, "generation %llu committed: step %lld, %llu bytes, %lld ms",
               (unsigned long long)r->gen, (long long)r->step,
               (unsigned long long)r->saved.bytes, (long long)(now - r->t_begin));
-    /* A restart resumes from here; local copies of older ones go. */
+    /* A restart resumes from here (spotd's own copy, checked before it is
+     * used); local copies of older ones go. */
     if (r->world) {
         r->restore_rank = r->restored_as = world_trainer_rank(r->world);
         r->restore_size = world_trainer_size(r->world);
     }
-    set_resume(r, r->gen, r->step, r->dir);
+    own_copy(r, copy, sizeof(copy));
+    set_resume(r, r->gen, r->step, copy);
     if (r->mops->committed && r->method)
-        r->mops->committed(r->method, r->dir);
+        r->mops->committed(r->method, copy);
     prune_local(r, "work", r->dir);
-    prune_local(r, "restore", NULL);
+    prune_local(r, "restore", copy);
     /* Retention: what the newest generations do not need goes, in the
      * background (snap_gc never deletes what they reference).  Also when
      * this commit finished an upload after the command ended (spotd waits
@@ -1067,6 +1203,30 @@ static int world_command(struct orch *r)
     return 0;
 }
 
+static void restore(struct orch *r);
+
+/* A restart after a crash resumes from the newest committed generation
+ * as spotd holds it, once that copy proves exact (else it is restored
+ * again from the store, or an older one is), never from what the trainer
+ * may have changed since. */
+static void on_before_restart(void *arg)
+{
+    struct orch *r = arg;
+
+    if (!r->resume_gen) {
+        child_restart_now(r->o.child);
+        return;
+    }
+    log_msg(LOGL_INFO, "checking the copy of generation %llu in '%s' before the restart",
+            (unsigned long long)r->resume_gen, r->resume_dir);
+    r->restarting = true;
+    r->t_restore = notice_mono_ms();
+    free(r->cands);
+    r->cands = NULL;
+    r->n_cands = r->next_cand = 0;
+    restore(r);
+}
+
 static void run_command(struct orch *r)
 {
     struct control_opts co = {
@@ -1119,6 +1279,8 @@ static void run_command(struct orch *r)
             return;
         }
     }
+    /* --resume is for the start; a restart resumes from the newest. */
+    r->resume_mode = RESUME_AUTO;
     if (r->o.socket)
         snprintf(path, sizeof(path), "%s", r->o.socket);
     else
@@ -1144,52 +1306,270 @@ static void run_command(struct orch *r)
                               (suseconds_t)(r->o.interval_ms % 1000) * 1000 };
         event_add(r->tick, &tv);
     }
+    if (!r->world)
+        child_before_restart(r->o.child, on_before_restart, r);
     if (child_start(r->o.child) < 0)
         log_msg(LOGL_ERROR, "cannot schedule the command's start: out of memory");
 }
 
-static void on_restored(void *arg, int err, const char *msg)
+/* Whether err says that a generation itself cannot be restored (damaged,
+ * missing or refused), as opposed to a store that cannot be read now. */
+static bool damaged(int err)
+{
+    return err == -EBADMSG || err == -ENOENT || err == -EKEYREJECTED;
+}
+
+/* A store read worked: the next failure has its --store-wait again. */
+static void store_ok(struct orch *r)
+{
+    r->wait_from = 0;
+    r->store_tries = 0;
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
     struct orch *r = arg;
-    struct hook_env he;
-    cJSON *e;
 
-    if (err) {
-        log_msg(LOGL_ERROR, "cannot restore generation %llu: %s; starting fresh",
-                (unsigned long long)r->resume_gen, msg);
-        r->resume_dir[0] = '\0';
-        r->resume_gen = 0;
-        r->resume_step = -1;
-    } else {
-        e = log_event_new("resume");
-        cJSON_AddNumberToObject(e, "gen", (double)r->resume_gen);
-        cJSON_AddNumberToObject(e, "step", (double)r->resume_step);
+    r->retry_fn(r);
+}
+
+/* A store that could not be read at start is tried again (again(r)), 1 s,
+ * 2 s, 4 s ... 10 s apart, for --store-wait; after that spotd refuses to
+ * start.  Could not read is never nothing there: a start that took a
+ * failed listing for an empty store would number generations from 1 again
+ * over committed ones. */
+static void store_retry(struct orch *r, void (*again)(struct orch *), const char *what,
+                        const char *msg)
+{
+    int64_t now = notice_mono_ms(), left;
+    uint64_t delay = 1000ull << (r->store_tries < 4 ? r->store_tries : 4);
+    struct timeval tv;
+
+    if (!r->wait_from)
+        r->wait_from = now;
+    left = r->wait_from + (int64_t)r->o.store_wait_ms - now;
+    if (left <= 0) {
+        log_msg(LOGL_ERROR, "%s: %s; not starting the command after %lld s of tries: a store "
+                "that cannot be read is never taken for an empty one (check the store's "
+                "address, credentials and permissions, or raise --store-wait)", what, msg,
+                (long long)(now - r->wait_from) / 1000);
+        refuse_start(r);
+        return;
+    }
+    if (delay > 10000)
+        delay = 10000;
+    if ((int64_t)delay > left)
+        delay = (uint64_t)left;
+    r->store_tries++;
+    log_msg(LOGL_WARN, "%s: %s; trying again in %.1f s (for %lld s more: --store-wait)", what,
+            msg, (double)delay / 1000, (long long)(left / 1000));
+    r->retry_fn = again;
+    tv.tv_sec = (time_t)(delay / 1000);
+    tv.tv_usec = (suseconds_t)(delay % 1000) * 1000;
+    event_add(r->retry, &tv);
+}
+
+/* "generation 5: chunk ... corrupt; generation 4: ..." for what was tried. */
+static void tried_list(const struct orch *r, char *buf, size_t size)
+{
+    size_t len = 0;
+
+    buf[0] = '\0';
+    for (size_t i = 0; i < r->n_cands && len < size; i++) {
+        if (!r->cands[i].err)
+            continue;
+        len += (size_t)snprintf(buf + len, size - len, "%sgeneration %llu: %s",
+                                len ? "; " : "", (unsigned long long)r->cands[i].gen,
+                                r->cands[i].why);
+    }
+    if (len >= size && size > 4)
+        memcpy(buf + size - 4, "...", 4);
+}
+
+static void resume_next(struct orch *r);
+static void list_gens(struct orch *r);
+
+/* Nothing to resume from: the command starts (or restarts) afresh. */
+static void start_fresh(struct orch *r)
+{
+    r->resume_dir[0] = '\0';
+    r->resume_gen = 0;
+    r->resume_step = -1;
+    if (r->restarting) {
+        r->restarting = false;
+        set_resume(r, 0, -1, NULL);
+        child_restart_now(r->o.child);
+        return;
+    }
+    run_command(r);
+}
+
+/* The generation to resume from is in resume_dir (or none: afresh). */
+static void resumed(struct orch *r)
+{
+    char tried[2048];
+    struct hook_env he;
+    cJSON *e, *skipped;
+
+    store_ok(r);
+    r->resumed_from = r->resume_gen;
+    tried_list(r, tried, sizeof(tried));
+    e = log_event_new("resume");
+    cJSON_AddNumberToObject(e, "gen", (double)r->resume_gen);
+    cJSON_AddNumberToObject(e, "step", (double)r->resume_step);
+    if (r->resume_gen)
         cJSON_AddStringToObject(e, "dir", r->resume_dir);
-        cJSON_AddNumberToObject(e, "ms", (double)(notice_now_ms() - r->t_restore));
+    cJSON_AddNumberToObject(e, "ms", (double)(notice_mono_ms() - r->t_restore));
+    if (r->restarting)
+        cJSON_AddBoolToObject(e, "restart", 1);
+    skipped = cJSON_AddArrayToObject(e, "skipped");
+    for (size_t i = 0; skipped && i < r->n_cands; i++) {
+        cJSON *o;
+        if (!r->cands[i].err || !(o = cJSON_CreateObject()))
+            continue;
+        cJSON_AddNumberToObject(o, "gen", (double)r->cands[i].gen);
+        cJSON_AddStringToObject(o, "error", r->cands[i].why);
+        cJSON_AddItemToArray(skipped, o);
+    }
+    if (!r->resume_gen) {
+        cJSON_AddBoolToObject(e, "fresh", 1);
+        log_event(LOGL_WARN, e, "no committed generation restores (%s); starting fresh as "
+                  "--on-unrestorable fresh allows; they stay in the store, and new generations "
+                  "follow %llu", tried, (unsigned long long)r->newest_gen);
+    } else if (tried[0]) {
+        log_event(LOGL_WARN, e, "resuming from generation %llu (step %lld), not a newer one: "
+                  "%s", (unsigned long long)r->resume_gen, (long long)r->resume_step, tried);
+    } else {
         log_event(LOGL_INFO, e, "resuming from generation %llu (step %lld)",
                   (unsigned long long)r->resume_gen, (long long)r->resume_step);
+    }
+    if (r->resume_gen) {
         he = (struct hook_env){ .job = r->job, .dir = r->resume_dir, .gen = r->resume_gen,
                                 .step = r->resume_step, .reason = "resume" };
         hooks_run(r->hooks, "post-restore", &he, NULL, NULL);
     }
+    if (r->restarting) {
+        /* The command's restart (child.c) waited for this. */
+        r->restarting = false;
+        set_resume(r, r->resume_gen, r->resume_step, r->resume_gen ? r->resume_dir : NULL);
+        if (r->mops->committed && r->method && r->resume_gen)
+            r->mops->committed(r->method, r->resume_dir);
+        child_restart_now(r->o.child);
+        return;
+    }
     run_command(r);
+}
+
+/* No committed generation restores: refuse, or afresh when allowed. */
+static void unrestorable(struct orch *r)
+{
+    char tried[2048];
+
+    tried_list(r, tried, sizeof(tried));
+    if (r->resume_mode == RESUME_AUTO && r->o.on_unrestorable == UNRESTORABLE_FRESH &&
+        !r->world) {
+        r->resume_dir[0] = '\0';
+        r->resume_gen = 0;
+        r->resume_step = -1;
+        resumed(r);
+        return;
+    }
+    log_msg(LOGL_ERROR, "job '%s': %s%s; not starting the command: nothing is started afresh "
+            "over committed work (see spotctl verify; resume another generation with --resume "
+            "N, or start afresh with --resume fresh)", r->job,
+            r->resume_mode == RESUME_AUTO && r->o.on_unrestorable == UNRESTORABLE_OLDER
+                ? "no committed generation can be restored: " : "", tried);
+    if (r->world)
+        world_leave(r->world, "cannot restore");
+    refuse_start(r);
+}
+
+static void restore(struct orch *r);
+
+static void on_restored(void *arg, int err, const char *msg)
+{
+    struct orch *r = arg;
+    struct cand *c = r->next_cand < r->n_cands ? &r->cands[r->next_cand] : NULL;
+    char what[128];
+
+    if (!err) {
+        resumed(r);
+        return;
+    }
+    if (!damaged(err)) {
+        snprintf(what, sizeof(what), "cannot restore generation %llu",
+                 (unsigned long long)r->resume_gen);
+        store_retry(r, restore, what, msg);
+        return;
+    }
+    store_ok(r);
+    if (r->world) {
+        /* The world's generation: one to take or none. */
+        log_msg(LOGL_ERROR, "cannot restore generation %llu: %s; this node leaves the world "
+                "rather than start its shard afresh", (unsigned long long)r->resume_gen, msg);
+        world_leave(r->world, "cannot restore");
+        refuse_start(r);
+        return;
+    }
+    if (!c || c->gen != r->resume_gen) {
+        /* A restart's generation does not restore: choose again, as at
+         * start. */
+        log_msg(LOGL_WARN, "generation %llu cannot be restored for the restart: %s; looking "
+                "for the newest one that can", (unsigned long long)r->resume_gen, msg);
+        list_gens(r);
+        return;
+    }
+    c->err = err;
+    snprintf(c->why, sizeof(c->why), "%s", msg);
+    r->next_cand++;
+    if (r->resume_mode == RESUME_GEN || r->o.on_unrestorable == UNRESTORABLE_FAIL ||
+        r->next_cand == r->n_cands) {
+        unrestorable(r);
+        return;
+    }
+    log_msg(LOGL_WARN, "generation %llu cannot be restored: %s; trying an older one",
+            (unsigned long long)c->gen, msg);
+    resume_next(r);
+}
+
+/* A restore into a directory that has one already (an earlier start of
+ * this state directory, or spotd's own copy of a commit) takes it only
+ * when it is an exact copy. */
+static void on_checked(void *arg, int err, const char *msg)
+{
+    struct orch *r = arg;
+
+    if (err == 0) {
+        on_restored(r, 0, "");
+        return;
+    }
+    if (err != -ENOENT && !damaged(err)) {
+        char what[128];
+        snprintf(what, sizeof(what), "cannot read generation %llu",
+                 (unsigned long long)r->resume_gen);
+        store_retry(r, restore, what, msg);
+        return;
+    }
+    if (err != -ENOENT || access(r->resume_dir, F_OK) == 0)
+        log_msg(LOGL_WARN, "%s; restoring it again from the store", msg);
+    remove_tree(r->resume_dir);
+    snap_restore(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir, NULL,
+                 on_restored, r);
 }
 
 static void restore(struct orch *r)
 {
     char dir[4200];
 
-    /* A restore left by an earlier start of this state directory is
-     * reused: restores go beside their destination, then into place. */
+    /* Restores go beside their destination, then into place. */
     snprintf(dir, sizeof(dir), "%s/restore", r->state_dir);
     make_dirs(dir);
     prune_local(r, "restore", r->resume_dir);
     if (access(r->resume_dir, F_OK) == 0) {
-        r->t_restore = notice_now_ms();
-        on_restored(r, 0, "");
+        snap_check(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir,
+                   on_checked, r);
         return;
     }
-    r->t_restore = notice_now_ms();
     snap_restore(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir, NULL,
                  on_restored, r);
 }
@@ -1207,66 +1587,6 @@ static void on_pre_restore(void *arg, int code, const char *msg)
     restore(r);
 }
 
-static void restore_pick(struct orch *r, uint64_t gen, int64_t step);
-
-static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
-{
-    struct orch *r = arg;
-    const struct snap_gen *pick = NULL;
-    bool never = strcmp(r->o.resume, "never") == 0, autom = strcmp(r->o.resume, "auto") == 0;
-    uint64_t want = 0;
-
-    if (err) {
-        log_msg(LOGL_ERROR, "cannot list the checkpoints of job '%s': %s; starting fresh",
-                r->job, msg);
-        if (r->world) {
-            r->parked = true;
-            maybe_ready(r);
-            return;
-        }
-        run_command(r);
-        return;
-    }
-    if (!never && !autom)
-        parse_u64(r->o.resume, 1, UINT64_MAX, &want);
-    for (size_t i = 0; i < n; i++) {
-        if (gens[i].gen > r->newest_gen)
-            r->newest_gen = gens[i].gen;
-        if (gens[i].committed && (autom || gens[i].gen == want))
-            pick = &gens[i];
-    }
-    if (want && !pick) {
-        log_msg(LOGL_ERROR, "--resume %llu: job '%s' has no committed generation %llu (see "
-                "spotctl ls); not starting the command", (unsigned long long)want, r->job,
-                (unsigned long long)want);
-        snap_gens_free(gens, n);
-        refuse_start(r);
-        return;
-    }
-    if (never && r->newest_gen)
-        log_msg(LOGL_INFO, "--resume never: starting fresh; new generations follow %llu",
-                (unsigned long long)r->newest_gen);
-    if (r->world) {
-        /* The world decides when, and from what, the command starts. */
-        for (size_t i = 0; i < n; i++)
-            if (gens[i].committed && gens[i].gen > r->resume_gen) {
-                r->resume_gen = gens[i].gen;
-                r->resume_step = (int64_t)gens[i].commit.step;
-            }
-        snap_gens_free(gens, n);
-        r->parked = true;
-        maybe_ready(r);
-        return;
-    }
-    if (!pick) {
-        snap_gens_free(gens, n);
-        run_command(r);
-        return;
-    }
-    restore_pick(r, pick->gen, (int64_t)pick->commit.step);
-    snap_gens_free(gens, n);
-}
-
 /* Restore gen (holding step) and start the command from it. */
 static void restore_pick(struct orch *r, uint64_t gen, int64_t step)
 {
@@ -1275,6 +1595,7 @@ static void restore_pick(struct orch *r, uint64_t gen, int64_t step)
 
     r->resume_gen = gen;
     r->resume_step = step;
+    r->t_restore = notice_mono_ms();
     /* A world's node may restore another rank's shard of gen later. */
     if (r->world)
         snprintf(r->resume_dir, sizeof(r->resume_dir), "%s/restore/gen-%08llu-rank-%u",
@@ -1289,6 +1610,110 @@ static void restore_pick(struct orch *r, uint64_t gen, int64_t step)
         restore(r);
     else if (err < 0)
         on_pre_restore(r, -1, "cannot run it");
+}
+
+/* The next candidate, newest first; what is left untried when none is. */
+static void resume_next(struct orch *r)
+{
+    while (r->next_cand < r->n_cands && r->cands[r->next_cand].err)
+        r->next_cand++;
+    if (r->next_cand == r->n_cands) {
+        unrestorable(r);
+        return;
+    }
+    restore_pick(r, r->cands[r->next_cand].gen, r->cands[r->next_cand].step);
+}
+
+/* What the start may resume from: every committed generation newest
+ * first (auto), or the one asked for.  A commit record that cannot be
+ * read is a generation that does not restore. */
+static int make_cands(struct orch *r, const struct snap_gen *gens, size_t n)
+{
+    free(r->cands);
+    r->cands = NULL;
+    r->n_cands = r->next_cand = 0;
+    if (!n)
+        return 0;
+    if (!(r->cands = calloc(n, sizeof(*r->cands))))
+        return -ENOMEM;
+    for (size_t i = n; i-- > 0;) {
+        struct cand *c = &r->cands[r->n_cands];
+
+        if (!gens[i].committed && !gens[i].corrupt)
+            continue;
+        if (r->resume_mode == RESUME_GEN && gens[i].gen != r->resume_want)
+            continue;
+        c->gen = gens[i].gen;
+        c->step = gens[i].committed ? (int64_t)gens[i].commit.step : -1;
+        if (!gens[i].committed) {
+            c->err = -EBADMSG;
+            snprintf(c->why, sizeof(c->why), "its commit record is unreadable");
+        }
+        r->n_cands++;
+    }
+    return 0;
+}
+
+static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
+{
+    struct orch *r = arg;
+    char what[256];
+
+    if (err) {
+        snprintf(what, sizeof(what), "cannot list the checkpoints of job '%s' in %s", r->job,
+                 r->store_url);
+        store_retry(r, list_gens, what, msg);
+        return;
+    }
+    store_ok(r);
+    r->gens_read = true;
+    for (size_t i = 0; i < n; i++)
+        if (gens[i].gen > r->newest_gen)
+            r->newest_gen = gens[i].gen;
+    if (r->world) {
+        /* The world decides when, and from what, the command starts. */
+        for (size_t i = 0; i < n; i++)
+            if (gens[i].committed && gens[i].gen > r->resume_gen) {
+                r->resume_gen = gens[i].gen;
+                r->resume_step = (int64_t)gens[i].commit.step;
+            }
+        snap_gens_free(gens, n);
+        r->parked = true;
+        maybe_ready(r);
+        return;
+    }
+    if (make_cands(r, gens, n) < 0) {
+        snap_gens_free(gens, n);
+        log_msg(LOGL_ERROR, "out of memory: not starting the command");
+        refuse_start(r);
+        return;
+    }
+    snap_gens_free(gens, n);
+    if (r->resume_mode == RESUME_GEN && !r->n_cands) {
+        log_msg(LOGL_ERROR, "--resume %llu: job '%s' has no committed generation %llu (see "
+                "spotctl ls); not starting the command", (unsigned long long)r->resume_want,
+                r->job, (unsigned long long)r->resume_want);
+        refuse_start(r);
+        return;
+    }
+    if (r->resume_mode == RESUME_FRESH) {
+        if (r->newest_gen)
+            log_msg(LOGL_INFO, "--resume fresh: starting fresh; the committed generations "
+                    "stay, and new ones follow %llu", (unsigned long long)r->newest_gen);
+        free(r->cands);
+        r->cands = NULL;
+        r->n_cands = 0;
+    }
+    if (!r->n_cands) {
+        start_fresh(r);
+        return;
+    }
+    resume_next(r);
+}
+
+static void list_gens(struct orch *r)
+{
+    snap_gens(r->snap, on_gens, r);
 }
 
 
@@ -1359,6 +1784,7 @@ static void world_end(struct orch *r, int code)
 
 static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *gens,
                           size_t n);
+static void world_gens(struct orch *r);
 
 static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, const char *reason)
 {
@@ -1487,13 +1913,20 @@ static void w_resume(void *arg, uint64_t gen, const char *master_addr, unsigned 
         r->resume_gen = 0;
         r->resume_step = -1;
         run_command(r);
-    } else if (gen == r->resume_gen && r->resume_dir[0] && access(r->resume_dir, F_OK) == 0 &&
+    } else if (gen == r->resume_gen && r->resume_dir[0] &&
                r->restored_as == world_trainer_rank(r->world)) {
-        run_command(r);
+        /* This node's own copy, once it proves exact. */
+        r->t_restore = notice_mono_ms();
+        restore(r);
     } else {
         r->world_want = gen;
-        snap_gens(r->snap, on_world_gens, r);
+        world_gens(r);
     }
+}
+
+static void world_gens(struct orch *r)
+{
+    snap_gens(r->snap, on_world_gens, r);
 }
 
 static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
@@ -1502,16 +1935,23 @@ static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *
     uint32_t trank = world_trainer_rank(r->world), saved_by = 0;
     int64_t step = -1;
 
-    for (size_t i = 0; !err && i < n; i++)
+    if (err) {
+        char what[128];
+        snprintf(what, sizeof(what), "cannot read generation %llu to resume the world",
+                 (unsigned long long)r->world_want);
+        store_retry(r, world_gens, what, msg);
+        return;
+    }
+    store_ok(r);
+    for (size_t i = 0; i < n; i++)
         if (gens[i].committed && gens[i].gen == r->world_want) {
             step = (int64_t)gens[i].commit.step;
             saved_by = gens[i].commit.world_size;
         }
     snap_gens_free(gens, n);
     if (step < 0) {
-        log_msg(LOGL_ERROR, "cannot resume the world from generation %llu: %s; this node "
-                "leaves", (unsigned long long)r->world_want,
-                err ? msg : "it is not committed in the store");
+        log_msg(LOGL_ERROR, "cannot resume the world from generation %llu: it is not "
+                "committed in the store; this node leaves", (unsigned long long)r->world_want);
         world_leave(r->world, "cannot restore");
         refuse_start(r);
         return;
@@ -1544,20 +1984,25 @@ static void w_write_commit(void *arg, const struct commit *c)
     snap_commit(r->snap, c, on_world_written, r);
 }
 
+static void w_pick_resume(void *arg);
+
 static void on_pick(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
 {
     struct orch *r = arg;
     uint64_t pick = 0, want = 0;
     bool first = !r->resumed_once;
+    char what[128];
 
     if (err) {
-        log_msg(LOGL_ERROR, "cannot list the checkpoints of job '%s': %s; the world resumes "
-                "from generation %llu", r->job, msg, (unsigned long long)r->resume_gen);
-        world_resume_from(r->world, r->resume_gen);
+        snprintf(what, sizeof(what), "cannot list the checkpoints of job '%s' to resume the "
+                 "world", r->job);
+        store_retry(r, (void (*)(struct orch *))w_pick_resume, what, msg);
         return;
     }
-    if (first && strcmp(r->o.resume, "auto") != 0 && strcmp(r->o.resume, "never") != 0)
-        parse_u64(r->o.resume, 1, UINT64_MAX, &want);
+    store_ok(r);
+    r->gens_read = true;
+    if (first && r->resume_mode == RESUME_GEN)
+        want = r->resume_want;
     for (size_t i = 0; i < n; i++) {
         if (gens[i].gen > r->newest_gen)
             r->newest_gen = gens[i].gen;
@@ -1565,7 +2010,7 @@ static void on_pick(void *arg, int err, const char *msg, struct snap_gen *gens, 
             pick = gens[i].gen;
     }
     snap_gens_free(gens, n);
-    if (first && strcmp(r->o.resume, "never") == 0)
+    if (first && r->resume_mode == RESUME_FRESH)
         pick = 0;
     world_resume_from(r->world, pick);
 }
@@ -1655,7 +2100,7 @@ static void start_listing(struct orch *r)
     /* What an earlier spotd left half-saved here is of no use. */
     snprintf(work, sizeof(work), "%s/work", r->state_dir);
     remove_tree(work);
-    snap_gens(r->snap, on_gens, r);
+    list_gens(r);
 }
 
 /* Is the snapshot engine still working for us? */
@@ -1722,10 +2167,16 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
         snprintf(err, errlen, "method '%s' is not available", o->method);
         return orch_free(r);
     }
-    if (strcmp(o->resume, "auto") != 0 && strcmp(o->resume, "never") != 0 &&
-        parse_u64(o->resume, 1, UINT64_MAX, &gen) < 0) {
-        snprintf(err, errlen, "invalid resume '%s': expected auto, never or a generation "
-                 "number (see spotctl ls)", o->resume);
+    if (strcmp(o->resume, "auto") == 0) {
+        r->resume_mode = RESUME_AUTO;
+    } else if (strcmp(o->resume, "fresh") == 0 || strcmp(o->resume, "never") == 0) {
+        r->resume_mode = RESUME_FRESH;
+    } else if (parse_u64(o->resume, 1, UINT64_MAX, &gen) == 0) {
+        r->resume_mode = RESUME_GEN;
+        r->resume_want = gen;
+    } else {
+        snprintf(err, errlen, "invalid resume '%s': expected auto, fresh (or never) or a "
+                 "generation number (see spotctl ls)", o->resume);
         return orch_free(r);
     }
     if (strcmp(o->method, "dir") == 0 && !o->ckpt_dir) {
@@ -1747,8 +2198,9 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
     }
     figures_load(r);
     r->tick = event_new(o->base, -1, EV_PERSIST, on_tick, r);
+    r->retry = evtimer_new(o->base, on_retry, r);
     r->hooks = hooks_new(o->base, o->child, o->hooks_dir, o->hook_timeout_ms);
-    if (!r->tick || !r->hooks) {
+    if (!r->tick || !r->retry || !r->hooks) {
         snprintf(err, errlen, "out of memory");
         return orch_free(r);
     }
@@ -1822,6 +2274,10 @@ struct orch *orch_free(struct orch *r)
     free_argv(r);
     if (r->tick)
         event_free(r->tick);
+    if (r->retry)
+        event_free(r->retry);
+    free(r->own);
+    free(r->cands);
     if (r->mops && r->method)
         r->mops->close(r->method);
     r->hooks = hooks_free(r->hooks);

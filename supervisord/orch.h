@@ -61,7 +61,9 @@ struct orch_opts {
     const char *ckpt_dir;          /* signal and dir methods */
     int ckpt_signal;
     uint64_t settle_ms;
-    const char *resume;            /* "auto", "never" or a generation */
+    const char *resume;            /* "auto", "fresh" ("never") or a generation */
+    int on_unrestorable;           /* enum config_unrestorable */
+    uint64_t store_wait_ms;        /* at start, retry an unreadable store this long */
     unsigned local_workers;        /* 0: LOCAL_WORLD_SIZE, else as many as connect */
     const char *socket;            /* NULL: STATE/control.sock */
     const char *hooks_dir;         /* NULL: none */
@@ -103,8 +105,9 @@ void orch_notice(void *arg, const struct notice *n);
 void orch_finish(struct orch *r);
 
 /* spotd's exit code when the orchestrator decides it (75 after a committed
- * preemption checkpoint; 125 when a pre-restore hook refused the start),
- * else -1: the command's. */
+ * preemption checkpoint; 125 when it refused to start the command: a store
+ * that stayed unreadable for store_wait_ms, no committed generation that
+ * restores, a pre-restore hook's refusal), else -1: the command's. */
 int orch_exit_code(const struct orch *r);
 
 /* Its state as `spotctl status` shows it (job, rank, state, step,

@@ -1426,7 +1426,8 @@ static int store_cmd(int argc, char **argv, struct config *cfgp, int which)
         snprintf(prefix, sizeof(prefix), "%s/world/", job);
         store_list(c.store, prefix, on_world_listed, &c);
     } else {
-        snap_gc(c.snap, c.keep, c.grace_ms, c.dry_run, on_gc, &c);
+        snap_gc(c.snap, &(struct snap_gc_opts){ .keep = c.keep, .grace_ms = c.grace_ms,
+                                                 .dry_run = c.dry_run }, on_gc, &c);
     }
     event_base_dispatch(c.base);
     progress_end(&c);

@@ -688,6 +688,8 @@ static int cmd_run(int argc, char **argv)
                             .ckpt_signal = (int)config_num(&cfg, OPT_CKPT_SIGNAL),
                             .settle_ms = config_num(&cfg, OPT_SETTLE),
                             .resume = config_str(&cfg, OPT_RESUME),
+                            .on_unrestorable = (int)config_num(&cfg, OPT_ON_UNRESTORABLE),
+                            .store_wait_ms = config_num(&cfg, OPT_STORE_WAIT),
                             .local_workers = local_workers(&cfg),
                             .socket = config_str(&cfg, OPT_SOCKET),
                             .hooks_dir = config_str(&cfg, OPT_HOOKS_DIR),

@@ -27,7 +27,10 @@
  * Both resume from SPOT_RESUME_DIR and SPOT_RESUME_STEP, without libckpt.
  * Faults, for the tests: TRAINER_CRASH_AT=N exits 3 at step N unless the
  * file TRAINER_CRASH_FLAG exists (it is created: one crash);
- * TRAINER_SAVE_CRASH=1 dies in the middle of a save; TRAINER_IGNORE_SAVE=1
+ * TRAINER_SAVE_CRASH=N dies in the middle of its N-th save (libckpt or
+ * signal), leaving a cut state.bin (once, with TRAINER_CRASH_FLAG);
+ * TRAINER_KEEP=N (dir) deletes all but its newest N folders, as trainers'
+ * own retention does; TRAINER_IGNORE_SAVE=1
  * never answers a save request; TRAINER_SAVE_SLEEP_MS=N takes N ms more
  * over each libckpt save; TRAINER_IGNORE_STOP=1 trains on when told to
  * stop; TRAINER_STEP_US=N sleeps N us per step. */
@@ -144,6 +147,27 @@ static long long env_ll(const char *name, long long def)
     return v && *v ? atoll(v) : def;
 }
 
+static int crash_flag(void);
+
+/* TRAINER_SAVE_CRASH=N: the N-th save writes 4 KiB of state.bin in
+ * place and dies there. */
+static void maybe_save_crash(const char *dir)
+{
+    static long long saves;
+    const char *n = getenv("TRAINER_SAVE_CRASH");
+    char path[4096];
+    int fd;
+
+    if (!n || ++saves != atoll(n) || crash_flag() < 0)
+        return;
+    snprintf(path, sizeof(path), "%s/state.bin", dir);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0 && write(fd, state, 4096) < 0)
+        fprintf(stderr, "trainer: %s\n", strerror(errno));
+    fprintf(stderr, "trainer: dying in the middle of a save (TRAINER_SAVE_CRASH)\n");
+    _exit(4);
+}
+
 /* TRAINER_METHOD=signal: save when SIGUSR1 came, then the marker (or
  * ckpt_saved()). */
 static void signal_save(struct ckpt *c, long long step)
@@ -153,6 +177,8 @@ static void signal_save(struct ckpt *c, long long step)
     int n = snprintf(s, sizeof(s), "%lld\n", step);
     char *slash;
 
+    if (dir)
+        maybe_save_crash(dir);
     if (!dir || !marker || save(dir, step) < 0) {
         fprintf(stderr, "trainer: cannot save into SPOT_CKPT_DIR: %s\n", strerror(errno));
         return;
@@ -172,6 +198,7 @@ static void signal_save(struct ckpt *c, long long step)
 static void dir_save(long long step)
 {
     const char *dir = getenv("SPOT_CKPT_DIR");
+    long long keep = env_ll("TRAINER_KEEP", 0), every = env_ll("TRAINER_SAVE_EVERY", 500);
     char sub[4096];
 
     if (!dir)
@@ -180,20 +207,41 @@ static void dir_save(long long step)
     if (mkdir(sub, 0755) < 0 || save(sub, step) < 0 ||
         (env_ll("TRAINER_MARKER", 0) && write_file(sub, ".spotd-complete", "", 0) < 0))
         fprintf(stderr, "trainer: cannot save %s: %s\n", sub, strerror(errno));
+    /* Its own retention: the folders are every steps apart. */
+    if (keep > 0)
+        for (long long old = step - keep * every; old >= 0; old -= every) {
+            static const char *const files[] = { "state.bin", "step", ".spotd-complete" };
+            char f[4200];
+
+            snprintf(sub, sizeof(sub), "%s/checkpoint-%lld", dir, old);
+            for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+                snprintf(f, sizeof(f), "%s/%s", sub, files[i]);
+                unlink(f);
+            }
+            rmdir(sub);
+        }
+}
+
+/* TRAINER_CRASH_FLAG: 0 the first time, -1 after (or without one). */
+static int crash_flag(void)
+{
+    const char *flag = getenv("TRAINER_CRASH_FLAG");
+    int fd;
+
+    if (!flag)
+        return getenv("TRAINER_SAVE_CRASH") ? 0 : -1;
+    if ((fd = open(flag, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0)
+        return -1;
+    close(fd);
+    return 0;
 }
 
 /* TRAINER_CRASH_AT: crash once. */
 static void maybe_crash(long long step)
 {
-    const char *flag = getenv("TRAINER_CRASH_FLAG");
-    int fd;
-
-    if (step != env_ll("TRAINER_CRASH_AT", -1) || !flag)
+    if (step != env_ll("TRAINER_CRASH_AT", -1) || !getenv("TRAINER_CRASH_FLAG") ||
+        crash_flag() < 0)
         return;
-    fd = open(flag, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return;
-    close(fd);
     fprintf(stderr, "trainer: crashing at step %lld (TRAINER_CRASH_AT)\n", step);
     exit(3);
 }
@@ -255,18 +303,9 @@ int main(int argc, char **argv)
             dir_save(step - 1);
         if (a == CKPT_SAVE && getenv("TRAINER_IGNORE_SAVE")) {
             a = CKPT_CONTINUE;
-        } else if (a == CKPT_SAVE && getenv("TRAINER_SAVE_CRASH")) {
-            char path[4096];
-            int fd;
-
-            snprintf(path, sizeof(path), "%s/state.bin", ckpt_save_dir(c));
-            fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-            if (fd >= 0 && write(fd, state, 4096) < 0)
-                fprintf(stderr, "trainer: %s\n", strerror(errno));
-            fprintf(stderr, "trainer: dying in the middle of a save (TRAINER_SAVE_CRASH)\n");
-            _exit(4);
         }
         if (a == CKPT_SAVE) {
+            maybe_save_crash(ckpt_save_dir(c));
             /* A slow disk, for the tests of the world's takeover. */
             if (env_ll("TRAINER_SAVE_SLEEP_MS", 0) > 0)
                 usleep((useconds_t)env_ll("TRAINER_SAVE_SLEEP_MS", 0) * 1000);

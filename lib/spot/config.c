@@ -22,6 +22,8 @@ static const char *const cloud_choices[] = { "auto", "none", "aws", "gcp", "azur
                                              "alibaba", "tencent", NULL };
 static const char *const method_choices[] = { "app", "signal", "dir", "criu", NULL };
 static const char *const rendezvous_choices[] = { "static", "store", NULL };
+/* In the order of enum config_unrestorable. */
+static const char *const unrestorable_choices[] = { "older", "fresh", "fail", NULL };
 
 const struct config_option config_options[OPT__COUNT] = {
     [OPT_RESTART] = { "restart", CONFIG_ENUM, "never", restart_choices, 0, 0, false, NULL,
@@ -78,8 +80,17 @@ const struct config_option config_options[OPT__COUNT] = {
     [OPT_SETTLE] = { "settle", CONFIG_DURATION, "10s", NULL, 0, 0, false, NULL,
                      "dir method: a folder unchanged this long is complete" },
     [OPT_RESUME] = { "resume", CONFIG_STRING, "auto", NULL, 0, 0, false, NULL,
-                     "what to resume from at start: auto (newest committed), never, or a "
-                     "generation number" },
+                     "what to resume from at start: auto (the newest committed generation "
+                     "that restores), fresh (none; never is the same), or a generation "
+                     "number" },
+    [OPT_ON_UNRESTORABLE] = { "on_unrestorable", CONFIG_ENUM, "older", unrestorable_choices,
+                              0, 0, false, NULL,
+                              "resume auto, when a committed generation does not restore: "
+                              "older (the newest older one that does; none: exit 125), "
+                              "fresh (the same, but none: start fresh), fail (exit 125)" },
+    [OPT_STORE_WAIT] = { "store_wait", CONFIG_DURATION, "2m", NULL, 0, 0, false, NULL,
+                         "at start, how long a store that cannot be read is tried again "
+                         "before spotd refuses to start (exit 125)" },
     [OPT_LOCAL_WORKERS] = { "local_workers", CONFIG_UINT, NULL, NULL, 1, 256, false, NULL,
                             "trainer processes on this node (default LOCAL_WORLD_SIZE, else "
                             "as many as connect)" },

@@ -46,6 +46,8 @@ enum config_id {
     OPT_CKPT_SIGNAL,
     OPT_SETTLE,
     OPT_RESUME,
+    OPT_ON_UNRESTORABLE,
+    OPT_STORE_WAIT,
     OPT_LOCAL_WORKERS,
     OPT_HOOKS_DIR,
     OPT_HOOK_TIMEOUT,
@@ -178,5 +180,6 @@ enum config_cloud { CLOUD_AUTO, CLOUD_NONE, CLOUD_AWS, CLOUD_GCP, CLOUD_AZURE, C
 
 /* Restart policies, in the order of OPT_RESTART's choices. */
 enum config_restart { RESTART_NEVER, RESTART_ON_FAILURE, RESTART_ALWAYS };
+enum config_unrestorable { UNRESTORABLE_OLDER, UNRESTORABLE_FRESH, UNRESTORABLE_FAIL };
 
 #endif

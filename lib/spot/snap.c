@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "spot/dircheck.h"
 #include "spot/pool.h"
 #include "spot/store.h"
 #include "spot/zipgrid.h"
@@ -1696,6 +1697,7 @@ struct ftask {
 struct fetch {
     struct snap *s;
     bool verify;
+    bool check;                   /* snap_check: dest against the manifest */
     snap_manifests_fn shown;      /* snap_manifests: the manifests are all it wants */
     uint64_t gen;
     uint32_t rank;                /* restore: the rank; verify: all */
@@ -2113,6 +2115,23 @@ static void prep_done(struct pool_job *job)
     fetch_pump(fe);
 }
 
+/* Pool: snap_check's comparison. */
+static void check_work(struct pool_job *job)
+{
+    struct fetch *fe = (struct fetch *)((char *)job - offsetof(struct fetch, prep));
+    char why[MSG_MAX - 64];
+    int r = dircheck_manifest(&fe->f->mfs[fe->rank], fe->dest, why, sizeof(why));
+
+    if (r < 0)
+        fetch_fail(fe, r, "the copy of generation %llu in '%s' does not match it: %s",
+                   (unsigned long long)fe->gen, fe->dest, why);
+}
+
+static void check_done(struct pool_job *job)
+{
+    fetch_report((struct fetch *)((char *)job - offsetof(struct fetch, prep)));
+}
+
 static void on_fetch_manifests(struct mf_fetch *f)
 {
     struct fetch *fe = f->owner;
@@ -2125,6 +2144,12 @@ static void on_fetch_manifests(struct mf_fetch *f)
     }
     if (fe->shown) {
         fetch_report(fe);
+        return;
+    }
+    if (fe->check) {
+        fe->prep.work = check_work;
+        fe->prep.done = check_done;
+        pool_submit(fe->s->pool, &fe->prep);
         return;
     }
     if (fe->verify) {
@@ -2237,6 +2262,27 @@ void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
     }
 }
 
+void snap_check(struct snap *s, uint64_t gen, uint32_t rank, const char *dir,
+                snap_done_fn done, void *arg)
+{
+    struct fetch *fe = fetch_new(s, gen, NULL);
+
+    if (!fe || !(fe->dest = strdup(dir))) {
+        free(fe);
+        early(s, early_done, (union snap_cb){ .done = done }, arg, -ENOMEM, "out of memory");
+        return;
+    }
+    fe->check = true;
+    fe->rank = rank;
+    fe->done = done;
+    fe->arg = arg;
+    if (!(fe->g = gens_start(s, on_fetch_gens, fe))) {
+        free(fe->dest);
+        free(fe);
+        early(s, early_done, (union snap_cb){ .done = done }, arg, -ENOMEM, "out of memory");
+    }
+}
+
 static void early_verified(struct early *e)
 {
     struct snap_verify_report r = { 0 };
@@ -2290,9 +2336,8 @@ void snap_manifests(struct snap *s, uint64_t gen, snap_manifests_fn done, void *
 
 struct gc_op {
     struct snap *s;
-    unsigned keep;
-    int64_t grace_ms, now;
-    bool dry_run;
+    struct snap_gc_opts o;
+    int64_t now;
     snap_gc_fn done;
     void *arg;
     struct gens_op *g;
@@ -2443,7 +2488,7 @@ static void on_gc_chunks(void *arg, int err, const char *msg, struct store_entry
 
         if (!chunk_name(gc->s, e[i].key, hash))
             continue;
-        if (hset_find(&gc->refs, hash) || e[i].mtime_ms > gc->now - gc->grace_ms) {
+        if (hset_find(&gc->refs, hash) || e[i].mtime_ms > gc->now - gc->o.grace_ms) {
             gc->report.chunks_kept++;
             continue;
         }
@@ -2463,7 +2508,7 @@ static void on_gc_chunks(void *arg, int err, const char *msg, struct store_entry
         gc_end(gc);
         return;
     }
-    if (gc->dry_run) {
+    if (gc->o.dry_run) {
         gc_end(gc);
         return;
     }
@@ -2548,10 +2593,12 @@ static void on_gc_gens(struct gens_op *g)
     for (size_t i = g->n; i-- > 0;) {
         struct snap_gen *sg = &g->gens[i];
 
-        if (sg->committed)
-            gc->drop[i] = ++committed > gc->keep;
+        if (sg->committed && gc->o.spare && gc->o.spare(gc->o.spare_arg, sg->gen))
+            gc->drop[i] = false;
+        else if (sg->committed)
+            gc->drop[i] = ++committed > gc->o.keep;
         else
-            gc->drop[i] = sg->mtime_ms < gc->now - gc->grace_ms;
+            gc->drop[i] = sg->mtime_ms < gc->now - gc->o.grace_ms;
     }
     gc->cur = 0;
     gc_next_kept(gc);
@@ -2564,12 +2611,11 @@ static void early_gc(struct early *e)
     e->cb.gc(e->arg, e->err, e->msg, &r);
 }
 
-void snap_gc(struct snap *s, unsigned keep, int64_t grace_ms, bool dry_run, snap_gc_fn done,
-             void *arg)
+void snap_gc(struct snap *s, const struct snap_gc_opts *o, snap_gc_fn done, void *arg)
 {
     struct gc_op *gc;
 
-    if (keep == 0 || grace_ms < 0) {
+    if (o->keep == 0 || o->grace_ms < 0) {
         early(s, early_gc, (union snap_cb){ .gc = done }, arg, -EINVAL,
               "garbage collection keeps at least one generation");
         return;
@@ -2579,10 +2625,8 @@ void snap_gc(struct snap *s, unsigned keep, int64_t grace_ms, bool dry_run, snap
         return;
     }
     gc->s = s;
-    gc->keep = keep;
-    gc->grace_ms = grace_ms;
+    gc->o = *o;
     gc->now = now_ms();
-    gc->dry_run = dry_run;
     gc->done = done;
     gc->arg = arg;
     if (!gens_start(s, on_gc_gens, gc)) {

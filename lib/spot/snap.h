@@ -169,6 +169,13 @@ void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void
 void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
                   struct snap_counters *c, snap_done_fn done, void *arg);
 
+/* Is dir an exact copy of rank of committed generation gen?  Its manifest
+ * is fetched (and checked against the commit record), then dir is read
+ * and compared (dircheck.h).  err is -EBADMSG when dir differs, -ENOENT
+ * when it is gone, or the store's error. */
+void snap_check(struct snap *s, uint64_t gen, uint32_t rank, const char *dir,
+                snap_done_fn done, void *arg);
+
 /* Fetch and check every chunk of every rank of committed generation gen.
  * err is -EBADMSG when something is missing or corrupt (the report says
  * how much). */
@@ -186,8 +193,19 @@ void snap_manifests(struct snap *s, uint64_t gen, snap_manifests_fn done, void *
 /* Keep the newest keep committed generations (and any uncommitted one
  * newer than them, which may be in progress); delete the others, commit
  * record first, then every chunk that no kept generation references and
- * that is older than grace_ms.  dry_run: report only. */
-void snap_gc(struct snap *s, unsigned keep, int64_t grace_ms, bool dry_run, snap_gc_fn done,
-             void *arg);
+ * that is older than grace_ms.  dry_run: report only.
+ *
+ * spare (NULL: none) names committed generations that must stay whatever
+ * keep says, and that do not count among the keep newest: spotd spares
+ * every generation newer than the one it resumed from that it did not
+ * write itself (docs/store-format.md, retention). */
+struct snap_gc_opts {
+    unsigned keep;
+    int64_t grace_ms;
+    bool dry_run;
+    bool (*spare)(void *arg, uint64_t gen);
+    void *spare_arg;
+};
+void snap_gc(struct snap *s, const struct snap_gc_opts *o, snap_gc_fn done, void *arg);
 
 #endif
