@@ -29,8 +29,8 @@
  * file TRAINER_CRASH_FLAG exists (it is created: one crash);
  * TRAINER_SAVE_CRASH=N dies in the middle of its N-th save (libckpt or
  * signal), leaving a cut state.bin (once, with TRAINER_CRASH_FLAG);
- * TRAINER_KEEP=N (dir) deletes all but its newest N folders, as trainers'
- * own retention does; TRAINER_IGNORE_SAVE=1
+ * TRAINER_CRASH_WAIT=FILE waits at step TRAINER_CRASH_AT until FILE
+ * exists before it crashes (a test does something first); TRAINER_IGNORE_SAVE=1
  * never answers a save request; TRAINER_SAVE_SLEEP_MS=N takes N ms more
  * over each libckpt save; TRAINER_IGNORE_STOP=1 trains on when told to
  * stop; TRAINER_STEP_US=N sleeps N us per step. */
@@ -198,7 +198,6 @@ static void signal_save(struct ckpt *c, long long step)
 static void dir_save(long long step)
 {
     const char *dir = getenv("SPOT_CKPT_DIR");
-    long long keep = env_ll("TRAINER_KEEP", 0), every = env_ll("TRAINER_SAVE_EVERY", 500);
     char sub[4096];
 
     if (!dir)
@@ -207,19 +206,6 @@ static void dir_save(long long step)
     if (mkdir(sub, 0755) < 0 || save(sub, step) < 0 ||
         (env_ll("TRAINER_MARKER", 0) && write_file(sub, ".spotd-complete", "", 0) < 0))
         fprintf(stderr, "trainer: cannot save %s: %s\n", sub, strerror(errno));
-    /* Its own retention: the folders are every steps apart. */
-    if (keep > 0)
-        for (long long old = step - keep * every; old >= 0; old -= every) {
-            static const char *const files[] = { "state.bin", "step", ".spotd-complete" };
-            char f[4200];
-
-            snprintf(sub, sizeof(sub), "%s/checkpoint-%lld", dir, old);
-            for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-                snprintf(f, sizeof(f), "%s/%s", sub, files[i]);
-                unlink(f);
-            }
-            rmdir(sub);
-        }
 }
 
 /* TRAINER_CRASH_FLAG: 0 the first time, -1 after (or without one). */
@@ -239,9 +225,13 @@ static int crash_flag(void)
 /* TRAINER_CRASH_AT: crash once. */
 static void maybe_crash(long long step)
 {
+    const char *wait = getenv("TRAINER_CRASH_WAIT");
+
     if (step != env_ll("TRAINER_CRASH_AT", -1) || !getenv("TRAINER_CRASH_FLAG") ||
         crash_flag() < 0)
         return;
+    for (int i = 0; wait && i < 6000 && access(wait, F_OK) < 0; i++)
+        usleep(10000);
     fprintf(stderr, "trainer: crashing at step %lld (TRAINER_CRASH_AT)\n", step);
     exit(3);
 }

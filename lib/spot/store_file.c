@@ -217,17 +217,25 @@ static int add_entry(struct file_job *j, const char *key, const struct stat *st)
     return 0;
 }
 
+/* Folders below the root a listing follows at most (links included). */
+#define WALK_DEPTH_MAX 16
+
 /* Walk dir (a path below the root, key form rel) and collect files whose
- * key starts with the prefix. */
-static int walk(struct file_job *j, const char *dir, const char *rel)
+ * key starts with the prefix.  Anything that cannot be read fails the
+ * listing: a part of the store left out would read as generations that
+ * are not there.  Links are followed (a job's folder may live on another
+ * mount); one that leads nowhere is an error too. */
+static int walk(struct file_job *j, const char *dir, const char *rel, int depth)
 {
-    DIR *d = opendir(dir);
+    DIR *d = depth <= WALK_DEPTH_MAX ? opendir(dir) : NULL;
     struct dirent *de;
     int r = 0;
 
+    if (!d && depth > WALK_DEPTH_MAX)
+        return fail(j, -ELOOP, "list (nested too deep)", dir);
     if (!d)
         return errno == ENOENT ? 0 : fail(j, -errno, "list", dir);
-    while (r == 0 && (de = readdir(d))) {
+    while (r == 0 && (errno = 0, de = readdir(d))) {
         char path[PATH_MAX], key[STORE_KEY_MAX + 2];
         struct stat st;
 
@@ -239,19 +247,26 @@ static int walk(struct file_job *j, const char *dir, const char *rel)
             snprintf(key, sizeof(key), "%s%s%s", rel, *rel ? "/" : "", de->d_name) >
                 STORE_KEY_MAX)
             continue;
-        if (lstat(path, &st) < 0)
-            continue;
+        if (stat(path, &st) < 0) {
+            /* Gone since readdir() (a delete, a rename into place): fine. */
+            if (errno == ENOENT && lstat(path, &st) < 0)
+                continue;
+            r = fail(j, errno == ENOENT ? -ENOLINK : -errno, "list", path);
+            break;
+        }
         if (S_ISDIR(st.st_mode)) {
             /* Descend only where the prefix can still match. */
             size_t kl = strlen(key), pl = strlen(j->key);
             if (strncmp(key, j->key, kl < pl ? kl : pl) == 0)
-                r = walk(j, path, key);
+                r = walk(j, path, key, depth + 1);
         } else if (S_ISREG(st.st_mode) && strncmp(key, j->key, strlen(j->key)) == 0) {
             r = add_entry(j, key, &st);
             if (r < 0)
                 fail(j, r, "list", dir);
         }
     }
+    if (r == 0 && errno != 0)
+        r = fail(j, -errno, "list", dir);
     closedir(d);
     return r;
 }
@@ -273,7 +288,7 @@ static void file_work(struct pool_job *job)
         do_get(j, path);
         break;
     case OP_LIST:
-        walk(j, j->fs->root, "");
+        walk(j, j->fs->root, "", 0);
         break;
     case OP_DELETE:
         if (unlink(path) == 0)
