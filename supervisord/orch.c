@@ -1235,6 +1235,16 @@ static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, 
         if (gens[i].committed && (autom || gens[i].gen == want))
             pick = &gens[i];
     }
+    /* Records the job key did not sign are not resumed from: say so for
+     * those that would have been. */
+    for (size_t i = 0; !never && i < n; i++)
+        if (gens[i].unauthentic &&
+            (want ? gens[i].gen == want : !pick || gens[i].gen > pick->gen)) {
+            char why[1024];
+
+            snap_refusal(r->snap, &gens[i], why, sizeof(why));
+            log_msg(LOGL_WARN, "%s", why);
+        }
     if (want && !pick) {
         log_msg(LOGL_ERROR, "--resume %llu: job '%s' has no committed generation %llu (see "
                 "spotctl ls); not starting the command", (unsigned long long)want, r->job,
@@ -1764,6 +1774,7 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
     so.store = r->store;
     so.job = r->job;
     so.chunk_size = r->mops->chunk_size;
+    so.key = o->job_key;
     if (!(r->snap = snap_new(&so, err, errlen)))
         return orch_free(r);
     r->master_port = o->master_port;
