@@ -493,7 +493,7 @@ TEST(snap_signed)
     CHECK_INT(o.err, 0);
     CHECK_INT(o.gr.gens_deleted, 1);
     list(sa, &o);
-    CHECK(!gen_of(&o, 1) && gen_of(&o, 5) && gen_of(&o, 5)->committed);
+    CHECK(!gen_of(&o, 1) && (g = gen_of(&o, 5)) && g->committed);
     CHECK(gen_of(&o, 2) && gen_of(&o, 3) && gen_of(&o, 4));
     snap_verify(sa, 5, NULL, op_verified, &o);
     event_base_dispatch(base);
