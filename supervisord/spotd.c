@@ -359,8 +359,10 @@ static int read_world_key(const struct config *cfg, struct world_cfg *w)
 }
 
 /* The job key (jobkey.h): job_key_file, else the world key, in a world or
- * not.  Returns 0 (*keyed false: none) or -1 after saying why. */
-static int read_job_key(const struct config *cfg, struct frame_key *key, bool *keyed)
+ * not (world_warned: the world key's file was read, and warned about,
+ * already).  Returns 0 (*keyed false: none) or -1 after saying why. */
+static int read_job_key(const struct config *cfg, bool world_warned, struct frame_key *key,
+                        bool *keyed)
 {
     char err[1024], warn[1024];
     struct jobkey jk;
@@ -371,8 +373,8 @@ static int read_job_key(const struct config *cfg, struct frame_key *key, bool *k
         say("%s", err);
         return -1;
     }
-    if (*warn && config_str(cfg, OPT_JOB_KEY_FILE))
-        log_msg(LOGL_WARN, "%s", warn); /* the world key's is said once, above */
+    if (*warn && (config_str(cfg, OPT_JOB_KEY_FILE) || !world_warned))
+        log_msg(LOGL_WARN, "%s", warn);
     if (r > 0 && jobkey_init(&jk, key) == 0)
         log_msg(LOGL_INFO, "commit records are signed and checked with job key %s (from %s)",
                 jk.id, config_str(cfg, OPT_JOB_KEY_FILE) ? cfg->v[OPT_JOB_KEY_FILE].origin
@@ -613,7 +615,7 @@ static int cmd_run(int argc, char **argv)
             cfg.v[OPT_JOB_KEY_FILE].origin);
         goto out_log;
     }
-    if (read_job_key(&cfg, &job_key, &job_keyed) < 0)
+    if (read_job_key(&cfg, wc.keyed, &job_key, &job_keyed) < 0)
         goto out_log;
     drop_secret_env();
 

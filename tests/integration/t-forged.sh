@@ -142,3 +142,23 @@ check "gc --keep 1 under key A: the real generation stays, the planted ones too"
           [ -e "$T/store/j/gens/00000001/COMMIT.json" ]'
 ctl verify --store "$S" --job j --gen 1 --job-key-file "$T/keyA"
 check "gc: ... and generation 1 still verifies" eval '[ $RC = 0 ]'
+
+# ---- the key itself -----------------------------------------------------------
+run_spotd run --cloud none --job j --store "$S" --state-dir "$T/s5" --job-key-file "$T/nokey" \
+    -- touch "$T/ran"
+check "spotd run: a job key file that cannot be read stops start-up (125), in one line" \
+    eval '[ $RC = 125 ] && [ ! -e "$T/ran" ] && [ "$(wc -l <"$T/stderr")" = 1 ] &&
+          grep -q "cannot read the job key file .*nokey. (from --job-key-file)" "$T/stderr"'
+printf 'short' >"$T/shortkey"
+SPOTD_JOB_KEY_FILE="$T/shortkey" run_spotd run --cloud none --job j --store "$S" \
+    --state-dir "$T/s6" -- touch "$T/ran"
+check "spotd run: SPOTD_JOB_KEY_FILE with a short key is refused, saying how to make one" \
+    eval '[ $RC = 125 ] && [ ! -e "$T/ran" ] &&
+          grep -q "invalid job key in .*(from SPOTD_JOB_KEY_FILE): the key is shorter than 16 bytes; make one with .openssl rand -hex 32." "$T/stderr"'
+ctl verify --store "$S" --job j --job-key-file "$T/nokey"
+check "spotctl: a job key file that cannot be read is a usage error (2)" \
+    eval '[ $RC = 2 ] && grep -q "cannot read the job key file" "$T/err"'
+chmod 644 "$T/keyA"
+ctl verify --store "$S" --job j --gen 1 --job-key-file "$T/keyA"
+check "spotctl: a key file others can read is warned about" \
+    eval '[ $RC = 0 ] && grep -q "can be read by other users (mode 0644): chmod 600 it" "$T/err"'
