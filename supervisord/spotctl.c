@@ -45,8 +45,9 @@ static const struct {
       "commit record and every rank's manifest, files and chunks",
       "  --gen N             the generation (default: the newest committed)\n"
       "  --files             list every file of every rank\n" },
-    { "verify", K_STORE, "[--gen N]", "fetch and hash-check every chunk", "fetch every chunk of every rank and check its hash; "
-      "exit 0 when all are whole, 1 otherwise",
+    { "verify", K_STORE, "[--gen N]", "fetch and hash-check every chunk", "fetch every chunk of every rank and check its hash, and "
+      "say whether the commit record is signed and by which key; exit 0 when all are whole "
+      "(and, with a job key, signed by it), 1 otherwise",
       "  --gen N             the generation (default: the newest committed)\n" },
     { "fetch", K_STORE, "[--gen N] [--rank R] DEST", "restore a rank into a directory", "restore a rank of a generation into "
       "DEST, which must not exist (whole or absent: it is written beside and renamed)",
@@ -102,8 +103,9 @@ static const char store_opts[] =
     "  --json              one JSON document on stdout\n"
     "  --job-key-file FILE the key that signs and checks commit records (else\n"
     "                      SPOTD_JOB_KEY_FILE, job_key_file, else the world key)\n"
-    "  --world-key-file FILE  the world key, for the same (else SPOTD_WORLD_KEY_FILE,\n"
-    "                      SPOTD_WORLD_KEY, the configuration's)\n";
+    "  --world-key-file FILE\n"
+    "                      the world key, the job key when none is given (else\n"
+    "                      SPOTD_WORLD_KEY_FILE, SPOTD_WORLD_KEY, the configuration's)\n";
 
 static const char daemon_opts[] =
     "which spotd (else the configuration file's socket or state_dir, else SPOT_SOCKET):\n"
