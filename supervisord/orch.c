@@ -1639,13 +1639,17 @@ static int make_cands(struct orch *r, const struct snap_gen *gens, size_t n)
     for (size_t i = n; i-- > 0;) {
         struct cand *c = &r->cands[r->n_cands];
 
-        if (!gens[i].committed && !gens[i].corrupt)
+        if (!gens[i].committed && !gens[i].corrupt && !gens[i].unauthentic)
             continue;
         if (r->resume_mode == RESUME_GEN && gens[i].gen != r->resume_want)
             continue;
         c->gen = gens[i].gen;
         c->step = gens[i].committed ? (int64_t)gens[i].commit.step : -1;
-        if (!gens[i].committed) {
+        if (gens[i].unauthentic) {
+            /* A record the job key did not sign: perhaps forged. */
+            c->err = -EKEYREJECTED;
+            snap_refusal(r->snap, &gens[i], c->why, sizeof(c->why));
+        } else if (!gens[i].committed) {
             c->err = -EBADMSG;
             snprintf(c->why, sizeof(c->why), "its commit record is unreadable");
         }
@@ -2216,6 +2220,7 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
     so.store = r->store;
     so.job = r->job;
     so.chunk_size = r->mops->chunk_size;
+    so.key = o->job_key;
     if (!(r->snap = snap_new(&so, err, errlen)))
         return orch_free(r);
     r->master_port = o->master_port;

@@ -79,6 +79,7 @@ struct orch_opts {
     const char *listen;            /* NULL: peers[rank] */
     const char *const *peers;      /* world_size "ADDR:PORT"; NULL with rendezvous */
     const struct frame_key *key;   /* NULL: --insecure */
+    const struct frame_key *job_key; /* signs and checks commit records; NULL: none */
     uint64_t peer_timeout_ms;
     const char *criu;              /* --criu: CRIU's path */
     uint32_t min_nodes;            /* elastic below world_size; 0: not elastic */

@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "spot/config.h"
+#include "spot/jobkey.h"
 #include "spot/manifest.h"
 #include "spot/parse.h"
 #include "spot/pool.h"
@@ -44,8 +45,9 @@ static const struct {
       "commit record and every rank's manifest, files and chunks",
       "  --gen N             the generation (default: the newest committed)\n"
       "  --files             list every file of every rank\n" },
-    { "verify", K_STORE, "[--gen N]", "fetch and hash-check every chunk", "fetch every chunk of every rank and check its hash; "
-      "exit 0 when all are whole, 1 otherwise",
+    { "verify", K_STORE, "[--gen N]", "fetch and hash-check every chunk", "fetch every chunk of every rank and check its hash, and "
+      "say whether the commit record is signed and by which key; exit 0 when all are whole "
+      "(and, with a job key, signed by it), 1 otherwise",
       "  --gen N             the generation (default: the newest committed)\n" },
     { "fetch", K_STORE, "[--gen N] [--rank R] DEST", "restore a rank into a directory", "restore a rank of a generation into "
       "DEST, which must not exist (whole or absent: it is written beside and renamed)",
@@ -98,7 +100,12 @@ static const char store_opts[] =
     "  --s3-retries N      tries after the first (6)\n"
     "  --inflight SIZE     chunk memory in flight (128MiB)\n"
     "  --threads N         worker threads (the number of CPUs, 2 to 8)\n"
-    "  --json              one JSON document on stdout\n";
+    "  --json              one JSON document on stdout\n"
+    "  --job-key-file FILE the key that signs and checks commit records (else\n"
+    "                      SPOTD_JOB_KEY_FILE, job_key_file, else the world key)\n"
+    "  --world-key-file FILE\n"
+    "                      the world key, the job key when none is given (else\n"
+    "                      SPOTD_WORLD_KEY_FILE, SPOTD_WORLD_KEY, the configuration's)\n";
 
 static const char daemon_opts[] =
     "which spotd (else the configuration file's socket or state_dir, else SPOT_SOCKET):\n"
@@ -172,6 +179,7 @@ struct ctl {
     struct store *store;
     struct snap *snap;
     const char *cmd, *job, *url;
+    const char *key_id;           /* the job key's; NULL: none */
     bool json, dry_run;
     uint64_t gen, step;
     uint32_t rank;
@@ -372,7 +380,10 @@ static void on_ls(void *arg, int err, const char *msg, struct snap_gen *gens, si
                "REASON", "METHOD", "SIZE", "CREATED");
     for (size_t i = 0; i < n; i++) {
         const struct snap_gen *g = &gens[i];
-        const char *state = g->committed ? "committed" : g->corrupt ? "corrupt" : "incomplete";
+        const char *state = g->committed     ? "committed"
+                            : g->unauthentic ? jobkey_auth_name(g->auth)
+                            : g->corrupt     ? "corrupt"
+                                             : "incomplete";
         uint64_t bytes = 0;
         char when[32], size[32];
 
@@ -388,6 +399,9 @@ static void on_ls(void *arg, int err, const char *msg, struct snap_gen *gens, si
                        "\"%s\",\"bytes\":%" PRIu64 ",\"created\":\"%s\"",
                        g->commit.step, g->commit.world_size, g->commit.reason, g->commit.method,
                        bytes, when);
+            if (g->committed || g->unauthentic)
+                printf(",\"auth\":\"%s\",\"key_id\":\"%s\"", jobkey_auth_name(g->auth),
+                       g->commit.has_mac ? g->commit.key_id : "");
             printf("}");
         } else if (g->committed) {
             printf("%-9" PRIu64 " %-11s %-12" PRIu64 " %-6u %-12s %-8s %-10s %s\n", g->gen,
@@ -406,21 +420,48 @@ static void on_ls(void *arg, int err, const char *msg, struct snap_gen *gens, si
 
 /* ---- verify, fetch, gc ------------------------------------------------------- */
 
+/* What a record's signature says, in words. */
+static const char *signature(const struct ctl *c, enum jobkey_auth a, const char *key_id,
+                             char *buf, size_t size)
+{
+    switch (a) {
+    case JOBKEY_AUTHENTIC: snprintf(buf, size, "signed by key %s", key_id); break;
+    case JOBKEY_UNCHECKED:
+        snprintf(buf, size, "signed by key %s (not checked: no job key given)", key_id);
+        break;
+    case JOBKEY_UNSIGNED: snprintf(buf, size, "unsigned"); break;
+    case JOBKEY_OTHER_KEY:
+        snprintf(buf, size, "WRONG signature (signed by key %s, not %s)", key_id,
+                 c->key_id ? c->key_id : "?");
+        break;
+    case JOBKEY_BAD_MAC:
+        snprintf(buf, size, "WRONG signature (key %s: altered, moved or forged)", key_id);
+        break;
+    }
+    return buf;
+}
+
 static void on_verified(void *arg, int err, const char *msg, const struct snap_verify_report *r)
 {
     struct ctl *c = arg;
-    char b[32];
+    char b[32], sig[160] = "";
 
     progress_end(c);
     human(b, sizeof(b), r->bytes);
+    if (r->auth_known)
+        signature(c, r->auth, r->key_id, sig, sizeof(sig));
     if (c->json) {
         printf("{\"ok\":%s,\"chunks\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"bad_chunks\":%" PRIu64
                ",",
                err ? "false" : "true", r->chunks, r->bytes, r->bad_chunks);
+        if (r->auth_known)
+            printf("\"auth\":\"%s\",\"key_id\":\"%s\",", jobkey_auth_name(r->auth), r->key_id);
         print_counters(c, since(&c->t0));
         printf("}\n");
     } else if (!err) {
-        printf("verified: %" PRIu64 " chunks, %s, every hash correct\n", r->chunks, b);
+        printf("verified: %" PRIu64 " chunks, %s, every hash correct; %s\n", r->chunks, b, sig);
+    } else if (err == -EKEYREJECTED && r->auth_known) {
+        printf("not verified: %s\n", sig);
     }
     if (err)
         fail(c, err, msg);
@@ -465,15 +506,20 @@ static void on_gc(void *arg, int err, const char *msg, const struct snap_gc_repo
     if (c->json)
         printf("{\"dry_run\":%s,\"gens_deleted\":%" PRIu64 ",\"gens_kept\":%" PRIu64
                ",\"chunks_deleted\":%" PRIu64 ",\"chunks_kept\":%" PRIu64
-               ",\"bytes_deleted\":%" PRIu64 "}\n",
+               ",\"bytes_deleted\":%" PRIu64 ",\"gens_unauthentic\":%" PRIu64 "}\n",
                c->dry_run ? "true" : "false", r->gens_deleted, r->gens_kept, r->chunks_deleted,
-               r->chunks_kept, r->bytes_deleted);
+               r->chunks_kept, r->bytes_deleted, r->gens_unauthentic);
     else
         printf("%s%" PRIu64 " generation%s and %" PRIu64 " chunks (%s); kept %" PRIu64
                " generation%s and %" PRIu64 " chunks\n",
                c->dry_run ? "would delete " : "deleted ", r->gens_deleted,
                r->gens_deleted == 1 ? "" : "s", r->chunks_deleted, b, r->gens_kept,
                r->gens_kept == 1 ? "" : "s", r->chunks_kept);
+    if (r->gens_unauthentic)
+        fprintf(stderr, "spotctl: %" PRIu64 " of the kept generations are not signed by job key "
+                "%s: they were left alone, with what they reference ('spotctl ls' shows them; "
+                "remove them by hand once you know what they are)\n", r->gens_unauthentic,
+                c->key_id ? c->key_id : "?");
     stop(c);
 }
 
@@ -482,6 +528,12 @@ static void on_gc(void *arg, int err, const char *msg, const struct snap_gc_repo
 static const char *type_name(enum mf_type t)
 {
     return t == MF_FILE ? "file" : t == MF_DIR ? "dir" : "symlink";
+}
+
+/* What show says of a record: with a key, only one it signed gets this far. */
+static enum jobkey_auth shown_auth(const struct ctl *c, const struct commit *cm)
+{
+    return !cm->has_mac ? JOBKEY_UNSIGNED : c->key_id ? JOBKEY_AUTHENTIC : JOBKEY_UNCHECKED;
 }
 
 static void show_json(const struct ctl *c, const struct commit *cm, const struct manifest *mfs)
@@ -498,6 +550,9 @@ static void show_json(const struct ctl *c, const struct commit *cm, const struct
     cJSON_AddStringToObject(o, "method", cm->method);
     cJSON_AddStringToObject(o, "created", when);
     cJSON_AddStringToObject(o, "version", cm->version);
+    cJSON_AddStringToObject(o, "auth", jobkey_auth_name(shown_auth(c, cm)));
+    if (cm->has_mac)
+        cJSON_AddStringToObject(o, "key_id", cm->key_id);
     ranks = cJSON_AddArrayToObject(o, "ranks");
     for (uint32_t r = 0; ranks && r < cm->world_size; r++) {
         const struct manifest *m = &mfs[r];
@@ -543,7 +598,7 @@ static void on_shown(void *arg, int err, const char *msg, const struct commit *c
                      const struct manifest *mfs)
 {
     struct ctl *c = arg;
-    char when[32], size[32], hex[2 * CHUNK_HASH_LEN + 1];
+    char when[32], size[32], hex[2 * CHUNK_HASH_LEN + 1], sig[160];
     uint64_t bytes = 0;
 
     if (err) {
@@ -565,6 +620,7 @@ static void on_shown(void *arg, int err, const char *msg, const struct commit *c
     printf("%-12s %s\n", "reason", cm->reason);
     printf("%-12s %s\n", "method", cm->method);
     printf("%-12s %s (spotd %s)\n", "created", when, cm->version);
+    printf("%-12s %s\n", "signature", signature(c, shown_auth(c, cm), cm->key_id, sig, sizeof(sig)));
     printf("%-12s %u, %s in all\n\n", "ranks", cm->world_size, size);
     printf("%-5s %-10s %-7s %-8s %-10s %s\n", "RANK", "SIZE", "FILES", "CHUNKS", "CHUNK SIZE",
            "MANIFEST SHA-256");
@@ -813,7 +869,7 @@ static int parse_size(const char *s, uint64_t *ret)
 enum {
     O_STORE = 256, O_JOB, O_ENDPOINT, O_REGION, O_PATH_STYLE, O_VIRTUAL_HOSTED, O_REQUESTS, O_INFLIGHT,
     O_CHUNK, O_THREADS, O_JSON, O_TIMEOUT, O_RETRIES, O_MIN_SAVING, O_GEN, O_RANK, O_STEP, O_REASON, O_KEEP, O_GRACE, O_DRY_RUN,
-    O_CONFIG, O_FILES, O_STATE_DIR, O_SPOTD,
+    O_CONFIG, O_FILES, O_STATE_DIR, O_SPOTD, O_JOB_KEY_FILE, O_WORLD_KEY_FILE,
 };
 
 static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -865,6 +921,7 @@ struct resume {
     struct ctl *c;
     uint64_t gen;                 /* the one found */
     char method[MANIFEST_NAME_MAX + 1];
+    const char *key_file;         /* given as a flag: spotd gets it too */
 };
 
 static void on_resume_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
@@ -879,9 +936,15 @@ static void on_resume_gens(void *arg, int err, const char *msg, struct snap_gen 
         return;
     }
     for (size_t i = 0; i < n; i++)
-        if (c->gen ? gens[i].gen == c->gen : gens[i].committed)
+        if (c->gen ? gens[i].gen == c->gen : gens[i].committed || gens[i].unauthentic)
             found = &gens[i];
-    if (!found && !c->gen)
+    if (found && found->unauthentic) {
+        char why[1024];
+
+        snap_refusal(c->snap, found, why, sizeof(why));
+        fail(c, -EKEYREJECTED, why);
+        found = NULL;
+    } else if (!found && !c->gen)
         fail(c, -ENOENT, "the job has no committed generation to resume from; 'spotctl ls' "
              "lists what the store holds");
     else if (!found)
@@ -980,6 +1043,10 @@ static int exec_resume(const struct ctl *c, const struct resume *rs, const char 
     if (state_dir) {
         arg(&a, "--state-dir");
         arg(&a, state_dir);
+    }
+    if (rs->key_file) {
+        arg(&a, "--job-key-file");
+        arg(&a, rs->key_file);
     }
     if (c->json) {
         arg(&a, "--log-format");
@@ -1238,6 +1305,8 @@ static int store_cmd(int argc, char **argv, struct config *cfgp, int which)
         { "files", no_argument, NULL, O_FILES },
         { "state-dir", required_argument, NULL, O_STATE_DIR },
         { "spotd", required_argument, NULL, O_SPOTD },
+        { "job-key-file", required_argument, NULL, O_JOB_KEY_FILE },
+        { "world-key-file", required_argument, NULL, O_WORLD_KEY_FILE },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -1256,9 +1325,13 @@ static int store_cmd(int argc, char **argv, struct config *cfgp, int which)
                      .grace_ms = SNAP_GRACE_DEFAULT_MS };
     struct store_ctx sctx = { 0 };
     struct snap_opts so = { 0 };
-    struct resume rs = { &c, 0, "" };
+    struct resume rs = { &c, 0, "", NULL };
     const char *url, *job, *config_file = NULL, *state_dir = NULL, *spotd = NULL;
-    char err[1024], spaced[32];
+    char err[1024], warn[1024], spaced[32];
+    struct frame_key key;
+    struct jobkey jk;
+    enum config_id kf;
+    int keyed;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned threads = cpus < 2 ? 2 : cpus > 8 ? 8 : (unsigned)cpus;
     uint64_t v;
@@ -1355,6 +1428,14 @@ static int store_cmd(int argc, char **argv, struct config *cfgp, int which)
         case O_FILES: c.files = true; break;
         case O_STATE_DIR: state_dir = optarg; break;
         case O_SPOTD: spotd = optarg; break;
+        case O_JOB_KEY_FILE:
+        case O_WORLD_KEY_FILE:
+            if (config_set(cfgp, o == O_JOB_KEY_FILE ? OPT_JOB_KEY_FILE : OPT_WORLD_KEY_FILE,
+                           optarg, CONFIG_FLAG,
+                           o == O_JOB_KEY_FILE ? "--job-key-file" : "--world-key-file", err,
+                           sizeof(err)) < 0)
+                return bad("%s", err);
+            break;
         default:
             return 2;
         }
@@ -1380,6 +1461,19 @@ static int store_cmd(int argc, char **argv, struct config *cfgp, int which)
                    "\"command\" in the configuration file");
     c.job = job;
     c.url = url;
+    /* The key file used, when a flag named it, goes to spotd with resume
+     * (the configuration's and the environment's reach it anyway). */
+    kf = config_str(cfgp, OPT_JOB_KEY_FILE) ? OPT_JOB_KEY_FILE : OPT_WORLD_KEY_FILE;
+    if (config_str(cfgp, kf) && cfgp->v[kf].source == CONFIG_FLAG)
+        rs.key_file = config_str(cfgp, kf);
+    if ((keyed = jobkey_from_config(cfgp, &key, err, sizeof(err), warn, sizeof(warn))) < 0)
+        return bad("%s", err);
+    if (*warn)
+        fprintf(stderr, "spotctl: warning: %s\n", warn);
+    if (keyed && jobkey_init(&jk, &key) < 0)
+        return bad("cannot derive the job key's id (OpenSSL failed)");
+    if (keyed)
+        c.key_id = jk.id;
 
     evthread_use_pthreads();
     c.base = event_base_new();
@@ -1398,6 +1492,7 @@ static int store_cmd(int argc, char **argv, struct config *cfgp, int which)
     so.pool = c.pool;
     so.store = c.store;
     so.job = job;
+    so.key = keyed ? &key : NULL;
     if (!(c.snap = snap_new(&so, err, sizeof(err)))) {
         fprintf(stderr, "spotctl: %s\n", err);
         return 2;
@@ -1441,6 +1536,9 @@ static int store_cmd(int argc, char **argv, struct config *cfgp, int which)
     for (size_t i = 0; i < c.n_wg; i++)
         free(c.wg[i].key);
     free(c.wg);
+    memset(&key, 0, sizeof(key));
+    if (keyed)
+        jobkey_clear(&jk);
     code = c.err ? 1 : 0;
     if (!code && rs.gen)
         code = exec_resume(&c, &rs, config_file, state_dir, spotd, c.dirs, c.n_dirs);

@@ -26,6 +26,7 @@
 #include "spot/dmi.h"
 #include "spot/frame.h"
 #include "spot/http.h"
+#include "spot/jobkey.h"
 #include "spot/log.h"
 #include "spot/parse.h"
 #include "spot/worldrec.h"
@@ -333,10 +334,7 @@ struct world_cfg {
 static int read_world_key(const struct config *cfg, struct world_cfg *w)
 {
     const char *file = config_str(cfg, OPT_WORLD_KEY_FILE), *why;
-    char buf[2 * FRAME_KEY_MAX + 64];
-    struct stat st;
-    ssize_t n = 0;
-    int fd;
+    char err[1024], warn[1024];
 
     if (!file && config_str(cfg, OPT_WORLD_KEY)) {
         if (frame_key_parse(config_str(cfg, OPT_WORLD_KEY), strlen(config_str(cfg, OPT_WORLD_KEY)),
@@ -349,30 +347,40 @@ static int read_world_key(const struct config *cfg, struct world_cfg *w)
     }
     if (!file)
         return 0;
-    if ((fd = open(file, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0 ||
-        (n = read(fd, buf, sizeof(buf))) < 0) {
-        say("cannot read the world key file '%s' (from %s): %s", file,
-            cfg->v[OPT_WORLD_KEY_FILE].origin, strerror(errno));
-        if (fd >= 0)
-            close(fd);
+    if (jobkey_read_file(file, "world key", cfg->v[OPT_WORLD_KEY_FILE].origin, &w->key, err,
+                         sizeof(err), warn, sizeof(warn)) < 0) {
+        say("%s", err);
         return -1;
     }
-    close(fd);
-    if ((size_t)n == sizeof(buf)) {
-        say("the world key file '%s' is too long: a key is at most %d bytes (or %d hex digits)",
-            file, FRAME_KEY_MAX, 2 * FRAME_KEY_MAX);
-        return -1;
-    }
-    if (frame_key_parse(buf, (size_t)n, &w->key, &why) < 0) {
-        say("invalid world key in '%s': %s", file, why);
-        memset(buf, 0, sizeof(buf));
-        return -1;
-    }
-    memset(buf, 0, sizeof(buf));
-    if (st.st_mode & 077)
-        log_msg(LOGL_WARN, "the world key file '%s' can be read by other users (mode %04o): "
-                "chmod 600 it", file, (unsigned)(st.st_mode & 07777));
+    if (*warn)
+        log_msg(LOGL_WARN, "%s", warn);
     w->keyed = true;
+    return 0;
+}
+
+/* The job key (jobkey.h): job_key_file, else the world key, in a world or
+ * not (world_warned: the world key's file was read, and warned about,
+ * already).  Returns 0 (*keyed false: none) or -1 after saying why. */
+static int read_job_key(const struct config *cfg, bool world_warned, struct frame_key *key,
+                        bool *keyed)
+{
+    char err[1024], warn[1024];
+    struct jobkey jk;
+    int r = jobkey_from_config(cfg, key, err, sizeof(err), warn, sizeof(warn));
+
+    *keyed = r > 0;
+    if (r < 0) {
+        say("%s", err);
+        return -1;
+    }
+    if (*warn && (config_str(cfg, OPT_JOB_KEY_FILE) || !world_warned))
+        log_msg(LOGL_WARN, "%s", warn);
+    if (r > 0 && jobkey_init(&jk, key) == 0)
+        log_msg(LOGL_INFO, "commit records are signed and checked with job key %s (from %s)",
+                jk.id, config_str(cfg, OPT_JOB_KEY_FILE) ? cfg->v[OPT_JOB_KEY_FILE].origin
+                       : config_str(cfg, OPT_WORLD_KEY_FILE) ? cfg->v[OPT_WORLD_KEY_FILE].origin
+                                                             : cfg->v[OPT_WORLD_KEY].origin);
+    jobkey_clear(&jk);
     return 0;
 }
 
@@ -537,6 +545,8 @@ static int cmd_run(int argc, char **argv)
     struct metrics *metrics = NULL;
     struct timeline *timeline = NULL;
     struct world_cfg wc = { 0 };
+    struct frame_key job_key = { .len = 0 };
+    bool job_keyed = false;
     sigset_t orig_mask, notice_sigs;
     char err[1024], url[1024];
     int cmd, code = EXIT_USAGE, r, drill_kind = -1;
@@ -599,6 +609,13 @@ static int cmd_run(int argc, char **argv)
         goto out_config;
     }
     if (world_config(&cfg, &wc) < 0)
+        goto out_log;
+    if (config_str(&cfg, OPT_JOB_KEY_FILE) && !config_str(&cfg, OPT_JOB)) {
+        say("job_key_file (from %s) signs commit records: it needs --job and --store",
+            cfg.v[OPT_JOB_KEY_FILE].origin);
+        goto out_log;
+    }
+    if (read_job_key(&cfg, wc.keyed, &job_key, &job_keyed) < 0)
         goto out_log;
     drop_secret_env();
 
@@ -703,6 +720,7 @@ static int cmd_run(int argc, char **argv)
                             .listen = config_str(&cfg, OPT_LISTEN),
                             .peers = wc.rendezvous ? NULL : wc.peers,
                             .key = wc.keyed ? &wc.key : NULL,
+                            .job_key = job_keyed ? &job_key : NULL,
                             .peer_timeout_ms = config_num(&cfg, OPT_PEER_TIMEOUT),
                             .criu = config_str(&cfg, OPT_CRIU),
                             .min_nodes = wc.min_nodes,
@@ -818,6 +836,7 @@ out_base:
 out_log:
     free(wc.list);
     memset(&wc.key, 0, sizeof(wc.key));
+    memset(&job_key, 0, sizeof(job_key));
     log_close();
 out_config:
     config_release(&cfg);

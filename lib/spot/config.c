@@ -114,6 +114,9 @@ const struct config_option config_options[OPT__COUNT] = {
                              "bytes)" },
     [OPT_WORLD_KEY] = { "world_key", CONFIG_STRING, NULL, NULL, 0, 0, true, NULL,
                         "the world's shared key itself (prefer world_key_file)" },
+    [OPT_JOB_KEY_FILE] = { "job_key_file", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                           "file holding the key that signs and checks commit records "
+                           "(default: the world key; 64+ hex digits, or 16+ bytes)" },
     [OPT_INSECURE] = { "insecure", CONFIG_BOOL, "false", NULL, 0, 0, false, NULL,
                        "let a world run without a key: anyone who reaches the port can "
                        "join it (tests only)" },

@@ -57,6 +57,7 @@ enum config_id {
     OPT_LISTEN,
     OPT_WORLD_KEY_FILE,
     OPT_WORLD_KEY,
+    OPT_JOB_KEY_FILE,
     OPT_INSECURE,
     OPT_PEER_TIMEOUT,
     OPT_MASTER_PORT,

@@ -66,12 +66,12 @@ int frame_key_parse(const char *text, size_t len, struct frame_key *ret, const c
     hex = hex && len >= 64 && len % 2 == 0;
     k.len = hex ? len / 2 : len;
     if (k.len < FRAME_KEY_MIN) {
-        *why = "the world key is shorter than 16 bytes; make one with "
+        *why = "the key is shorter than 16 bytes; make one with "
                "'openssl rand -hex 32'";
         return -EINVAL;
     }
     if (k.len > FRAME_KEY_MAX) {
-        *why = "the world key is longer than 256 bytes";
+        *why = "the key is longer than 256 bytes";
         return -EINVAL;
     }
     for (size_t i = 0; i < k.len; i++)

@@ -198,7 +198,76 @@ char *commit_to_json(const struct commit *c, size_t *ret_len)
         add_str(&b, o, "sha256", hex);
         add_num(&b, o, "bytes", (double)c->ranks[i].bytes);
     }
+    if (c->has_mac) {
+        char hex[2 * CHUNK_HASH_LEN + 1];
+
+        chunk_hex(c->mac, hex);
+        add_str(&b, root, "mac_alg", c->mac_alg);
+        add_str(&b, root, "key_id", c->key_id);
+        add_str(&b, root, "mac", hex);
+    }
     return finish_json(&b, root, ret_len);
+}
+
+/* ---- canonical bytes ------------------------------------------------------ */
+
+#define CANON_TAG "spotd commit v1"   /* and its NUL: 16 bytes */
+
+struct canon {
+    uint8_t *p;
+    size_t len;
+};
+
+static void put_be(struct canon *w, uint64_t v, int n)
+{
+    for (int i = n - 1; i >= 0; i--, v >>= 8)
+        w->p[w->len + (size_t)i] = (uint8_t)v;
+    w->len += (size_t)n;
+}
+
+static void put_bytes(struct canon *w, const void *data, size_t n)
+{
+    memcpy(w->p + w->len, data, n);
+    w->len += n;
+}
+
+static void put_str(struct canon *w, const char *s)
+{
+    size_t n = strlen(s);
+
+    put_be(w, n, 4);
+    put_bytes(w, s, n);
+}
+
+uint8_t *commit_canonical(const struct commit *c, size_t *ret_len)
+{
+    const char *alg = c->has_mac ? c->mac_alg : "", *id = c->has_mac ? c->key_id : "";
+    size_t size = sizeof(CANON_TAG) + 4 + 8 + 8 + 4 + 8 + 6 * 4 + strlen(c->job) +
+                  strlen(c->reason) + strlen(c->method) + strlen(c->version) + strlen(alg) +
+                  strlen(id) + (size_t)c->world_size * (4 + CHUNK_HASH_LEN + 8);
+    struct canon w = { malloc(size), 0 };
+
+    if (!w.p)
+        return NULL;
+    put_bytes(&w, CANON_TAG, sizeof(CANON_TAG));
+    put_be(&w, STORE_FORMAT, 4);
+    put_str(&w, c->job);
+    put_be(&w, c->gen, 8);
+    put_be(&w, c->step, 8);
+    put_be(&w, c->world_size, 4);
+    put_str(&w, c->reason);
+    put_str(&w, c->method);
+    put_be(&w, (uint64_t)c->created_ms, 8);
+    put_str(&w, c->version);
+    put_str(&w, alg);
+    put_str(&w, id);
+    for (uint32_t i = 0; i < c->world_size; i++) {
+        put_be(&w, c->ranks[i].rank, 4);
+        put_bytes(&w, c->ranks[i].sha256, CHUNK_HASH_LEN);
+        put_be(&w, c->ranks[i].bytes, 8);
+    }
+    *ret_len = w.len;
+    return w.p;
 }
 
 /* ---- reading -------------------------------------------------------------- */
@@ -498,6 +567,36 @@ out:
     return r;
 }
 
+/* "mac_alg", "key_id", "mac": all three or none. */
+static int parse_mac(const cJSON *root, struct commit *c, const char **ret_why)
+{
+    const cJSON *alg, *id, *mac;
+    int r;
+
+    if ((r = strict_json_member(root, "mac_alg", &alg, ret_why)) < 0 ||
+        (r = strict_json_member(root, "key_id", &id, ret_why)) < 0 ||
+        (r = strict_json_member(root, "mac", &mac, ret_why)) < 0)
+        return r;
+    if (!alg && !id && !mac)
+        return 0;
+    if (!alg || !id || !mac)
+        return garbage(ret_why, "mac_alg, key_id and mac go together");
+    if ((r = get_name(root, "mac_alg", c->mac_alg, sizeof(c->mac_alg), "mac_alg invalid",
+                      ret_why)) < 0 ||
+        (r = get_name(root, "key_id", c->key_id, sizeof(c->key_id), "key_id invalid",
+                      ret_why)) < 0)
+        return r;
+    if (!*c->mac_alg)
+        return garbage(ret_why, "mac_alg invalid");
+    if (strlen(c->key_id) != COMMIT_KEY_ID_LEN ||
+        strspn(c->key_id, "0123456789abcdef") != COMMIT_KEY_ID_LEN)
+        return garbage(ret_why, "key_id invalid");
+    if (!cJSON_IsString(mac) || chunk_parse_hex(mac->valuestring, c->mac) < 0)
+        return garbage(ret_why, "mac invalid");
+    c->has_mac = true;
+    return 0;
+}
+
 int commit_parse(const char *text, size_t len, struct commit *out, const char **ret_why)
 {
     struct commit c;
@@ -567,6 +666,8 @@ int commit_parse(const char *text, size_t len, struct commit *out, const char **
     }
     for (uint32_t i = 0; i < c.world_size; i++)
         c.ranks[i].rank = i;
+    if ((r = parse_mac(root, &c, ret_why)) < 0)
+        goto out;
     cJSON_Delete(root);
     *out = c;
     return 0;

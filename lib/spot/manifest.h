@@ -13,7 +13,11 @@
  * some), and a document of a newer format is refused with -ENOTSUP so an
  * old spotd never misreads it.  Parsers return 0, -EINVAL or -ENOTSUP with
  * a short static reason in *ret_why (never quoting the input), or -ENOMEM;
- * *out is untouched on failure. */
+ * *out is untouched on failure.
+ *
+ * A commit record may carry a MAC (jobkey.h signs and checks it) over its
+ * canonical bytes, commit_canonical(): every field a reader acts on, the
+ * manifests' digests among them, and through those every chunk's hash. */
 #ifndef SPOT_MANIFEST_H
 #define SPOT_MANIFEST_H
 
@@ -30,6 +34,8 @@
 #define MANIFEST_NAME_MAX 128      /* job, method, reason */
 #define GEN_MAX 99999999ULL        /* gens/<8 digits> */
 #define WORLD_MAX 65536
+#define COMMIT_KEY_ID_LEN 16       /* hex digits naming the key that signed a record */
+#define COMMIT_MAC_ALG_MAX 31
 
 enum mf_type { MF_FILE, MF_DIR, MF_SYMLINK };
 
@@ -82,12 +88,24 @@ struct commit {
     int64_t created_ms;
     char version[32];
     struct commit_rank *ranks;   /* world_size entries, rank i at index i */
+    /* The signature, all or nothing: "mac_alg", "key_id" and "mac" in the
+     * record (jobkey_sign() sets them; has_mac false: unsigned). */
+    bool has_mac;
+    char mac_alg[COMMIT_MAC_ALG_MAX + 1];
+    char key_id[COMMIT_KEY_ID_LEN + 1];
+    uint8_t mac[CHUNK_HASH_LEN];
 };
 
 /* The document as compact JSON, malloc'ed and terminated; NULL when out
  * of memory. */
 char *manifest_to_json(const struct manifest *m, size_t *ret_len);
 char *commit_to_json(const struct commit *c, size_t *ret_len);
+
+/* The bytes a commit record's MAC covers (docs/store-format.md, "Signed
+ * commit records"): a fixed binary encoding of every field but the MAC,
+ * so that it never depends on how JSON is printed.  Malloc'ed; NULL when
+ * out of memory. */
+uint8_t *commit_canonical(const struct commit *c, size_t *ret_len);
 
 int manifest_parse(const char *text, size_t len, struct manifest *out, const char **ret_why);
 int commit_parse(const char *text, size_t len, struct commit *out, const char **ret_why);

@@ -167,6 +167,8 @@ struct snap {
     int level;
     double min_saving;
     bool sign;                   /* the store wants payload hashes */
+    struct jobkey key;           /* signs and checks commit records, when keyed */
+    bool keyed;
     struct hset known;           /* chunks of generation known_gen */
     uint64_t known_gen;
     bool known_loading;
@@ -263,7 +265,22 @@ struct snap *snap_new(const struct snap_opts *o, char *err, size_t errlen)
     s->level = o->zstd_level ? o->zstd_level : 1;
     s->min_saving = o->min_saving > 0 ? o->min_saving : SNAP_MIN_SAVING_DEFAULT;
     s->sign = store_wants_sha256(o->store);
+    if (o->key && jobkey_init(&s->key, o->key) < 0) {
+        snprintf(err, errlen, "cannot derive the job key's id (OpenSSL failed)");
+        return snap_free(s);
+    }
+    s->keyed = o->key != NULL;
     return s;
+}
+
+const char *snap_key_id(const struct snap *s)
+{
+    return s->keyed ? s->key.id : NULL;
+}
+
+void snap_refusal(const struct snap *s, const struct snap_gen *g, char *buf, size_t size)
+{
+    jobkey_refusal(buf, size, s->keyed ? &s->key : NULL, &g->commit, g->auth);
 }
 
 struct snap *snap_free(struct snap *s)
@@ -275,6 +292,7 @@ struct snap *snap_free(struct snap *s)
     while (s->n_free > 0)
         free(s->free_bufs[--s->n_free]);
     free(s->free_bufs);
+    jobkey_clear(&s->key);
     free(s);
     return NULL;
 }
@@ -370,11 +388,17 @@ static void on_commit_got(void *arg, int err, const char *msg, void *data, size_
             r = -EINVAL;
             why = "it names another job or generation";
         }
+        if (r == 0 && (r = jobkey_check(g->s->keyed ? &g->s->key : NULL, &c, &sg->auth)) < 0)
+            commit_release(&c);
         if (r == 0) {
+            /* With a key, only what it signed is committed. */
             sg->commit = c;
-            sg->committed = true;
-        } else if (r == -ENOMEM) {
-            fail_msg(&g->err, g->msg, r, "out of memory");
+            sg->committed = !g->s->keyed || sg->auth == JOBKEY_AUTHENTIC;
+            sg->unauthentic = !sg->committed;
+        } else if (r == -ENOMEM || r == -EIO) {
+            fail_msg(&g->err, g->msg, r, "%s", r == -ENOMEM ? "out of memory"
+                                                            : "cannot check a commit record's "
+                                                              "signature (OpenSSL failed)");
         } else {
             sg->corrupt = true;
         }
@@ -1625,6 +1649,12 @@ static void on_commit_checked(struct mf_fetch *f)
         return;
     }
     mf_fetch_free(f);
+    op->c.has_mac = false;
+    if (op->s->keyed && jobkey_sign(&op->s->key, &op->c) < 0) {
+        commit_op_end(op, -EIO, "cannot sign the commit record (out of memory, or OpenSSL "
+                      "failed)");
+        return;
+    }
     op->json = commit_to_json(&op->c, &op->json_len);
     if (!op->json) {
         commit_op_end(op, -ENOMEM, "out of memory");
@@ -2185,8 +2215,24 @@ static void on_fetch_gens(struct gens_op *g)
         return;
     }
     for (size_t i = 0; i < g->n; i++) {
-        if (fe->gen ? g->gens[i].gen == fe->gen : g->gens[i].committed)
+        if (fe->gen ? g->gens[i].gen == fe->gen
+                    : g->gens[i].committed || g->gens[i].unauthentic)
             found = &g->gens[i];
+    }
+    if (found && (found->committed || found->unauthentic)) {
+        fe->report.auth_known = true;
+        fe->report.auth = found->auth;
+        snprintf(fe->report.key_id, sizeof(fe->report.key_id), "%s",
+                 found->commit.has_mac ? found->commit.key_id : "");
+    }
+    if (found && found->unauthentic) {
+        char why[MSG_MAX];
+
+        snap_refusal(fe->s, found, why, sizeof(why));
+        fetch_fail(fe, -EKEYREJECTED, "%s", why);
+        gens_free(g);
+        fetch_report(fe);
+        return;
     }
     if (!found || !found->committed) {
         if (!fe->gen)
@@ -2555,7 +2601,7 @@ static void gc_next_kept(struct gc_op *gc)
     char prefix[STORE_KEY_MAX + 1];
 
     for (; gc->cur < g->n; gc->cur++) {
-        if (gc->drop[gc->cur] || !g->gens[gc->cur].committed)
+        if (gc->drop[gc->cur] || !(g->gens[gc->cur].committed || g->gens[gc->cur].unauthentic))
             continue;
         if (!mf_fetch_start(gc->s, &g->gens[gc->cur].commit, UINT32_MAX, true, on_gc_manifests,
                             gc)) {
@@ -2589,7 +2635,11 @@ static void on_gc_gens(struct gens_op *g)
     }
     /* Newest first: the first keep committed generations stay; older
      * committed ones go; uncommitted ones go once older than the grace
-     * period (abandoned, not in progress). */
+     * period (abandoned, not in progress).  Unauthentic ones stay, with
+     * what they reference, and never count among the keep: forged newer
+     * records must not push real ones out, and under a wrong key every
+     * real record looks forged, so deleting them would destroy committed
+     * work.  They cost storage until an operator removes them. */
     for (size_t i = g->n; i-- > 0;) {
         struct snap_gen *sg = &g->gens[i];
 
@@ -2597,6 +2647,8 @@ static void on_gc_gens(struct gens_op *g)
             gc->drop[i] = false;
         else if (sg->committed)
             gc->drop[i] = ++committed > gc->o.keep;
+        else if (sg->unauthentic)
+            gc->report.gens_unauthentic++; /* kept: see snap_gc() */
         else
             gc->drop[i] = sg->mtime_ms < gc->now - gc->o.grace_ms;
     }

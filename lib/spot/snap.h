@@ -18,6 +18,16 @@
  * is not uploaded again, and no request asks the store whether a chunk
  * exists.  Runs of zeros are not stored at all and come back as holes.
  *
+ * Authentication: with a key (snap_opts.key), snap_commit() signs every
+ * commit record (jobkey.h) and every reader checks the signature: a
+ * generation whose record is unsigned or not signed by this key is not
+ * committed for restore, verify, deduplication or retention; snap_gens()
+ * marks it unauthentic, and restore and verify refuse it by name
+ * (-EKEYREJECTED).  Without a key records are written unsigned and read as
+ * before.  Manifests are checked against the record's digests and chunks
+ * against the manifests' hashes on every read, so the one signature covers
+ * the whole generation.
+ *
  * Errors: err is 0 or -errno, msg one line naming what failed on which
  * file, key or generation ("" on success). */
 #ifndef SPOT_SNAP_H
@@ -27,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "spot/jobkey.h"
 #include "spot/manifest.h"
 
 struct event_base;
@@ -55,6 +66,8 @@ struct snap_opts {
     int zstd_level;                /* 0: 1 */
     double min_saving;             /* store raw unless zstd saves this share;
                                       0: SNAP_MIN_SAVING_DEFAULT */
+    const struct frame_key *key;   /* the job key: signs and checks commit
+                                      records (copied); NULL: none */
 };
 
 /* Progress, updated on the loop as work completes; read it any time. */
@@ -81,9 +94,14 @@ struct snap_counters {
 /* A generation as the store holds it. */
 struct snap_gen {
     uint64_t gen;
-    bool committed;                /* its commit record is there and valid */
+    bool committed;                /* its commit record is there, valid and, with
+                                      a key, signed by it */
     bool corrupt;                  /* a commit record is there but unreadable */
-    struct commit commit;          /* when committed (owned) */
+    bool unauthentic;              /* with a key: a valid record this key did not
+                                      sign (unsigned, another key's, altered);
+                                      not committed; see snap_refusal() */
+    enum jobkey_auth auth;         /* what its record's signature says */
+    struct commit commit;          /* when committed or unauthentic (owned) */
     unsigned manifests;            /* rank-<r>.json objects present */
     int64_t mtime_ms;              /* newest object of the generation */
     uint64_t stored_bytes;         /* of its manifests and commit record */
@@ -100,11 +118,16 @@ struct snap_saved {
 struct snap_gc_report {
     uint64_t gens_deleted, chunks_deleted, bytes_deleted;
     uint64_t gens_kept, chunks_kept;
+    uint64_t gens_unauthentic;      /* kept (of gens_kept): not signed by the key */
 };
 
 struct snap_verify_report {
     uint64_t files, chunks, bytes;
     uint64_t bad_chunks;            /* missing or corrupt */
+    /* The generation's signature, once its record was read. */
+    bool auth_known;
+    enum jobkey_auth auth;
+    char key_id[JOBKEY_ID_LEN + 1]; /* the record's, "" when unsigned */
 };
 
 typedef void (*snap_done_fn)(void *arg, int err, const char *msg);
@@ -126,6 +149,12 @@ struct snap *snap_free(struct snap *s);
  * records. */
 void snap_gens(struct snap *s, snap_gens_fn done, void *arg);
 void snap_gens_free(struct snap_gen *gens, size_t n);
+
+/* The line that says why unauthentic generation g is refused. */
+void snap_refusal(const struct snap *s, const struct snap_gen *g, char *buf, size_t size);
+
+/* The id of the key this snap signs and checks with; NULL: none. */
+const char *snap_key_id(const struct snap *s);
 
 /* Save the directory dir as rank of generation gen: regular files,
  * directories and symbolic links (anything else is refused), then the
@@ -158,14 +187,19 @@ void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_coun
 void snap_save_split(struct snap_split *sp, bool rest);
 
 /* Write gen's commit record after checking that every rank's manifest is
- * in the store with the digest given in ranks[r].  c->job and c->gen must
- * be this snap's job and the generation. */
+ * in the store with the digest given in ranks[r], signed when this snap
+ * has a key (c's own signature fields are ignored).  c->job and c->gen
+ * must be this snap's job and the generation. */
 void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void *arg);
 
 /* Restore rank of committed generation gen into dest, which must not
  * exist (or be an empty directory): files with their sizes, modes and
  * mtimes, zero runs as holes.  Everything is written beside dest and
- * renamed into place at the end, so dest is whole or absent. */
+ * renamed into place at the end, so dest is whole or absent.
+ *
+ * gen 0, here and in snap_verify() and snap_manifests(), is the newest
+ * generation with a valid commit record; an unauthentic one is refused
+ * with -EKEYREJECTED and snap_refusal()'s line, whether named or newest. */
 void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
                   struct snap_counters *c, snap_done_fn done, void *arg);
 
@@ -178,12 +212,12 @@ void snap_check(struct snap *s, uint64_t gen, uint32_t rank, const char *dir,
 
 /* Fetch and check every chunk of every rank of committed generation gen.
  * err is -EBADMSG when something is missing or corrupt (the report says
- * how much). */
+ * how much, and what the record's signature says). */
 void snap_verify(struct snap *s, uint64_t gen, struct snap_counters *c, snap_verify_fn done,
                  void *arg);
 
 /* The commit record and the manifests of every rank of committed
- * generation gen (0: the newest committed), each manifest checked against
+ * generation gen, each manifest checked against
  * the digest its commit record holds; no chunk is fetched.  On success
  * c and mfs (c->world_size of them) are valid during the call. */
 typedef void (*snap_manifests_fn)(void *arg, int err, const char *msg, const struct commit *c,
@@ -193,7 +227,10 @@ void snap_manifests(struct snap *s, uint64_t gen, snap_manifests_fn done, void *
 /* Keep the newest keep committed generations (and any uncommitted one
  * newer than them, which may be in progress); delete the others, commit
  * record first, then every chunk that no kept generation references and
- * that is older than grace_ms.  dry_run: report only.
+ * that is older than grace_ms.  Unauthentic generations are kept, never
+ * counted among the keep, and so are the chunks they reference (they may
+ * be real ones under another key: an operator decides).  dry_run: report
+ * only.
  *
  * spare (NULL: none) names committed generations that must stay whatever
  * keep says, and that do not count among the keep newest: spotd spares

@@ -4,13 +4,14 @@
  * untouched on failure, the same answer twice, and a parsed document that
  * is written back and parses to the same fields: sorted unique valid
  * paths, chunks that add up to each file's size, ranks each at its own
- * index. */
+ * index, a signature that comes back the same. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fuzz.h"
+#include "spot/jobkey.h"
 #include "spot/manifest.h"
 
 static void check_manifest(const struct manifest *m)
@@ -113,13 +114,33 @@ static void fuzz_commit(const char *text, size_t size)
         if (c.ranks[i].rank != i)
             abort();
     {
+        /* Whatever it says, its signature can be checked; signed with a
+         * key, it checks with that key alone. */
+        static const struct frame_key fk = { .k = "fuzzing job key, 32 bytes long!", .len = 32 };
+        struct jobkey jk;
+        struct commit s = c;
+        enum jobkey_auth a;
+
+        if (jobkey_init(&jk, &fk) < 0 || jobkey_check(&jk, &c, &a) < 0 ||
+            (c.has_mac ? a == JOBKEY_UNSIGNED || a == JOBKEY_UNCHECKED : a != JOBKEY_UNSIGNED))
+            abort();
+        if (jobkey_sign(&jk, &s) < 0 || jobkey_check(&jk, &s, &a) < 0 || a != JOBKEY_AUTHENTIC)
+            abort();
+        s.gen ^= 1;
+        if (jobkey_check(&jk, &s, &a) < 0 || a != JOBKEY_BAD_MAC)
+            abort();
+    }
+    {
         size_t len;
         char *json = commit_to_json(&c, &len);
 
         if (json) {
             if (commit_parse(json, len, &c2, &why) != 0 || c2.world_size != c.world_size ||
                 c2.gen != c.gen || c2.step != c.step || strcmp(c2.reason, c.reason) ||
-                memcmp(c2.ranks, c.ranks, c.world_size * sizeof(*c.ranks)))
+                memcmp(c2.ranks, c.ranks, c.world_size * sizeof(*c.ranks)) ||
+                c2.has_mac != c.has_mac ||
+                (c.has_mac && (strcmp(c2.mac_alg, c.mac_alg) || strcmp(c2.key_id, c.key_id) ||
+                               memcmp(c2.mac, c.mac, sizeof(c.mac)))))
                 abort();
             commit_release(&c2);
             free(json);

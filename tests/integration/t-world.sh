@@ -57,8 +57,12 @@ check "world: the replicated state went up once in all ($total bytes sent for $s
     test "$total" -lt $((size * 12 / 10))
 check "world: ... the nodes compared their fingerprints" \
     grep -q "the same content everywhere, each stores its share" "$T/a2.err"
-"$SPOTCTL" verify --store "file://$T/store" --job "$JOB" --gen 1 >"$T/verify" 2>&1
+"$SPOTCTL" verify --store "file://$T/store" --job "$JOB" --gen 1 --world-key-file "$T/key" \
+    >"$T/verify" 2>&1
 expect_eq "world: spotctl verify passes generation 1 (every rank's chunks)" 0 "$?"
+kid=$(sed -n 's/.*signed and checked with job key \([0-9a-f]\{16\}\).*/\1/p' "$T/a0.err" | head -n 1)
+check "world: ... signed by the world key, whose id the coordinator logged" \
+    eval '[ -n "$kid" ] && grep -q "every hash correct; signed by key $kid$" "$T/verify"'
 check "world: the survivors stop their trainers and wait" \
     wait_for 15 eval 'has "\"event\":\"parked\"" "$T/a0.ev" && has "\"event\":\"parked\"" "$T/a2.ev"'
 check "world: ... and say why" grep -q "rank 1 left (preempted)" "$T/a0.err"

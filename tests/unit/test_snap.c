@@ -204,3 +204,311 @@ TEST(snap_split)
         CHECK_INT(system(cmd), 0);
     }
 }
+
+/* ---- signed commit records ------------------------------------------------ */
+
+struct op {
+    struct event_base *base;
+    int err;
+    char msg[2048];
+    struct snap_gen *gens;
+    size_t n;
+    struct snap_saved saved;
+    struct snap_verify_report vr;
+    struct snap_gc_report gr;
+};
+
+static void op_done(void *arg, int err, const char *msg)
+{
+    struct op *o = arg;
+
+    o->err = err;
+    snprintf(o->msg, sizeof(o->msg), "%s", msg);
+    event_base_loopbreak(o->base);
+}
+
+static void op_saved(void *arg, int err, const char *msg, const struct snap_saved *s)
+{
+    struct op *o = arg;
+
+    if (s)
+        o->saved = *s;
+    op_done(o, err, msg);
+}
+
+static void op_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
+{
+    struct op *o = arg;
+
+    o->gens = gens;
+    o->n = n;
+    op_done(o, err, msg);
+}
+
+static void op_verified(void *arg, int err, const char *msg, const struct snap_verify_report *r)
+{
+    struct op *o = arg;
+
+    o->vr = *r;
+    op_done(o, err, msg);
+}
+
+static void op_gc(void *arg, int err, const char *msg, const struct snap_gc_report *r)
+{
+    struct op *o = arg;
+
+    o->gr = *r;
+    op_done(o, err, msg);
+}
+
+static struct snap *keyed_snap(struct event_base *base, struct pool *pool, struct store *st,
+                               const struct frame_key *key)
+{
+    char err[512];
+    struct snap *s = snap_new(&(struct snap_opts){ .base = base, .pool = pool, .store = st,
+                                                   .job = "j", .chunk_size = CHUNK, .key = key },
+                              err, sizeof(err));
+
+    CHECK(s != NULL);
+    return s;
+}
+
+/* Save dir as the one rank of gen and commit it with s (signed when s has
+ * a key).  Returns the commit's error. */
+static int save_commit(struct snap *s, struct event_base *base, const char *dir, uint64_t gen)
+{
+    struct op o = { .base = base };
+    struct snap_save_req req = { .dir = dir, .gen = gen, .step = gen * 10, .method = "app" };
+    struct commit_rank cr = { .rank = 0 };
+    struct commit c = { .job = "j", .gen = gen, .step = gen * 10, .world_size = 1,
+                        .reason = "manual", .method = "app", .created_ms = 1796045255000LL,
+                        .version = "test", .ranks = &cr };
+
+    snap_save(s, &req, NULL, op_saved, &o);
+    event_base_dispatch(base);
+    if (o.err)
+        return o.err;
+    memcpy(cr.sha256, o.saved.sha256, 32);
+    cr.bytes = o.saved.bytes;
+    snap_commit(s, &c, op_done, &o);
+    event_base_dispatch(base);
+    return o.err;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "r");
+    char *buf = f ? calloc(1, 1 << 20) : NULL;
+
+    *len = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+static void spit(const char *path, const char *data, size_t len)
+{
+    char dir[4096], *slash;
+    FILE *f;
+
+    snprintf(dir, sizeof(dir), "%s", path);
+    if ((slash = strrchr(dir, '/')))
+        *slash = '\0';
+    mkdir(dir, 0700);
+    f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fwrite(data, 1, len, f);
+        fclose(f);
+    }
+}
+
+/* What someone who can write the store but has no key can do: copy gen
+ * from's manifest as generation to (its "gen" rewritten), and write a
+ * commit record with the right digest, unsigned or signed with forger. */
+static void forge(const char *root, uint64_t from, uint64_t to, const struct frame_key *forger)
+{
+    char path[4096], old[32], now[32], *mf, *p;
+    struct commit_rank cr = { .rank = 0, .bytes = 1 };
+    struct commit c = { .job = "j", .gen = to, .step = 12345, .world_size = 1,
+                        .reason = "manual", .method = "app", .created_ms = 1796045255000LL,
+                        .version = "forged", .ranks = &cr };
+    size_t len;
+    char *json;
+
+    snprintf(path, sizeof(path), "%s/j/gens/%08llu/rank-0.json", root, (unsigned long long)from);
+    mf = slurp(path, &len);
+    CHECK(mf != NULL);
+    if (!mf)
+        return;
+    snprintf(old, sizeof(old), "\"gen\":%llu,", (unsigned long long)from);
+    snprintf(now, sizeof(now), "\"gen\":%llu,", (unsigned long long)to);
+    CHECK((p = strstr(mf, old)) != NULL);
+    if (p) {
+        memmove(p + strlen(now), p + strlen(old), strlen(p + strlen(old)) + 1);
+        memcpy(p, now, strlen(now));
+    }
+    len = strlen(mf);
+    chunk_sha256(mf, len, cr.sha256);
+    snprintf(path, sizeof(path), "%s/j/gens/%08llu/rank-0.json", root, (unsigned long long)to);
+    spit(path, mf, len);
+    free(mf);
+    if (forger) {
+        struct jobkey jk;
+
+        CHECK_INT(jobkey_init(&jk, forger), 0);
+        CHECK_INT(jobkey_sign(&jk, &c), 0);
+    }
+    json = commit_to_json(&c, &len);
+    snprintf(path, sizeof(path), "%s/j/gens/%08llu/COMMIT.json", root, (unsigned long long)to);
+    spit(path, json, len);
+    free(json);
+}
+
+static const struct snap_gen *gen_of(const struct op *o, uint64_t gen)
+{
+    for (size_t i = 0; i < o->n; i++)
+        if (o->gens[i].gen == gen)
+            return &o->gens[i];
+    return NULL;
+}
+
+static void list(struct snap *s, struct op *o)
+{
+    snap_gens_free(o->gens, o->n);
+    o->gens = NULL;
+    o->n = 0;
+    snap_gens(s, op_gens, o);
+    event_base_dispatch(o->base);
+    CHECK_INT(o->err, 0);
+}
+
+TEST(snap_signed)
+{
+    char root[] = "/tmp/spotd-unit-signed.XXXXXX", url[128], d0[256], dest[300], err[512];
+    struct frame_key ka = { .k = "job key A of the snap unit test!", .len = 32 };
+    struct frame_key kb = { .k = "job key B of the snap unit test!", .len = 32 };
+    struct event_base *base = event_base_new();
+    struct pool *pool = pool_new(base, 2);
+    struct store_ctx sc = { .base = base, .pool = pool };
+    struct store *st = NULL;
+    struct snap *sa, *sb, *none;
+    struct op o = { .base = base };
+    const struct snap_gen *g;
+
+    CHECK(mkdtemp(root) != NULL);
+    snprintf(url, sizeof(url), "file://%s", root);
+    CHECK_INT(store_open(url, &sc, &st, err, sizeof(err)), 0);
+    sa = keyed_snap(base, pool, st, &ka);
+    sb = keyed_snap(base, pool, st, &kb);
+    none = keyed_snap(base, pool, st, NULL);
+    CHECK(snap_key_id(sa) && snap_key_id(sb) && strcmp(snap_key_id(sa), snap_key_id(sb)) != 0);
+    CHECK(snap_key_id(none) == NULL);
+    snprintf(d0, sizeof(d0), "%s-r0", root);
+    write_state(d0, 4, 1);
+
+    /* Generation 1, signed with A: committed under A, unchecked without a
+     * key, refused under B. */
+    CHECK_INT(save_commit(sa, base, d0, 1), 0);
+    list(sa, &o);
+    CHECK((g = gen_of(&o, 1)) && g->committed && !g->unauthentic && g->auth == JOBKEY_AUTHENTIC);
+    list(none, &o);
+    CHECK((g = gen_of(&o, 1)) && g->committed && g->auth == JOBKEY_UNCHECKED);
+    list(sb, &o);
+    CHECK((g = gen_of(&o, 1)) && !g->committed && g->unauthentic && g->auth == JOBKEY_OTHER_KEY);
+    snap_verify(sb, 1, NULL, op_verified, &o);
+    event_base_dispatch(base);
+    CHECK_INT(o.err, -EKEYREJECTED);
+    CHECK_HAS(o.msg, "generation 1 of job 'j' is signed by another key");
+    CHECK(o.vr.auth_known && o.vr.auth == JOBKEY_OTHER_KEY);
+    CHECK_STR(o.vr.key_id, snap_key_id(sa));
+    snap_verify(sa, 1, NULL, op_verified, &o);
+    event_base_dispatch(base);
+    CHECK_INT(o.err, 0);
+    CHECK(o.vr.auth == JOBKEY_AUTHENTIC && o.vr.chunks == 4);
+    snprintf(dest, sizeof(dest), "%s-dest", root);
+    snap_restore(sb, 1, 0, dest, NULL, op_done, &o);
+    event_base_dispatch(base);
+    CHECK_INT(o.err, -EKEYREJECTED);
+    CHECK(access(dest, F_OK) < 0);
+
+    /* Forged generations, digests right, the MAC missing (2), made with
+     * another key (3), or A's key id over a MAC it did not make (4):
+     * none is committed under A, all are under no key (as before). */
+    forge(root, 1, 2, NULL);
+    forge(root, 1, 3, &kb);
+    forge(root, 1, 4, &ka);
+    {
+        char path[4096], *rec, *p;
+        size_t len;
+
+        /* 4: signed with A, then its step changed. */
+        snprintf(path, sizeof(path), "%s/j/gens/00000004/COMMIT.json", root);
+        rec = slurp(path, &len);
+        CHECK(rec && (p = strstr(rec, "\"step\":12345")) != NULL);
+        if (rec && p) {
+            p[8] = '9';
+            spit(path, rec, len);
+        }
+        free(rec);
+    }
+    list(sa, &o);
+    CHECK((g = gen_of(&o, 2)) && g->unauthentic && !g->committed && g->auth == JOBKEY_UNSIGNED);
+    CHECK((g = gen_of(&o, 3)) && g->unauthentic && g->auth == JOBKEY_OTHER_KEY);
+    CHECK((g = gen_of(&o, 4)) && g->unauthentic && g->auth == JOBKEY_BAD_MAC);
+    list(none, &o);
+    CHECK((g = gen_of(&o, 2)) && g->committed && g->auth == JOBKEY_UNSIGNED);
+    CHECK((g = gen_of(&o, 4)) && g->committed && g->auth == JOBKEY_UNCHECKED);
+    /* Newest (gen 0) is the forged 4: refused, not passed over. */
+    snap_restore(sa, 0, 0, dest, NULL, op_done, &o);
+    event_base_dispatch(base);
+    CHECK_INT(o.err, -EKEYREJECTED);
+    CHECK_HAS(o.msg, "generation 4 of job 'j' has a WRONG signature for key");
+    snap_verify(sa, 2, NULL, op_verified, &o);
+    event_base_dispatch(base);
+    CHECK_INT(o.err, -EKEYREJECTED);
+    CHECK_HAS(o.msg, "generation 2 of job 'j' is not signed");
+    CHECK(o.vr.auth == JOBKEY_UNSIGNED);
+    snap_restore(sa, 1, 0, dest, NULL, op_done, &o);
+    event_base_dispatch(base);
+    CHECK_INT(o.err, 0);
+
+    /* Retention under A keeps one generation: the real one, not the
+     * newest forged; the forged ones stay too (never counted), and so
+     * does every chunk. */
+    snap_gc(sa, &(struct snap_gc_opts){ .keep = 1 }, op_gc, &o);
+    event_base_dispatch(base);
+    CHECK_INT(o.err, 0);
+    CHECK_INT(o.gr.gens_deleted, 0);
+    CHECK_INT(o.gr.gens_unauthentic, 3);
+    CHECK_INT(o.gr.chunks_deleted, 0);
+    list(sa, &o);
+    CHECK((g = gen_of(&o, 1)) && g->committed);
+    CHECK(gen_of(&o, 2) && gen_of(&o, 3) && gen_of(&o, 4));
+    /* A new generation under A follows the newest number, and the next
+     * retention of one drops the older real one only. */
+    CHECK_INT(save_commit(sa, base, d0, 5), 0);
+    snap_gc(sa, &(struct snap_gc_opts){ .keep = 1 }, op_gc, &o);
+    event_base_dispatch(base);
+    CHECK_INT(o.err, 0);
+    CHECK_INT(o.gr.gens_deleted, 1);
+    list(sa, &o);
+    CHECK(!gen_of(&o, 1) && (g = gen_of(&o, 5)) && g->committed);
+    CHECK(gen_of(&o, 2) && gen_of(&o, 3) && gen_of(&o, 4));
+    snap_verify(sa, 5, NULL, op_verified, &o);
+    event_base_dispatch(base);
+    CHECK_INT(o.err, 0);
+
+    snap_gens_free(o.gens, o.n);
+    sa = snap_free(sa);
+    sb = snap_free(sb);
+    none = snap_free(none);
+    st = store_close(st);
+    pool = pool_free(pool);
+    event_base_free(base);
+    {
+        char cmd[1024];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' '%s'", root, d0, dest);
+        CHECK_INT(system(cmd), 0);
+    }
+}
