@@ -55,6 +55,8 @@ struct snap_opts {
     int zstd_level;                /* 0: 1 */
     double min_saving;             /* store raw unless zstd saves this share;
                                       0: SNAP_MIN_SAVING_DEFAULT */
+    bool preserve_special_modes;   /* restore: keep setuid, setgid, sticky and
+                                      others' write as stored (snap_restore) */
 };
 
 /* Progress, updated on the loop as work completes; read it any time. */
@@ -165,7 +167,17 @@ void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void
 /* Restore rank of committed generation gen into dest, which must not
  * exist (or be an empty directory): files with their sizes, modes and
  * mtimes, zero runs as holes.  Everything is written beside dest and
- * renamed into place at the end, so dest is whole or absent. */
+ * renamed into place at the end, so dest is whole or absent.
+ *
+ * The manifest is untrusted, so before anything is written the restore
+ * refuses one that it cannot restore exactly or safely: a path that
+ * would not fit in PATH_MAX under dest (-ENAMETOOLONG; never a cut name),
+ * a link that leads out of dest (-EPERM, manifest_link_inside()), an
+ * entry below one that is not a directory (-EINVAL), sizes that disagree
+ * with the commit record (-EBADMSG) or that dest's filesystem cannot
+ * hold, counted as declared, holes included (-ENOSPC).  Modes lose
+ * setuid, setgid, sticky and others' write unless
+ * preserve_special_modes. */
 void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
                   struct snap_counters *c, snap_done_fn done, void *arg);
 
