@@ -1764,6 +1764,7 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
     so.store = r->store;
     so.job = r->job;
     so.chunk_size = r->mops->chunk_size;
+    so.preserve_special_modes = o->preserve_special_modes;
     if (!(r->snap = snap_new(&so, err, errlen)))
         return orch_free(r);
     r->master_port = o->master_port;

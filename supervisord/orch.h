@@ -62,6 +62,7 @@ struct orch_opts {
     int ckpt_signal;
     uint64_t settle_ms;
     const char *resume;            /* "auto", "never" or a generation */
+    bool preserve_special_modes;   /* restores keep setuid, setgid, sticky, o+w */
     unsigned local_workers;        /* 0: LOCAL_WORLD_SIZE, else as many as connect */
     const char *socket;            /* NULL: STATE/control.sock */
     const char *hooks_dir;         /* NULL: none */

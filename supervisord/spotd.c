@@ -688,6 +688,8 @@ static int cmd_run(int argc, char **argv)
                             .ckpt_signal = (int)config_num(&cfg, OPT_CKPT_SIGNAL),
                             .settle_ms = config_num(&cfg, OPT_SETTLE),
                             .resume = config_str(&cfg, OPT_RESUME),
+                            .preserve_special_modes =
+                                config_num(&cfg, OPT_PRESERVE_SPECIAL_MODES) != 0,
                             .local_workers = local_workers(&cfg),
                             .socket = config_str(&cfg, OPT_SOCKET),
                             .hooks_dir = config_str(&cfg, OPT_HOOKS_DIR),
