@@ -491,7 +491,8 @@ static int parse_file(const cJSON *o, struct mf_file *f, uint32_t chunk_size,
     if ((r = strict_json_member_string(o, "path", true, &s, "path missing", ret_why)) < 0)
         return r;
     if (!manifest_path_valid(s))
-        return garbage(ret_why, "path invalid (absolute, empty, '.', '..' or control characters)");
+        return garbage(ret_why, "path invalid (absolute, empty, '.', '..', a name over 255 "
+                                "bytes, or control characters)");
     if (!(f->path = strdup(s)))
         return -ENOMEM;
     if ((r = strict_json_member_string(o, "type", true, &s, "type missing", ret_why)) < 0)
