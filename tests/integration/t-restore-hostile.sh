@@ -3,7 +3,8 @@
 # writable directory (their bits dropped unless --preserve-special-modes),
 # a link out of the tree, a path too long to restore whole, a 12 TiB file
 # of holes (refused, nothing written), and control bytes, C1 and bytes that
-# are not UTF-8 in paths, link targets and names (escaped when printed).
+# are not UTF-8 in paths, link targets and names (escaped when printed);
+# and a save that meets a link a restore would refuse.
 . "$(dirname "$0")/lib.sh"
 
 S="file://$T/store"
@@ -170,3 +171,16 @@ printf '{"preserve_special_modes": true}\n' >"$T/spotd.json"
 resume --state-dir "$T/st3" --config "$T/spotd.json"
 expect_eq "spotd: \"preserve_special_modes\": true in the file keeps them" "0|6755" \
     "$RC|$(tail -n 1 "$T/out")"
+
+# ---- save: a link that a restore would refuse is refused when it is made ----------
+mkdir -p "$T/src/sub"
+echo x >"$T/src/sub/f"
+ln -s ../f "$T/src/sub/up"
+ln -s /etc "$T/src/sub/etc"
+ctl push "$T/src"
+check "push: a link to an absolute target fails the save, named, with what to do" \
+    eval '[ $RC = 1 ] && grep -qF "sub/etc'\'': the link leads to '\''/etc'\'', outside the checkpoint directory" "$T/err" &&
+          grep -q "make it relative and inside" "$T/err"'
+rm "$T/src/sub/etc"
+ctl push "$T/src"
+check "push: a link that climbs but stays inside is saved" eval '[ $RC = 0 ]'
