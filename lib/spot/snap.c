@@ -17,10 +17,13 @@
  * newest committed generation only is what keeps GC safe: GC never
  * deletes what the newest committed generations reference.
  *
- * A restore creates the files (sparse, at their final sizes) beside the
- * destination, then runs a window of chunk tasks (get, then in the pool:
- * decode, hash check, pwrite), sets modes and mtimes, and renames the
- * whole tree into place.  Verify is a restore that writes nothing.
+ * A restore first refuses a manifest it cannot reproduce exactly and
+ * safely (restore_check(): the manifest is anyone's who can write the
+ * store), creates the files (sparse, at their final sizes) beside the
+ * destination, below a descriptor of that folder, then runs a window of
+ * chunk tasks (get, then in the pool: decode, hash check, pwrite), makes
+ * the links, sets modes and mtimes, and renames the whole tree into
+ * place.  Verify is a restore that writes nothing.
  *
  * Every operation keeps the first error, stops starting work, and reports
  * once the work in flight has drained: a callback never races a pool job
