@@ -1312,11 +1312,14 @@ static void run_command(struct orch *r)
         log_msg(LOGL_ERROR, "cannot schedule the command's start: out of memory");
 }
 
-/* Whether err says that a generation itself cannot be restored (damaged,
- * missing or refused), as opposed to a store that cannot be read now. */
+/* Whether err says that a generation itself cannot be restored here
+ * (damaged, missing, not signed by the job key, a manifest that restore
+ * refuses, more than the disk holds), as opposed to a store that cannot be
+ * read now. */
 static bool damaged(int err)
 {
-    return err == -EBADMSG || err == -ENOENT || err == -EKEYREJECTED;
+    return err == -EBADMSG || err == -ENOENT || err == -EKEYREJECTED || err == -EPERM ||
+           err == -EINVAL || err == -ENAMETOOLONG || err == -ENOSPC || err == -EFBIG;
 }
 
 /* A store read worked: the next failure has its --store-wait again. */
@@ -2221,6 +2224,7 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
     so.job = r->job;
     so.chunk_size = r->mops->chunk_size;
     so.key = o->job_key;
+    so.preserve_special_modes = o->preserve_special_modes;
     if (!(r->snap = snap_new(&so, err, errlen)))
         return orch_free(r);
     r->master_port = o->master_port;

@@ -64,6 +64,7 @@ struct orch_opts {
     const char *resume;            /* "auto", "fresh" ("never") or a generation */
     int on_unrestorable;           /* enum config_unrestorable */
     uint64_t store_wait_ms;        /* at start, retry an unreadable store this long */
+    bool preserve_special_modes;   /* restores keep setuid, setgid, sticky, o+w */
     unsigned local_workers;        /* 0: LOCAL_WORLD_SIZE, else as many as connect */
     const char *socket;            /* NULL: STATE/control.sock */
     const char *hooks_dir;         /* NULL: none */

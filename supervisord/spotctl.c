@@ -28,6 +28,9 @@
 #include "spot/store.h"
 #include "spot/worldrec.h"
 
+/* A commit record's name (job, reason, method, version), escaped. */
+#define NAME_ESCAPED (4 * MANIFEST_NAME_MAX + 4)
+
 /* Every command, for `spotctl help` and `spotctl COMMAND --help`. */
 enum kind { K_STORE, K_DAEMON, K_RESUME };
 
@@ -52,7 +55,10 @@ static const struct {
     { "fetch", K_STORE, "[--gen N] [--rank R] DEST", "restore a rank into a directory", "restore a rank of a generation into "
       "DEST, which must not exist (whole or absent: it is written beside and renamed)",
       "  --gen N             the generation (default: the newest committed)\n"
-      "  --rank R            the rank (default 0)\n" },
+      "  --rank R            the rank (default 0)\n"
+      "  --preserve-special-modes\n"
+      "                      keep setuid, setgid, sticky and others' write bits as stored\n"
+      "                      (default: dropped; also preserve_special_modes in the file)\n" },
     { "resume", K_RESUME, "[--gen N] [-- COMMAND [ARGS...]]", "restore here and start the command", "restore a generation onto "
       "this machine and start the command as spotd would: runs `spotd run --resume N` with "
       "the same store, job and configuration (CRIU generations are restored with criu "
@@ -60,6 +66,8 @@ static const struct {
       "  --gen N             the generation (default: the newest committed)\n"
       "  --state-dir DIR     spotd's state directory (default: the configuration's)\n"
       "  --spotd PATH        the spotd to run (default: beside spotctl, else PATH)\n"
+      "  --preserve-special-modes\n"
+      "                      passed on to spotd: modes restored exactly as stored\n"
       "  --json              spotd logs JSON lines\n" },
     { "gc", K_STORE, "[--keep N] [--grace DUR] [--dry-run]", "retention: delete what nothing kept needs", "apply retention: keep the newest "
       "N committed generations, delete older ones and every chunk no kept one references",
@@ -197,6 +205,7 @@ struct ctl {
     struct timespec t0;
     int status;                   /* exit status */
     bool files;                   /* show: every file */
+    bool preserve;                /* fetch, resume: --preserve-special-modes */
     struct event *tick;           /* the progress line, on a terminal */
     /* world */
     struct world_get *wg;
@@ -364,9 +373,36 @@ static void fmt_time(char *buf, size_t size, int64_t ms)
     strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* The names of a commit record escaped (manifest_escape()), as every
+ * stored string spotctl prints is: a store is anyone's to write. */
+struct names {
+    char job[NAME_ESCAPED], reason[NAME_ESCAPED], method[NAME_ESCAPED], version[NAME_ESCAPED];
+};
+
+static const struct names *escaped_names(const struct commit *cm, struct names *n)
+{
+    manifest_escape(cm->job, n->job, sizeof(n->job));
+    manifest_escape(cm->reason, n->reason, sizeof(n->reason));
+    manifest_escape(cm->method, n->method, sizeof(n->method));
+    manifest_escape(cm->version, n->version, sizeof(n->version));
+    return n;
+}
+
+/* A string as one JSON string literal; s is printable UTF-8 already. */
+static void print_json_str(const char *s)
+{
+    cJSON *v = cJSON_CreateString(s);
+    char *text = v ? cJSON_PrintUnformatted(v) : NULL;
+
+    fputs(text ? text : "\"\"", stdout);
+    free(text);
+    cJSON_Delete(v);
+}
+
 static void on_ls(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
 {
     struct ctl *c = arg;
+    struct names nm;
 
     if (err) {
         fail(c, err, msg);
@@ -389,24 +425,28 @@ static void on_ls(void *arg, int err, const char *msg, struct snap_gen *gens, si
 
         for (uint32_t r = 0; g->committed && r < g->commit.world_size; r++)
             bytes += g->commit.ranks[r].bytes;
+        if (g->committed)
+            escaped_names(&g->commit, &nm);
         fmt_time(when, sizeof(when), g->committed ? g->commit.created_ms : g->mtime_ms);
         human(size, sizeof(size), bytes);
         if (c->json) {
             printf("%s{\"gen\":%" PRIu64 ",\"state\":\"%s\",\"manifests\":%u", i ? "," : "",
                    g->gen, state, g->manifests);
-            if (g->committed)
-                printf(",\"step\":%" PRIu64 ",\"world_size\":%u,\"reason\":\"%s\",\"method\":"
-                       "\"%s\",\"bytes\":%" PRIu64 ",\"created\":\"%s\"",
-                       g->commit.step, g->commit.world_size, g->commit.reason, g->commit.method,
-                       bytes, when);
+            if (g->committed) {
+                printf(",\"step\":%" PRIu64 ",\"world_size\":%u,\"reason\":", g->commit.step,
+                       g->commit.world_size);
+                print_json_str(nm.reason);
+                printf(",\"method\":");
+                print_json_str(nm.method);
+                printf(",\"bytes\":%" PRIu64 ",\"created\":\"%s\"", bytes, when);
+            }
             if (g->committed || g->unauthentic)
                 printf(",\"auth\":\"%s\",\"key_id\":\"%s\"", jobkey_auth_name(g->auth),
                        g->commit.has_mac ? g->commit.key_id : "");
             printf("}");
         } else if (g->committed) {
             printf("%-9" PRIu64 " %-11s %-12" PRIu64 " %-6u %-12s %-8s %-10s %s\n", g->gen,
-                   state, g->commit.step, g->commit.world_size, g->commit.reason,
-                   g->commit.method, size, when);
+                   state, g->commit.step, g->commit.world_size, nm.reason, nm.method, size, when);
         } else {
             printf("%-9" PRIu64 " %-11s %-12s %-6u %-12s %-8s %-10s %s\n", g->gen, state, "-",
                    g->manifests, "-", "-", "-", when);
@@ -536,20 +576,26 @@ static enum jobkey_auth shown_auth(const struct ctl *c, const struct commit *cm)
     return !cm->has_mac ? JOBKEY_UNSIGNED : c->key_id ? JOBKEY_AUTHENTIC : JOBKEY_UNCHECKED;
 }
 
+/* Paths and link targets are escaped too, into these: JSON cannot hold
+ * bytes that are not UTF-8, and a terminal must not get control bytes. */
+static char path_esc[MANIFEST_ESCAPED_MAX], target_esc[MANIFEST_ESCAPED_MAX];
+
 static void show_json(const struct ctl *c, const struct commit *cm, const struct manifest *mfs)
 {
     cJSON *o = cJSON_CreateObject(), *ranks;
     char when[32], hex[2 * CHUNK_HASH_LEN + 1], *text;
+    struct names nm;
 
+    escaped_names(cm, &nm);
     fmt_time(when, sizeof(when), cm->created_ms);
     cJSON_AddNumberToObject(o, "gen", (double)cm->gen);
-    cJSON_AddStringToObject(o, "job", cm->job);
+    cJSON_AddStringToObject(o, "job", nm.job);
     cJSON_AddNumberToObject(o, "step", (double)cm->step);
     cJSON_AddNumberToObject(o, "world_size", cm->world_size);
-    cJSON_AddStringToObject(o, "reason", cm->reason);
-    cJSON_AddStringToObject(o, "method", cm->method);
+    cJSON_AddStringToObject(o, "reason", nm.reason);
+    cJSON_AddStringToObject(o, "method", nm.method);
     cJSON_AddStringToObject(o, "created", when);
-    cJSON_AddStringToObject(o, "version", cm->version);
+    cJSON_AddStringToObject(o, "version", nm.version);
     cJSON_AddStringToObject(o, "auth", jobkey_auth_name(shown_auth(c, cm)));
     if (cm->has_mac)
         cJSON_AddStringToObject(o, "key_id", cm->key_id);
@@ -575,14 +621,16 @@ static void show_json(const struct ctl *c, const struct commit *cm, const struct
             if (!files || !(jf = cJSON_CreateObject()))
                 continue;
             cJSON_AddItemToArray(files, jf);
-            cJSON_AddStringToObject(jf, "path", f->path);
+            cJSON_AddStringToObject(jf, "path", manifest_escape(f->path, path_esc,
+                                                                sizeof(path_esc)));
             cJSON_AddStringToObject(jf, "type", type_name(f->type));
             cJSON_AddNumberToObject(jf, "mode", f->mode);
             if (f->type == MF_FILE) {
                 cJSON_AddNumberToObject(jf, "size", (double)f->size);
                 cJSON_AddNumberToObject(jf, "chunks", (double)f->n_chunks);
             } else if (f->type == MF_SYMLINK) {
-                cJSON_AddStringToObject(jf, "target", f->target);
+                cJSON_AddStringToObject(jf, "target", manifest_escape(f->target, target_esc,
+                                                                      sizeof(target_esc)));
             }
         }
         cJSON_AddNumberToObject(jr, "files_count", (double)m->n_files);
@@ -600,6 +648,7 @@ static void on_shown(void *arg, int err, const char *msg, const struct commit *c
     struct ctl *c = arg;
     char when[32], size[32], hex[2 * CHUNK_HASH_LEN + 1], sig[160];
     uint64_t bytes = 0;
+    struct names nm;
 
     if (err) {
         fail(c, err, msg);
@@ -611,15 +660,16 @@ static void on_shown(void *arg, int err, const char *msg, const struct commit *c
         stop(c);
         return;
     }
+    escaped_names(cm, &nm);
     for (uint32_t r = 0; r < cm->world_size; r++)
         bytes += cm->ranks[r].bytes;
     fmt_time(when, sizeof(when), cm->created_ms);
     human(size, sizeof(size), bytes);
-    printf("%-12s %" PRIu64 " of job %s\n", "generation", cm->gen, cm->job);
+    printf("%-12s %" PRIu64 " of job %s\n", "generation", cm->gen, nm.job);
     printf("%-12s %" PRIu64 "\n", "step", cm->step);
-    printf("%-12s %s\n", "reason", cm->reason);
-    printf("%-12s %s\n", "method", cm->method);
-    printf("%-12s %s (spotd %s)\n", "created", when, cm->version);
+    printf("%-12s %s\n", "reason", nm.reason);
+    printf("%-12s %s\n", "method", nm.method);
+    printf("%-12s %s (spotd %s)\n", "created", when, nm.version);
     printf("%-12s %s\n", "signature", signature(c, shown_auth(c, cm), cm->key_id, sig, sizeof(sig)));
     printf("%-12s %u, %s in all\n\n", "ranks", cm->world_size, size);
     printf("%-5s %-10s %-7s %-8s %-10s %s\n", "RANK", "SIZE", "FILES", "CHUNKS", "CHUNK SIZE",
@@ -645,8 +695,12 @@ static void on_shown(void *arg, int err, const char *msg, const struct commit *c
 
             human(size, sizeof(size), f->size);
             printf("%-8s %04o   %-10s %-7zu %s%s%s\n", type_name(f->type), f->mode,
-                   f->type == MF_FILE ? size : "-", f->n_chunks, f->path,
-                   f->type == MF_SYMLINK ? " -> " : "", f->type == MF_SYMLINK ? f->target : "");
+                   f->type == MF_FILE ? size : "-", f->n_chunks,
+                   manifest_escape(f->path, path_esc, sizeof(path_esc)),
+                   f->type == MF_SYMLINK ? " -> " : "",
+                   f->type == MF_SYMLINK ? manifest_escape(f->target, target_esc,
+                                                           sizeof(target_esc))
+                                         : "");
         }
     }
     stop(c);
@@ -869,7 +923,7 @@ static int parse_size(const char *s, uint64_t *ret)
 enum {
     O_STORE = 256, O_JOB, O_ENDPOINT, O_REGION, O_PATH_STYLE, O_VIRTUAL_HOSTED, O_REQUESTS, O_INFLIGHT,
     O_CHUNK, O_THREADS, O_JSON, O_TIMEOUT, O_RETRIES, O_MIN_SAVING, O_GEN, O_RANK, O_STEP, O_REASON, O_KEEP, O_GRACE, O_DRY_RUN,
-    O_CONFIG, O_FILES, O_STATE_DIR, O_SPOTD, O_JOB_KEY_FILE, O_WORLD_KEY_FILE,
+    O_CONFIG, O_FILES, O_STATE_DIR, O_SPOTD, O_JOB_KEY_FILE, O_WORLD_KEY_FILE, O_PRESERVE,
 };
 
 static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -1048,6 +1102,8 @@ static int exec_resume(const struct ctl *c, const struct resume *rs, const char 
         arg(&a, "--job-key-file");
         arg(&a, rs->key_file);
     }
+    if (c->preserve)
+        arg(&a, "--preserve-special-modes");
     if (c->json) {
         arg(&a, "--log-format");
         arg(&a, "json");
@@ -1307,6 +1363,7 @@ static int store_cmd(int argc, char **argv, struct config *cfgp, int which)
         { "spotd", required_argument, NULL, O_SPOTD },
         { "job-key-file", required_argument, NULL, O_JOB_KEY_FILE },
         { "world-key-file", required_argument, NULL, O_WORLD_KEY_FILE },
+        { "preserve-special-modes", no_argument, NULL, O_PRESERVE },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -1319,7 +1376,7 @@ static int store_cmd(int argc, char **argv, struct config *cfgp, int which)
         { O_STEP, " push " }, { O_REASON, " push " }, { O_CHUNK, " push " },
         { O_MIN_SAVING, " push " }, { O_KEEP, " gc " }, { O_GRACE, " gc " },
         { O_DRY_RUN, " gc " }, { O_FILES, " show " }, { O_STATE_DIR, " resume " },
-        { O_SPOTD, " resume " },
+        { O_SPOTD, " resume " }, { O_PRESERVE, " fetch resume " },
     };
     struct ctl c = { .reason = "manual", .keep = SNAP_KEEP_DEFAULT,
                      .grace_ms = SNAP_GRACE_DEFAULT_MS };
@@ -1436,6 +1493,7 @@ static int store_cmd(int argc, char **argv, struct config *cfgp, int which)
                            sizeof(err)) < 0)
                 return bad("%s", err);
             break;
+        case O_PRESERVE: c.preserve = true; break;
         default:
             return 2;
         }
@@ -1493,6 +1551,7 @@ static int store_cmd(int argc, char **argv, struct config *cfgp, int which)
     so.store = c.store;
     so.job = job;
     so.key = keyed ? &key : NULL;
+    so.preserve_special_modes = c.preserve || config_num(cfgp, OPT_PRESERVE_SPECIAL_MODES);
     if (!(c.snap = snap_new(&so, err, sizeof(err)))) {
         fprintf(stderr, "spotctl: %s\n", err);
         return 2;

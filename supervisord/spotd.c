@@ -707,6 +707,8 @@ static int cmd_run(int argc, char **argv)
                             .resume = config_str(&cfg, OPT_RESUME),
                             .on_unrestorable = (int)config_num(&cfg, OPT_ON_UNRESTORABLE),
                             .store_wait_ms = config_num(&cfg, OPT_STORE_WAIT),
+                            .preserve_special_modes =
+                                config_num(&cfg, OPT_PRESERVE_SPECIAL_MODES) != 0,
                             .local_workers = local_workers(&cfg),
                             .socket = config_str(&cfg, OPT_SOCKET),
                             .hooks_dir = config_str(&cfg, OPT_HOOKS_DIR),

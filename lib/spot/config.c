@@ -91,6 +91,10 @@ const struct config_option config_options[OPT__COUNT] = {
     [OPT_STORE_WAIT] = { "store_wait", CONFIG_DURATION, "2m", NULL, 0, 0, false, NULL,
                          "at start, how long a store that cannot be read is tried again "
                          "before spotd refuses to start (exit 125)" },
+    [OPT_PRESERVE_SPECIAL_MODES] = { "preserve_special_modes", CONFIG_BOOL, "false", NULL, 0, 0,
+                                     false, NULL, "restore modes exactly as stored: setuid, "
+                                     "setgid, sticky and others' write bits, which a restore "
+                                     "drops by default" },
     [OPT_LOCAL_WORKERS] = { "local_workers", CONFIG_UINT, NULL, NULL, 1, 256, false, NULL,
                             "trainer processes on this node (default LOCAL_WORLD_SIZE, else "
                             "as many as connect)" },

@@ -28,7 +28,7 @@ bool manifest_path_valid(const char *path)
         unsigned char c = (unsigned char)path[i];
 
         if (c == '/' || c == '\0') {
-            if (comp == 0 || (comp == 1 && path[i - 1] == '.') ||
+            if (comp == 0 || comp > MANIFEST_COMPONENT_MAX || (comp == 1 && path[i - 1] == '.') ||
                 (comp == 2 && path[i - 1] == '.' && path[i - 2] == '.'))
                 return false;
             comp = 0;
@@ -39,6 +39,124 @@ bool manifest_path_valid(const char *path)
         comp++;
     }
     return true;
+}
+
+bool manifest_link_inside(const char *path, const char *target)
+{
+    size_t depth = 0;
+    bool named = false;
+
+    for (const char *p = path; *p; p++)
+        depth += *p == '/';
+    if (!*target || *target == '/')
+        return false;
+    while (*target) {
+        size_t n = strcspn(target, "/");
+
+        if (n == 2 && target[0] == '.' && target[1] == '.') {
+            /* Up from a name would climb from wherever that name leads. */
+            if (named || depth == 0)
+                return false;
+            depth--;
+        } else if (n > 1 || (n == 1 && target[0] != '.')) {
+            named = true;
+        }
+        target += n;
+        target += *target == '/';
+    }
+    return true;
+}
+
+int manifest_bytes(const struct manifest *m, uint64_t *ret)
+{
+    uint64_t total = 0;
+
+    for (size_t i = 0; i < m->n_files; i++) {
+        if (m->files[i].type != MF_FILE)
+            continue;
+        if (m->files[i].size > UINT64_MAX - total)
+            return -EOVERFLOW;
+        total += m->files[i].size;
+    }
+    *ret = total;
+    return 0;
+}
+
+/* The length of the UTF-8 character at p when it may be printed as it
+ * is; 0 when its first byte must be escaped. */
+static size_t printable_len(const unsigned char *p)
+{
+    uint32_t cp;
+    size_t n;
+
+    if (p[0] < 0x80)
+        return p[0] >= 0x20 && p[0] != 0x7f && p[0] != '\\';
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        n = 2, cp = p[0] & 0x1f;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef)
+        n = 3, cp = p[0] & 0x0f;
+    else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+        n = 4, cp = p[0] & 0x07;
+    else
+        return 0;
+    /* The terminating NUL is no continuation byte: no read past it. */
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;                 /* overlong, out of range, a surrogate */
+    if (cp <= 0x9f || cp == 0x061c || cp == 0x200e || cp == 0x200f ||
+        (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069))
+        return 0;                 /* C1 controls; line breaks, direction marks */
+    return n;
+}
+
+/* The printed form of the character or byte at p into esc (or p itself):
+ * its length in *ret_n; returns the bytes of s it stands for. */
+static size_t escape_piece(const unsigned char *p, char esc[8], const char **ret_piece,
+                           size_t *ret_n)
+{
+    size_t in = printable_len(p);
+
+    if (in) {
+        *ret_piece = (const char *)p;
+        *ret_n = in;
+        return in;
+    }
+    *ret_piece = esc;
+    *ret_n = (size_t)(*p == '\\' ? snprintf(esc, 8, "\\\\") : snprintf(esc, 8, "\\x%02x", *p));
+    return 1;
+}
+
+const char *manifest_escape(const char *s, char *buf, size_t size)
+{
+    const unsigned char *p;
+    const char *piece;
+    char esc[8];
+    size_t o = 0, n, total = 0;
+    bool cut;
+
+    for (p = (const unsigned char *)s; *p; total += n)
+        p += escape_piece(p, esc, &piece, &n);
+    /* When it must be cut, o + 4 <= size after each piece: "..." and the
+     * NUL always fit. */
+    cut = total + 1 > size;
+    for (p = (const unsigned char *)s; *p;) {
+        size_t in = escape_piece(p, esc, &piece, &n);
+
+        if (cut && o + n + 4 > size) {
+            memcpy(buf + o, "...", 4);
+            return buf;
+        }
+        memcpy(buf + o, piece, n);
+        o += n;
+        p += in;
+    }
+    buf[o] = '\0';
+    return buf;
 }
 
 bool manifest_job_valid(const char *job)
@@ -442,7 +560,8 @@ static int parse_file(const cJSON *o, struct mf_file *f, uint32_t chunk_size,
     if ((r = strict_json_member_string(o, "path", true, &s, "path missing", ret_why)) < 0)
         return r;
     if (!manifest_path_valid(s))
-        return garbage(ret_why, "path invalid (absolute, empty, '.', '..' or control characters)");
+        return garbage(ret_why, "path invalid (absolute, empty, '.', '..', a name over 255 "
+                                "bytes, or control characters)");
     if (!(f->path = strdup(s)))
         return -ENOMEM;
     if ((r = strict_json_member_string(o, "type", true, &s, "type missing", ret_why)) < 0)

@@ -31,6 +31,7 @@
 /* Largest document accepted: a manifest of 1 TiB in 4 MiB chunks fits. */
 #define MANIFEST_MAX (64u * 1024 * 1024)
 #define MANIFEST_PATH_MAX 4096
+#define MANIFEST_COMPONENT_MAX 255 /* NAME_MAX: one name in a path */
 #define MANIFEST_NAME_MAX 128      /* job, method, reason */
 #define GEN_MAX 99999999ULL        /* gens/<8 digits> */
 #define WORLD_MAX 65536
@@ -115,9 +116,34 @@ void manifest_release(struct manifest *m);
 void commit_release(struct commit *c);
 
 /* A path a manifest may name: relative, components separated by one '/',
- * none empty, "." or "..", no control character, at most
- * MANIFEST_PATH_MAX bytes. */
+ * none empty, "." or "..", none longer than MANIFEST_COMPONENT_MAX, no
+ * control character, at most MANIFEST_PATH_MAX bytes. */
 bool manifest_path_valid(const char *path);
+
+/* Whether a symbolic link at path (a valid manifest path) with target
+ * stays inside the tree it is restored in, read lexically against the
+ * link's own directory: not absolute, and every ".." comes first (before
+ * any name, which may itself be a link) and climbs no higher than the
+ * link's directory is deep.  "." and empty components are ignored.  So
+ * "../b" at "a/l" is inside, "../../b" and "/etc" are not, and neither
+ * is "d/.." (d may be a link to "."). */
+bool manifest_link_inside(const char *path, const char *target);
+
+/* The sum of the sizes of m's regular files in *ret: 0, or -EOVERFLOW
+ * when it does not fit in 64 bits. */
+int manifest_bytes(const struct manifest *m, uint64_t *ret);
+
+/* A stored string made safe to print (paths, link targets, names): valid
+ * UTF-8 is copied, except control characters (C0, DEL, C1) and the
+ * characters that reorder or break lines (U+061C, U+200E, U+200F, U+2028
+ * to U+202E, U+2066 to U+2069), which, like every byte that is not part
+ * of valid UTF-8, become \xNN, one per byte; a backslash becomes \\, so
+ * the escaped form reads back to one string only.  Written into buf
+ * (size bytes, at least 4); what does not fit is cut at a character and
+ * marked "...".  MANIFEST_ESCAPED_MAX holds any path or target whole.
+ * Returns buf. */
+#define MANIFEST_ESCAPED_MAX (4 * MANIFEST_PATH_MAX + 4)
+const char *manifest_escape(const char *s, char *buf, size_t size);
 
 /* A job name: 1 to 128 of [A-Za-z0-9._-], not "." or "..". */
 bool manifest_job_valid(const char *job);

@@ -17,10 +17,13 @@
  * newest committed generation only is what keeps GC safe: GC never
  * deletes what the newest committed generations reference.
  *
- * A restore creates the files (sparse, at their final sizes) beside the
- * destination, then runs a window of chunk tasks (get, then in the pool:
- * decode, hash check, pwrite), sets modes and mtimes, and renames the
- * whole tree into place.  Verify is a restore that writes nothing.
+ * A restore first refuses a manifest it cannot reproduce exactly and
+ * safely (restore_check(): the manifest is anyone's who can write the
+ * store), creates the files (sparse, at their final sizes) beside the
+ * destination, below a descriptor of that folder, then runs a window of
+ * chunk tasks (get, then in the pool: decode, hash check, pwrite), makes
+ * the links, sets modes and mtimes, and renames the whole tree into
+ * place.  Verify is a restore that writes nothing.
  *
  * Every operation keeps the first error, stops starting work, and reports
  * once the work in flight has drained: a callback never races a pool job
@@ -38,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -169,6 +173,7 @@ struct snap {
     bool sign;                   /* the store wants payload hashes */
     struct jobkey key;           /* signs and checks commit records, when keyed */
     bool keyed;
+    bool preserve_special_modes; /* restore: modes exactly as stored */
     struct hset known;           /* chunks of generation known_gen */
     uint64_t known_gen;
     bool known_loading;
@@ -270,6 +275,7 @@ struct snap *snap_new(const struct snap_opts *o, char *err, size_t errlen)
         return snap_free(s);
     }
     s->keyed = o->key != NULL;
+    s->preserve_special_modes = o->preserve_special_modes;
     return s;
 }
 
@@ -967,6 +973,16 @@ static int scan_dir(struct scan_state *st, int dirfd, const char *rel, int depth
                 break;
             }
             target[tl] = '\0';
+            /* A restore refuses it (snap_restore()): say so now, while the
+             * checkpoint can still be fixed, not at the resume. */
+            if (!manifest_link_inside(sub, target)) {
+                save_fail(st->sv, -EPERM, "cannot save '%s/%s': the link leads to '%s', "
+                          "outside the checkpoint directory, and a restore would refuse it; "
+                          "make it relative and inside, or remove it", st->sv->dir, sub,
+                          target);
+                r = -EPERM;
+                break;
+            }
             r = scan_add(st, sub, &stt, MF_SYMLINK, target, -1);
         } else {
             save_fail(st->sv, -EINVAL,
@@ -1732,6 +1748,8 @@ struct fetch {
     uint64_t gen;
     uint32_t rank;                /* restore: the rank; verify: all */
     char *dest, *tmp;
+    int tmpfd;                    /* restore: tmp, once made; every path is below it */
+    bool made_tmp;
     struct snap_counters *c, own;
     snap_done_fn done;
     snap_verify_fn verified;
@@ -1767,6 +1785,18 @@ static void fetch_fail(struct fetch *fe, int err, const char *fmt, ...)
     va_end(ap);
 }
 
+static const struct manifest *cur_manifest(const struct fetch *fe)
+{
+    return &fe->f->mfs[fe->cur_rank];
+}
+
+/* A stored string, escaped and cut short, for a message. */
+#define SHOWN_MAX 160
+static const char *shown(const char *s, char buf[SHOWN_MAX])
+{
+    return manifest_escape(s, buf, SHOWN_MAX);
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     remove(path);
@@ -1787,17 +1817,40 @@ static void fetch_report(struct fetch *fe)
         mf_fetch_free(fe->f);
     commit_release(&fe->commit);
     hset_clear(&fe->seen);
+    if (fe->tmpfd >= 0)
+        close(fe->tmpfd);
     free(fe->dest);
     free(fe->tmp);
     free(fe);
 }
 
-/* Pool: undo a failed restore. */
+/* Pool: undo a failed restore: what the manifest names, deepest first,
+ * with the directories made above it, through tmpfd (a path may fit under
+ * dest and not under tmp, which is longer); then tmp itself, and whatever
+ * else is left in it. */
 static void cleanup_work(struct pool_job *job)
 {
     struct fetch *fe = (struct fetch *)((char *)job - offsetof(struct fetch, prep));
+    const struct manifest *m = cur_manifest(fe);
+    char path[PATH_MAX];
 
-    nftw(fe->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (!fe->made_tmp)
+        return;
+    for (size_t i = m->n_files; fe->tmpfd >= 0 && i-- > 0;) {
+        const struct mf_file *f = &m->files[i];
+        char *slash;
+
+        if ((size_t)snprintf(path, sizeof(path), "%s", f->path) >= sizeof(path))
+            continue;
+        unlinkat(fe->tmpfd, path, f->type == MF_DIR ? AT_REMOVEDIR : 0);
+        while ((slash = strrchr(path, '/'))) {
+            *slash = '\0';
+            if (unlinkat(fe->tmpfd, path, AT_REMOVEDIR) < 0 && errno != ENOENT)
+                break;
+        }
+    }
+    if (rmdir(fe->tmp) < 0 && errno != ENOENT)
+        nftw(fe->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static void cleanup_done(struct pool_job *job)
@@ -1807,18 +1860,13 @@ static void cleanup_done(struct pool_job *job)
 
 static void fetch_end(struct fetch *fe)
 {
-    if (fe->err && fe->tmp && !fe->verify && fe->f) {
+    if (fe->err && fe->made_tmp && !fe->verify && fe->f) {
         fe->prep.work = cleanup_work;
         fe->prep.done = cleanup_done;
         pool_submit(fe->s->pool, &fe->prep);
         return;
     }
     fetch_report(fe);
-}
-
-static const struct manifest *cur_manifest(const struct fetch *fe)
-{
-    return &fe->f->mfs[fe->cur_rank];
 }
 
 static void ftask_work(struct pool_job *job)
@@ -1829,7 +1877,7 @@ static void ftask_work(struct pool_job *job)
     const void *plain;
     size_t len;
     void *owned = NULL;
-    char path[PATH_MAX];
+    char path[SHOWN_MAX];
     int fd, r;
 
     r = chunk_decode_view(t->data, t->len, t->ch->hash, &plain, &len, &owned);
@@ -1845,11 +1893,12 @@ static void ftask_work(struct pool_job *job)
         free(owned);
         return;
     }
-    snprintf(path, sizeof(path), "%s/%s", fe->tmp, f->path);
-    fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    shown(f->path, path);
+    fd = openat(fe->tmpfd, f->path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         t->err = -errno;
-        snprintf(t->msg, sizeof(t->msg), "cannot open '%s': %s", path, strerror(errno));
+        snprintf(t->msg, sizeof(t->msg), "cannot open '%s' in '%s': %s", path, fe->tmp,
+                 strerror(errno));
         free(owned);
         return;
     }
@@ -1859,7 +1908,7 @@ static void ftask_work(struct pool_job *job)
             continue;
         if (n <= 0) {
             t->err = n < 0 ? -errno : -EIO;
-            snprintf(t->msg, sizeof(t->msg), "cannot write '%s': %s", path,
+            snprintf(t->msg, sizeof(t->msg), "cannot write '%s' in '%s': %s", path, fe->tmp,
                      strerror(n < 0 ? errno : EIO));
             break;
         }
@@ -1886,7 +1935,7 @@ static void ftask_done(struct pool_job *job)
     struct ftask *t = (struct ftask *)job;
     struct fetch *fe = t->fe;
     const struct mf_file *f = &t->m->files[t->file];
-    char hex[2 * CHUNK_HASH_LEN + 1];
+    char hex[2 * CHUNK_HASH_LEN + 1], path[SHOWN_MAX];
 
     if (job->cancelled) {
         fetch_fail(fe, -ECANCELED, "cancelled");
@@ -1905,7 +1954,7 @@ static void ftask_done(struct pool_job *job)
         fe->report.bad_chunks++;
         fetch_fail(fe, -EBADMSG,
                    "generation %llu, rank %u: chunk %s of '%s' (offset %llu) is corrupt in the "
-                   "store", (unsigned long long)fe->gen, t->m->rank, hex, f->path,
+                   "store", (unsigned long long)fe->gen, t->m->rank, hex, shown(f->path, path),
                    (unsigned long long)t->off);
     } else if (t->err) {
         fetch_fail(fe, t->err, "%s", t->msg);
@@ -1923,7 +1972,7 @@ static void on_chunk_got(void *arg, int err, const char *msg, void *data, size_t
 {
     struct ftask *t = arg;
     struct fetch *fe = t->fe;
-    char hex[2 * CHUNK_HASH_LEN + 1];
+    char hex[2 * CHUNK_HASH_LEN + 1], path[SHOWN_MAX];
 
     if (err) {
         chunk_hex(t->ch->hash, hex);
@@ -1933,7 +1982,7 @@ static void on_chunk_got(void *arg, int err, const char *msg, void *data, size_t
             fetch_fail(fe, -EBADMSG,
                        "generation %llu, rank %u: chunk %s of '%s' is missing from the store",
                        (unsigned long long)fe->gen, t->m->rank, hex,
-                       t->m->files[t->file].path);
+                       shown(t->m->files[t->file].path, path));
         else
             fetch_fail(fe, err == -EFBIG ? -EBADMSG : err, "%s", msg);
         free(data);
@@ -1955,32 +2004,61 @@ static void ftask_get(struct ftask *t)
     store_get(s->store, t->key, (size_t)t->ch->len + CHUNK_TRAILER_LEN, on_chunk_got, t);
 }
 
-/* Pool: the finishing touches of a restore, then the rename into place. */
+/* The mode a restore gives f: as stored with preserve_special_modes;
+ * else without setuid, setgid, sticky and others' write.  The manifest
+ * comes from whoever can write the store, and spotd restores as root:
+ * setuid-root programs and directories anyone can change files in (the
+ * checkpoint the trainer loads next) are not its to hand out. */
+static mode_t restore_mode(const struct fetch *fe, const struct mf_file *f)
+{
+    if (fe->s->preserve_special_modes)
+        return (mode_t)f->mode;
+    return (mode_t)f->mode & ~(mode_t)(S_ISUID | S_ISGID | S_ISVTX | S_IWOTH);
+}
+
+/* Pool: the finishing touches of a restore, then the rename into place.
+ * Each file is opened without following links and checked to be what
+ * the manifest declares (a regular file of its size) before its mode and
+ * times are set through the descriptor. */
 static void finish_work(struct pool_job *job)
 {
     struct fetch *fe = (struct fetch *)((char *)job - offsetof(struct fetch, prep));
     const struct manifest *m = cur_manifest(fe);
-    char path[PATH_MAX];
+    char path[SHOWN_MAX], target[SHOWN_MAX];
 
     /* Links, then files, then directories deepest first (reverse order of
      * the sorted paths), so setting a directory's mtime comes last. */
     for (size_t i = m->n_files; i-- > 0 && !fe->err;) {
         const struct mf_file *f = &m->files[i];
         struct timespec ts[2] = { { f->mtime_s, f->mtime_ns }, { f->mtime_s, f->mtime_ns } };
+        struct stat st;
+        int fd;
 
-        snprintf(path, sizeof(path), "%s/%s", fe->tmp, f->path);
+        shown(f->path, path);
         if (f->type == MF_SYMLINK) {
-            if (symlink(f->target, path) < 0) {
-                fetch_fail(fe, -errno, "cannot create the link '%s': %s", path, strerror(errno));
+            if (symlinkat(f->target, fe->tmpfd, f->path) < 0) {
+                fetch_fail(fe, -errno, "cannot create the link '%s' -> '%s' in '%s': %s", path,
+                           shown(f->target, target), fe->tmp, strerror(errno));
                 break;
             }
-            utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW);
+            utimensat(fe->tmpfd, f->path, ts, AT_SYMLINK_NOFOLLOW);
             continue;
         }
-        if (fchmodat(AT_FDCWD, path, f->mode, 0) < 0 ||
-            utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW) < 0)
-            fetch_fail(fe, -errno, "cannot set the mode or time of '%s': %s", path,
+        fd = openat(fe->tmpfd, f->path,
+                    O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (f->type == MF_DIR ? O_DIRECTORY : 0));
+        if (fd < 0 || fstat(fd, &st) < 0) {
+            fetch_fail(fe, -errno, "cannot open '%s' in '%s': %s", path, fe->tmp,
                        strerror(errno));
+        } else if (f->type == MF_FILE && (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size)) {
+            fetch_fail(fe, -EIO, "'%s' in '%s' is %lld bytes once written, not the %llu its "
+                       "manifest declares", path, fe->tmp, (long long)st.st_size,
+                       (unsigned long long)f->size);
+        } else if (fchmod(fd, restore_mode(fe, f)) < 0 || futimens(fd, ts) < 0) {
+            fetch_fail(fe, -errno, "cannot set the mode or time of '%s' in '%s': %s", path,
+                       fe->tmp, strerror(errno));
+        }
+        if (fd >= 0)
+            close(fd);
     }
     if (fe->err)
         return;
@@ -2075,13 +2153,144 @@ static void fetch_pump(struct fetch *fe)
     pool_submit(s->pool, &fe->prep);
 }
 
-/* Pool: lay the restored tree out beside dest, files at their sizes. */
+/* Room a restore leaves free on dest's filesystem, besides its files. */
+#define RESTORE_SPACE_MARGIN (64ULL * 1024 * 1024)
+
+/* bsearch() over the sorted paths for the first len bytes of s. */
+struct prefix {
+    const char *s;
+    size_t len;
+};
+
+static int cmp_prefix(const void *key, const void *elem)
+{
+    const struct prefix *k = key;
+    const char *path = ((const struct mf_file *)elem)->path;
+    int c = strncmp(k->s, path, k->len);
+
+    return c ? c : path[k->len] ? -1 : 0;
+}
+
+/* Pool: whether dest's filesystem holds m's files: bytes as the manifest
+ * declares them, each file rounded up to whole blocks, a block per entry
+ * and RESTORE_SPACE_MARGIN, against the blocks and inodes left to an
+ * unprivileged user.  Declared, not allocated: runs of zeros restore as
+ * holes that cost nothing now, but the manifest's author chooses how
+ * much of a file is holes, and the trainer that reads the files, or a
+ * copy without --sparse, fills them; a generation that cannot land whole
+ * on this disk is refused before it half fills it. */
+static int restore_space(struct fetch *fe, const struct manifest *m, uint64_t bytes)
+{
+    char dir[PATH_MAX], have[32], want[32];
+    const char *slash = strrchr(fe->dest, '/');
+    struct statvfs sv;
+    uint64_t need = RESTORE_SPACE_MARGIN, avail, block;
+
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", slash == fe->dest ? 1 : (int)(slash - fe->dest),
+                 fe->dest);
+    if (statvfs(dir, &sv) < 0) {
+        fetch_fail(fe, -errno, "cannot tell the free space in '%s': %s", dir, strerror(errno));
+        return fe->err;
+    }
+    block = sv.f_frsize ? sv.f_frsize : 4096;
+    for (size_t i = 0; i < m->n_files && need != UINT64_MAX; i++) {
+        uint64_t size = m->files[i].type == MF_FILE ? m->files[i].size : 0;
+        uint64_t blocks = size / block + (size % block != 0) + 1;
+
+        need = blocks > (UINT64_MAX - need) / block ? UINT64_MAX : need + blocks * block;
+    }
+    avail = sv.f_bavail > UINT64_MAX / block ? UINT64_MAX : (uint64_t)sv.f_bavail * block;
+    snprintf(have, sizeof(have), "%.1f GiB", (double)avail / (1 << 30));
+    snprintf(want, sizeof(want), "%.1f GiB", (double)bytes / (1 << 30));
+    if (need > avail) {
+        fetch_fail(fe, -ENOSPC, "generation %llu, rank %u: its files declare %llu bytes (%s, "
+                   "runs of zeros included), more than '%s' has free (%s, less a 64 MiB "
+                   "margin): free space there or restore elsewhere",
+                   (unsigned long long)fe->gen, m->rank, (unsigned long long)bytes, want, dir,
+                   have);
+        return fe->err;
+    }
+    if (sv.f_files && sv.f_favail < (fsfilcnt_t)m->n_files + 1) {
+        fetch_fail(fe, -ENOSPC, "generation %llu, rank %u: %zu files and directories, and "
+                   "'%s' has %llu inodes free: free some or restore elsewhere",
+                   (unsigned long long)fe->gen, m->rank, m->n_files, dir,
+                   (unsigned long long)sv.f_favail);
+        return fe->err;
+    }
+    return 0;
+}
+
+/* Pool: refuse, before anything is written, a manifest that the restore
+ * cannot reproduce exactly and safely under dest (see snap_restore()). */
+static int restore_check(struct fetch *fe, const struct manifest *m)
+{
+    size_t dest_len = strlen(fe->dest);
+    uint64_t bytes, declared = fe->commit.ranks[m->rank].bytes;
+    char path[SHOWN_MAX], other[SHOWN_MAX];
+
+    for (size_t i = 0; i < m->n_files; i++) {
+        const struct mf_file *f = &m->files[i];
+        size_t len = dest_len + 1 + strlen(f->path);
+
+        if (len >= PATH_MAX) {
+            fetch_fail(fe, -ENAMETOOLONG, "generation %llu, rank %u: cannot restore '%s' "
+                       "exactly: its path under '%s' would be %zu bytes, more than PATH_MAX "
+                       "(%d) allows; restore into a shorter destination",
+                       (unsigned long long)fe->gen, m->rank, shown(f->path, path), fe->dest,
+                       len, PATH_MAX - 1);
+            return fe->err;
+        }
+        if (f->type == MF_SYMLINK && !manifest_link_inside(f->path, f->target)) {
+            fetch_fail(fe, -EPERM, "generation %llu, rank %u: refusing the link '%s' -> '%s': "
+                       "it leads out of the restored directory (an absolute target, or '..' "
+                       "above it, or after a name)", (unsigned long long)fe->gen, m->rank,
+                       shown(f->path, path), shown(f->target, other));
+            return fe->err;
+        }
+        /* Every directory above it is one (a link there would lead
+         * wherever it points). */
+        for (const char *slash = f->path; (slash = strchr(slash, '/')); slash++) {
+            const struct mf_file *up =
+                bsearch(&(struct prefix){ f->path, (size_t)(slash - f->path) }, m->files,
+                        m->n_files, sizeof(*m->files), cmp_prefix);
+
+            if (up && up->type != MF_DIR) {
+                fetch_fail(fe, -EINVAL, "generation %llu, rank %u: '%s' lies below '%s', "
+                           "which the manifest says is not a directory",
+                           (unsigned long long)fe->gen, m->rank, shown(f->path, path),
+                           shown(up->path, other));
+                return fe->err;
+            }
+        }
+    }
+    if (manifest_bytes(m, &bytes) < 0) {
+        fetch_fail(fe, -EFBIG, "generation %llu, rank %u: the manifest's files add up to more "
+                   "than 2^64 bytes", (unsigned long long)fe->gen, m->rank);
+        return fe->err;
+    }
+    if (bytes != declared) {
+        fetch_fail(fe, -EBADMSG, "generation %llu, rank %u: the manifest's files add up to "
+                   "%llu bytes, its commit record says %llu: refusing both",
+                   (unsigned long long)fe->gen, m->rank, (unsigned long long)bytes,
+                   (unsigned long long)declared);
+        return fe->err;
+    }
+    return restore_space(fe, m, bytes);
+}
+
+/* Pool: lay the restored tree out beside dest, files at their sizes.
+ * Every path is made and opened below tmpfd, without following links (no
+ * link exists yet: finish_work() makes them), so a path is bounded by
+ * what fits under dest, not by tmp's longer name. */
 static void prep_work(struct pool_job *job)
 {
     struct fetch *fe = (struct fetch *)((char *)job - offsetof(struct fetch, prep));
     const struct manifest *m = cur_manifest(fe);
     struct stat st;
-    char path[PATH_MAX];
+    char path[PATH_MAX], name[SHOWN_MAX];
 
     if (lstat(fe->dest, &st) == 0) {
         DIR *d = S_ISDIR(st.st_mode) ? opendir(fe->dest) : NULL;
@@ -2099,37 +2308,50 @@ static void prep_work(struct pool_job *job)
             return;
         }
     }
+    if (restore_check(fe, m) < 0)
+        return;
     if (mkdir(fe->tmp, 0700) < 0) {
         fetch_fail(fe, -errno, "cannot create '%s': %s", fe->tmp, strerror(errno));
+        return;
+    }
+    fe->made_tmp = true;
+    if ((fe->tmpfd = open(fe->tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+        fetch_fail(fe, -errno, "cannot open '%s': %s", fe->tmp, strerror(errno));
         return;
     }
     for (size_t i = 0; i < m->n_files && !fe->err; i++) {
         const struct mf_file *f = &m->files[i];
         int fd;
 
-        snprintf(path, sizeof(path), "%s/%s", fe->tmp, f->path);
+        /* restore_check() made sure it fits. */
+        snprintf(path, sizeof(path), "%s", f->path);
+        shown(f->path, name);
         /* Parents that the manifest does not list (it need not). */
-        for (char *p = path + strlen(fe->tmp) + 1; (p = strchr(p, '/')); p++) {
+        for (char *p = path; (p = strchr(p, '/')); p++) {
             *p = '\0';
-            if (mkdir(path, 0700) < 0 && errno != EEXIST)
-                fetch_fail(fe, -errno, "cannot create '%s': %s", path, strerror(errno));
+            if (mkdirat(fe->tmpfd, path, 0700) < 0 && errno != EEXIST)
+                fetch_fail(fe, -errno, "cannot create the directory above '%s' in '%s': %s",
+                           name, fe->tmp, strerror(errno));
             *p = '/';
         }
         if (f->type == MF_DIR) {
-            if (mkdir(path, 0700) < 0 && errno != EEXIST)
-                fetch_fail(fe, -errno, "cannot create '%s': %s", path, strerror(errno));
+            if (mkdirat(fe->tmpfd, path, 0700) < 0 && errno != EEXIST)
+                fetch_fail(fe, -errno, "cannot create '%s' in '%s': %s", name, fe->tmp,
+                           strerror(errno));
             continue;
         }
         if (f->type != MF_FILE)
             continue;
-        fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600);
+        fd = openat(fe->tmpfd, path, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0) {
-            fetch_fail(fe, -errno, "cannot create '%s': %s", path, strerror(errno));
+            fetch_fail(fe, -errno, "cannot create '%s' in '%s': %s", name, fe->tmp,
+                       strerror(errno));
             break;
         }
         /* The size first: what no chunk covers stays a hole. */
         if (ftruncate(fd, (off_t)f->size) < 0)
-            fetch_fail(fe, -errno, "cannot size '%s': %s", path, strerror(errno));
+            fetch_fail(fe, -errno, "cannot size '%s' in '%s': %s", name, fe->tmp,
+                       strerror(errno));
         close(fd);
     }
 }
@@ -2276,6 +2498,7 @@ static struct fetch *fetch_new(struct snap *s, uint64_t gen, struct snap_counter
         return NULL;
     fe->s = s;
     fe->gen = gen;
+    fe->tmpfd = -1;
     fe->c = c ? c : &fe->own;
     return fe;
 }

@@ -68,6 +68,8 @@ struct snap_opts {
                                       0: SNAP_MIN_SAVING_DEFAULT */
     const struct frame_key *key;   /* the job key: signs and checks commit
                                       records (copied); NULL: none */
+    bool preserve_special_modes;   /* restore: keep setuid, setgid, sticky and
+                                      others' write as stored (snap_restore) */
 };
 
 /* Progress, updated on the loop as work completes; read it any time. */
@@ -199,7 +201,17 @@ void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void
  *
  * gen 0, here and in snap_verify() and snap_manifests(), is the newest
  * generation with a valid commit record; an unauthentic one is refused
- * with -EKEYREJECTED and snap_refusal()'s line, whether named or newest. */
+ * with -EKEYREJECTED and snap_refusal()'s line, whether named or newest.
+ *
+ * The manifest is untrusted, so before anything is written the restore
+ * refuses one that it cannot restore exactly or safely: a path that
+ * would not fit in PATH_MAX under dest (-ENAMETOOLONG; never a cut name),
+ * a link that leads out of dest (-EPERM, manifest_link_inside()), an
+ * entry below one that is not a directory (-EINVAL), sizes that disagree
+ * with the commit record (-EBADMSG) or that dest's filesystem cannot
+ * hold, counted as declared, holes included (-ENOSPC).  Modes lose
+ * setuid, setgid, sticky and others' write unless
+ * preserve_special_modes. */
 void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
                   struct snap_counters *c, snap_done_fn done, void *arg);
 

@@ -4,7 +4,8 @@
  * untouched on failure, the same answer twice, and a parsed document that
  * is written back and parses to the same fields: sorted unique valid
  * paths, chunks that add up to each file's size, ranks each at its own
- * index, a signature that comes back the same. */
+ * index, a signature that comes back the same; and every path and link
+ * target escaped for printing whole and without a control byte. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -13,6 +14,28 @@
 #include "fuzz.h"
 #include "spot/jobkey.h"
 #include "spot/manifest.h"
+
+static bool ends_in_dots(const char *s)
+{
+    size_t n = strlen(s);
+
+    return n >= 3 && strcmp(s + n - 3, "...") == 0;
+}
+
+/* What spotctl prints of a stored string: whole (never cut: paths and
+ * targets are at most MANIFEST_PATH_MAX bytes), no control byte. */
+static void escaped_printable(const char *s)
+{
+    static char buf[MANIFEST_ESCAPED_MAX];
+
+    manifest_escape(s, buf, sizeof(buf));
+    if (strlen(buf) > 4 * strlen(s) || strlen(buf) < strlen(s) ||
+        ends_in_dots(buf) != ends_in_dots(s))
+        abort();
+    for (const char *p = buf; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            abort();
+}
 
 static void check_manifest(const struct manifest *m)
 {
@@ -28,6 +51,11 @@ static void check_manifest(const struct manifest *m)
             abort();
         if ((f->type == MF_SYMLINK) != (f->target != NULL))
             abort();
+        escaped_printable(f->path);
+        if (f->target) {
+            escaped_printable(f->target);
+            manifest_link_inside(f->path, f->target);
+        }
         for (size_t c = 0; c < f->n_chunks; c++) {
             if (f->chunks[c].len == 0 || f->chunks[c].len > m->chunk_size)
                 abort();

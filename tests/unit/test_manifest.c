@@ -340,8 +340,88 @@ TEST(manifest_paths)
     CHECK(!manifest_path_valid("a/./b"));
     CHECK(!manifest_path_valid("a/../b"));
     CHECK(!manifest_path_valid("a\nb"));
+    {
+        /* A name is at most NAME_MAX (255) bytes, whatever the path's length. */
+        char name[300], n255[256], n256[257];
+
+        memset(n255, 'n', 255);
+        n255[255] = '\0';
+        memset(n256, 'n', 256);
+        n256[256] = '\0';
+        snprintf(name, sizeof(name), "x/%s/y", n255);
+        CHECK(manifest_path_valid(name));
+        snprintf(name, sizeof(name), "x/%s/y", n256);
+        CHECK(!manifest_path_valid(name));
+        snprintf(name, sizeof(name), "x/%s", n256);
+        CHECK(!manifest_path_valid(name));
+        CHECK(!manifest_path_valid(n256));
+    }
     CHECK(manifest_job_valid("llama-ft.v2_1"));
     CHECK(!manifest_job_valid("a/b"));
     CHECK(!manifest_job_valid(".."));
     CHECK(!manifest_job_valid(""));
+}
+
+TEST(manifest_links)
+{
+    CHECK(manifest_link_inside("l", "model.bin"));
+    CHECK(manifest_link_inside("l", "./sub/model.bin"));
+    CHECK(manifest_link_inside("a/l", "../b"));
+    CHECK(manifest_link_inside("a/b/l", "../../c//d/"));
+    CHECK(manifest_link_inside("a/l", "."));
+    CHECK(manifest_link_inside("a/l", ".."));
+    CHECK(manifest_link_inside("l", "..a"));
+    CHECK(!manifest_link_inside("l", "/etc/passwd"));
+    CHECK(!manifest_link_inside("l", "//x"));
+    CHECK(!manifest_link_inside("l", ".."));
+    CHECK(!manifest_link_inside("l", "../x"));
+    CHECK(!manifest_link_inside("a/l", "../../x"));
+    CHECK(!manifest_link_inside("a/b/l", "./../.././../x"));
+    /* d may be a link to ".": "d/.." is the parent of the tree. */
+    CHECK(!manifest_link_inside("q", "d/.."));
+    CHECK(!manifest_link_inside("a/q", "../d/../x"));
+    CHECK(!manifest_link_inside("l", ""));
+}
+
+TEST(manifest_bytes)
+{
+    struct mf_file files[3] = { { .type = MF_FILE, .size = UINT64_MAX / 2 },
+                                { .type = MF_DIR, .size = UINT64_MAX },
+                                { .type = MF_FILE, .size = UINT64_MAX / 2 + 1 } };
+    struct manifest m = { .files = files, .n_files = 3 };
+    uint64_t total = 7;
+
+    CHECK_INT(manifest_bytes(&m, &total), 0);
+    CHECK(total == UINT64_MAX);
+    files[2].size++;
+    total = 7;
+    CHECK_INT(manifest_bytes(&m, &total), -EOVERFLOW);
+    CHECK_INT(total, 7);
+}
+
+TEST(manifest_escape)
+{
+    char buf[64], small[12], big[MANIFEST_ESCAPED_MAX], path[MANIFEST_PATH_MAX + 1];
+
+    CHECK_STR(manifest_escape("a/b c.pt", buf, sizeof(buf)), "a/b c.pt");
+    CHECK_STR(manifest_escape("caf\xc3\xa9/\xe6\x97\xa5", buf, sizeof(buf)),
+              "caf\xc3\xa9/\xe6\x97\xa5");
+    /* Control bytes, the terminal's escape above all, and a backslash. */
+    CHECK_STR(manifest_escape("x\x1b[2Jy\tz\x7f\\", buf, sizeof(buf)),
+              "x\\x1b[2Jy\\x09z\\x7f\\\\");
+    /* Not UTF-8: a lone byte, an overlong '/', a surrogate, a cut sequence. */
+    CHECK_STR(manifest_escape("\xff\xc0\xaf\xed\xa0\x80\xe6\x97", buf, sizeof(buf)),
+              "\\xff\\xc0\\xaf\\xed\\xa0\\x80\\xe6\\x97");
+    /* C1 (CSI) and a right-to-left override, valid UTF-8 both. */
+    CHECK_STR(manifest_escape("\xc2\x9b" "1m\xe2\x80\xae" "exe", buf, sizeof(buf)),
+              "\\xc2\\x9b1m\\xe2\\x80\\xaeexe");
+    /* Cut to fit, never inside a piece, marked; what fits is whole. */
+    CHECK_STR(manifest_escape("abcdefghijklmnop", small, sizeof(small)), "abcdefgh...");
+    CHECK_STR(manifest_escape("abcdefgh\x01", small, sizeof(small)), "abcdefgh...");
+    CHECK_STR(manifest_escape("abcdefg\x01", small, sizeof(small)), "abcdefg\\x01");
+    CHECK_STR(manifest_escape("abcdefghijk", small, sizeof(small)), "abcdefghijk");
+    /* Any path, every byte escaped, fits MANIFEST_ESCAPED_MAX whole. */
+    memset(path, 0x80, MANIFEST_PATH_MAX);
+    path[MANIFEST_PATH_MAX] = '\0';
+    CHECK_INT(strlen(manifest_escape(path, big, sizeof(big))), 4 * MANIFEST_PATH_MAX);
 }

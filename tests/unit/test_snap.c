@@ -1,11 +1,12 @@
-/* lib/spot/snap.c: the split save of a replicated checkpoint, on a real
- * file store. */
+/* lib/spot/snap.c on a real file store: the split save of a replicated
+ * checkpoint, and restores of what a hostile store holds. */
 #include <errno.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -511,4 +512,321 @@ TEST(snap_signed)
         snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' '%s'", root, d0, dest);
         CHECK_INT(system(cmd), 0);
     }
+}
+
+/* ---- restoring what a hostile store holds ---------------------------------- */
+
+/* Everything in a manifest is untrusted: these generations are written by
+ * hand into a file store, as anyone who can write the bucket
+ * could, with correct digests (the commit record binds each manifest). */
+
+/* mkdir -p for the store's folders. */
+static void make_parents(char *path)
+{
+    for (char *p = path + 1; (p = strchr(p, '/')); p++) {
+        *p = '\0';
+        mkdir(path, 0755);
+        *p = '/';
+    }
+}
+
+static void write_file(const char *path, const char *data, size_t len)
+{
+    char copy[4096];
+    FILE *f;
+
+    snprintf(copy, sizeof(copy), "%s", path);
+    make_parents(copy);
+    f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    CHECK_INT(fwrite(data, 1, len, f), len);
+    fclose(f);
+}
+
+/* files as rank 0 of generation gen of job "j" in the file store at
+ * store, committed with bytes
+ * (UINT64_MAX: the sum of the files' sizes, as spotd writes it). */
+static void put_gen(const char *store, uint64_t gen, uint32_t chunk_size, struct mf_file *files,
+                    size_t n, uint64_t bytes)
+{
+    struct manifest m = { .job = "j", .gen = gen, .step = 1, .method = "manual",
+                          .created_ms = 1796045255000LL, .version = "0.1.0",
+                          .chunk_size = chunk_size, .files = files, .n_files = n };
+    struct commit_rank cr = { .rank = 0 };
+    struct commit c = { .job = "j", .gen = gen, .step = 1, .world_size = 1, .reason = "manual",
+                        .method = "manual", .created_ms = 1796045255000LL, .version = "0.1.0",
+                        .ranks = &cr };
+    char key[512], path[1024], *json;
+    size_t len;
+
+    for (size_t i = 0; i < n; i++)
+        cr.bytes += files[i].size;
+    if (bytes != UINT64_MAX)
+        cr.bytes = bytes;
+    json = manifest_to_json(&m, &len);
+    CHECK(json != NULL);
+    chunk_sha256(json, len, cr.sha256);
+    manifest_key(key, sizeof(key), "j", gen, 0);
+    snprintf(path, sizeof(path), "%s/%s", store, key);
+    write_file(path, json, len);
+    free(json);
+    json = commit_to_json(&c, &len);
+    CHECK(json != NULL);
+    commit_key(key, sizeof(key), "j", gen);
+    snprintf(path, sizeof(path), "%s/%s", store, key);
+    write_file(path, json, len);
+    free(json);
+}
+
+struct restored {
+    struct event_base *base;
+    int err;
+    char msg[8192];
+};
+
+static void on_restored(void *arg, int err, const char *msg)
+{
+    struct restored *r = arg;
+
+    r->err = err;
+    snprintf(r->msg, sizeof(r->msg), "%s", msg);
+    event_base_loopbreak(r->base);
+}
+
+static int restore(struct snap *s, struct event_base *base, uint64_t gen, const char *dest,
+                   struct restored *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->base = base;
+    snap_restore(s, gen, 0, dest, NULL, on_restored, r);
+    event_base_dispatch(base);
+    return r->err;
+}
+
+/* Nothing named dest, or dest.spotd-partial.*, is left in root. */
+static bool nothing_at(const char *root, const char *name)
+{
+    char cmd[1024];
+
+    snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A '%s' | grep '^%s')\"", root, name);
+    return system(cmd) == 0;
+}
+
+static unsigned mode_of(const char *root, const char *rel)
+{
+    char path[1024];
+    struct stat st;
+
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    if (lstat(path, &st) < 0)
+        return 0xffffffffu;
+    return st.st_mode & 07777;
+}
+
+struct hostile {
+    char root[64], store[96], url[128];
+    struct event_base *base;
+    struct pool *pool;
+    struct store *st;
+    struct snap *s, *keep;        /* keep: preserve_special_modes */
+};
+
+static void hostile_open(struct hostile *h)
+{
+    struct store_ctx sc;
+    char err[512];
+
+    snprintf(h->root, sizeof(h->root), "/tmp/spotd-unit-hostile.XXXXXX");
+    CHECK(mkdtemp(h->root) != NULL);
+    snprintf(h->store, sizeof(h->store), "%s/store", h->root);
+    CHECK_INT(mkdir(h->store, 0700), 0);
+    snprintf(h->url, sizeof(h->url), "file://%s", h->store);
+    h->base = event_base_new();
+    h->pool = pool_new(h->base, 2);
+    sc = (struct store_ctx){ .base = h->base, .pool = h->pool };
+    CHECK_INT(store_open(h->url, &sc, &h->st, err, sizeof(err)), 0);
+    h->s = snap_new(&(struct snap_opts){ .base = h->base, .pool = h->pool, .store = h->st,
+                                         .job = "j" },
+                    err, sizeof(err));
+    h->keep = snap_new(&(struct snap_opts){ .base = h->base, .pool = h->pool, .store = h->st,
+                                            .job = "j", .preserve_special_modes = true },
+                       err, sizeof(err));
+    CHECK(h->s && h->keep);
+}
+
+static void hostile_close(struct hostile *h)
+{
+    char cmd[256];
+
+    h->s = snap_free(h->s);
+    h->keep = snap_free(h->keep);
+    h->st = store_close(h->st);
+    h->pool = pool_free(h->pool);
+    event_base_free(h->base);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", h->root);
+    CHECK_INT(system(cmd), 0);
+}
+
+/* Generation gen is refused with err and a message holding why, and
+ * nothing is left at root/out. */
+static void refused(struct hostile *h, struct snap *s, uint64_t gen, int err, const char *why)
+{
+    struct restored r;
+    char dest[128];
+
+    snprintf(dest, sizeof(dest), "%s/out", h->root);
+    if (restore(s, h->base, gen, dest, &r) != err)
+        printf("  generation %llu: %d (%s), expected %d\n", (unsigned long long)gen, r.err,
+               r.msg, err);
+    CHECK_INT(r.err, err);
+    CHECK_HAS(r.msg, why);
+    CHECK(nothing_at(h->root, "out"));
+}
+
+static char p_bin[] = "bin", p_pub[] = "pub", p_pubw[] = "pub/w";
+
+/* setuid and setgid programs, a world-writable sticky directory, a file
+ * anyone may change: without --preserve-special-modes the bits go. */
+TEST(snap_restore_modes)
+{
+    struct hostile h;
+    struct mf_chunk zero = { .zero = true, .len = 10 };
+    struct mf_file files[] = {
+        { .path = p_bin, .type = MF_FILE, .mode = 06755, .size = 10, .chunks = &zero,
+          .n_chunks = 1 },
+        { .path = p_pub, .type = MF_DIR, .mode = 01777 },
+        { .path = p_pubw, .type = MF_FILE, .mode = 0666 },
+    };
+    struct restored r;
+    char dest[128];
+
+    hostile_open(&h);
+    put_gen(h.store, 1, SNAP_CHUNK_DEFAULT, files, 3, UINT64_MAX);
+    snprintf(dest, sizeof(dest), "%s/plain", h.root);
+    CHECK_INT(restore(h.s, h.base, 1, dest, &r), 0);
+    CHECK_INT(mode_of(dest, "bin"), 0755);
+    CHECK_INT(mode_of(dest, "pub"), 0775);
+    CHECK_INT(mode_of(dest, "pub/w"), 0664);
+    snprintf(dest, sizeof(dest), "%s/kept", h.root);
+    CHECK_INT(restore(h.keep, h.base, 1, dest, &r), 0);
+    CHECK_INT(mode_of(dest, "bin"), 06755);
+    CHECK_INT(mode_of(dest, "pub"), 01777);
+    CHECK_INT(mode_of(dest, "pub/w"), 0666);
+    hostile_close(&h);
+}
+
+/* A path that does not fit in PATH_MAX under dest is refused, named, and
+ * nothing is created: never a file under a cut name. */
+TEST(snap_restore_long_path)
+{
+    struct hostile h;
+    char path[4200], dest[128];
+    struct mf_file f = { .path = path, .type = MF_FILE, .mode = 0644 };
+    struct restored r;
+    size_t len = 0;
+
+    hostile_open(&h);
+    for (int i = 0; i < 20; i++) {
+        memset(path + len, 'a' + i, 200);
+        len += 200;
+        path[len++] = '/';
+    }
+    memset(path + len, 'z', 70);
+    len += 70;
+    path[len] = '\0';
+    CHECK_INT(len, 4090);
+    CHECK(manifest_path_valid(path));
+    put_gen(h.store, 1, SNAP_CHUNK_DEFAULT, &f, 1, UINT64_MAX);
+    refused(&h, h.s, 1, -ENAMETOOLONG, "cannot restore 'aaaa");
+    snprintf(dest, sizeof(dest), "%s/out", h.root);
+    restore(h.s, h.base, 1, dest, &r);
+    CHECK_HAS(r.msg, "exactly: its path under '");
+    CHECK_HAS(r.msg, "PATH_MAX");
+    CHECK(strlen(r.msg) < 600);
+    hostile_close(&h);
+}
+
+static char p_l[] = "l", p_a[] = "a", p_al[] = "a/l", p_d[] = "d", p_q[] = "q";
+static char t_etc[] = "/etc", t_up2[] = "../../x", t_dot[] = ".", t_dup[] = "d/..",
+            t_up1[] = "../b";
+
+/* Links that lead out of the restored directory are refused, whether
+ * absolute, climbing too high, or climbing from a name (itself a link to
+ * "."); one that climbs inside it is restored as it is. */
+TEST(snap_restore_links)
+{
+    struct hostile h;
+    struct mf_file abs[] = { { .path = p_l, .type = MF_SYMLINK, .mode = 0777, .target = t_etc } };
+    struct mf_file high[] = { { .path = p_a, .type = MF_DIR, .mode = 0755 },
+                              { .path = p_al, .type = MF_SYMLINK, .mode = 0777,
+                                .target = t_up2 } };
+    struct mf_file via[] = { { .path = p_d, .type = MF_SYMLINK, .mode = 0777, .target = t_dot },
+                             { .path = p_q, .type = MF_SYMLINK, .mode = 0777, .target = t_dup } };
+    struct mf_file fine[] = { { .path = p_a, .type = MF_DIR, .mode = 0755 },
+                              { .path = p_al, .type = MF_SYMLINK, .mode = 0777,
+                                .target = t_up1 } };
+    struct restored r;
+    char dest[128], link[256], got[64];
+    ssize_t n;
+
+    hostile_open(&h);
+    put_gen(h.store, 1, SNAP_CHUNK_DEFAULT, abs, 1, UINT64_MAX);
+    put_gen(h.store, 2, SNAP_CHUNK_DEFAULT, high, 2, UINT64_MAX);
+    put_gen(h.store, 3, SNAP_CHUNK_DEFAULT, via, 2, UINT64_MAX);
+    put_gen(h.store, 4, SNAP_CHUNK_DEFAULT, fine, 2, UINT64_MAX);
+    refused(&h, h.s, 1, -EPERM, "refusing the link 'l' -> '/etc'");
+    refused(&h, h.keep, 2, -EPERM, "'a/l' -> '../../x'");
+    refused(&h, h.s, 3, -EPERM, "'q' -> 'd/..'");
+    snprintf(dest, sizeof(dest), "%s/out", h.root);
+    CHECK_INT(restore(h.s, h.base, 4, dest, &r), 0);
+    snprintf(link, sizeof(link), "%s/a/l", dest);
+    n = readlink(link, got, sizeof(got) - 1);
+    got[n > 0 ? n : 0] = '\0';
+    CHECK_STR(got, "../b");
+    hostile_close(&h);
+}
+
+static char p_big[] = "big", p_f[] = "f", p_fg[] = "f/g", p_s[] = "s", p_sxy[] = "s/x/y";
+
+/* Sizes: a sparse file of 12 TiB (zero runs, nothing stored) is refused
+ * when the disk cannot hold it whole; a manifest whose sizes disagree
+ * with its commit record is refused; so is an entry below a file or a
+ * link. */
+TEST(snap_restore_sizes)
+{
+    struct hostile h;
+    const uint64_t big = 12ULL << 40;
+    size_t n = (size_t)(big / CHUNK_MAX_PLAIN);
+    struct mf_chunk *zeros = calloc(n, sizeof(*zeros));
+    struct mf_chunk ten = { .zero = true, .len = 10 };
+    struct mf_file sparse = { .path = p_big, .type = MF_FILE, .mode = 0644, .size = big,
+                              .chunks = zeros, .n_chunks = n };
+    struct mf_file small = { .path = p_f, .type = MF_FILE, .mode = 0644, .size = 10,
+                             .chunks = &ten, .n_chunks = 1 };
+    struct mf_file below[] = { { .path = p_f, .type = MF_FILE, .mode = 0644 },
+                               { .path = p_fg, .type = MF_FILE, .mode = 0644 } };
+    struct mf_file via_link[] = { { .path = p_s, .type = MF_SYMLINK, .mode = 0777,
+                                    .target = t_dot },
+                                  { .path = p_sxy, .type = MF_FILE, .mode = 0644 } };
+    struct statvfs sv;
+
+    hostile_open(&h);
+    CHECK(zeros != NULL);
+    for (size_t i = 0; zeros && i < n; i++)
+        zeros[i] = (struct mf_chunk){ .zero = true, .len = CHUNK_MAX_PLAIN };
+    /* The test means a disk smaller than the file. */
+    CHECK_INT(statvfs(h.root, &sv), 0);
+    CHECK((uint64_t)sv.f_bavail * sv.f_frsize < big);
+    put_gen(h.store, 1, CHUNK_MAX_PLAIN, &sparse, 1, UINT64_MAX);
+    put_gen(h.store, 2, SNAP_CHUNK_DEFAULT, &small, 1, 5);
+    put_gen(h.store, 3, SNAP_CHUNK_DEFAULT, below, 2, UINT64_MAX);
+    put_gen(h.store, 4, SNAP_CHUNK_DEFAULT, via_link, 2, UINT64_MAX);
+    refused(&h, h.s, 1, -ENOSPC, "declare 13194139533312 bytes");
+    refused(&h, h.s, 2, -EBADMSG, "add up to 10 bytes, its commit record says 5");
+    refused(&h, h.s, 3, -EINVAL, "'f/g' lies below 'f'");
+    refused(&h, h.s, 4, -EINVAL, "'s/x/y' lies below 's'");
+    free(zeros);
+    hostile_close(&h);
 }
