@@ -24,8 +24,9 @@
  *   longer than quiet_ms before its first step counts from that step, and
  *   a node of several workers that declares how many (--local-workers, or
  *   LOCAL_WORLD_SIZE, which torchrun sets) still never checkpoints without
- *   it.  The connection stays open (the signal method's ckpt_saved() needs
- *   it);
+ *   it.  The connection stays open.  Not under the signal and dir methods
+ *   (o.flat), whose trainers may only ever call ckpt_saved() and whose
+ *   checkpoints count no workers;
  * - a worker that reported a step and left still counts for gone_ms, so
  *   that a checkpoint during a trainer's restart does not go ahead without
  *   it, unless a worker of its local rank says hello again; one that never
@@ -460,7 +461,11 @@ static int handle(struct worker *w, const struct jsonl_msg *m)
                       : -1;
         /* A worker of a rank that left is that worker back. */
         prune_gone(c, true, w->local_rank);
-        {
+        /* Under the signal and dir methods a trainer may only ever call
+         * ckpt_saved(), and no checkpoint here counts workers. */
+        if (c->o.flat) {
+            evtimer_del(w->timer);
+        } else {
             struct timeval tv = { .tv_sec = c->quiet_ms / 1000,
                                   .tv_usec = c->quiet_ms % 1000 * 1000 };
             evtimer_add(w->timer, &tv);
@@ -785,6 +790,7 @@ int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t
         send_kv(w, kv, 2);
     }
     {
+        /* the deadline is a cloud's: wall-clock time */
         int64_t left = deadline_ms - notice_now_ms();
         struct timeval tv = { .tv_sec = left > 0 ? left / 1000 : 0,
                               .tv_usec = left > 0 ? (left % 1000) * 1000 : 0 };
