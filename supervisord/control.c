@@ -6,7 +6,34 @@
  * checkpoint is a small state machine over the workers connected when it
  * starts: QUERY (each says its step) -> SAVE (each saves at the common
  * step) -> done.  Writes are small and rare; a worker whose socket does
- * not take a whole message at once is treated as gone. */
+ * not take a whole message at once is treated as gone.
+ *
+ * Who counts.  Anything of spotd's user can connect, so neither a
+ * connection nor a hello proves a trainer.  A checkpoint waits for the
+ * workers that count (control.h); each rule drops a client that is not a
+ * trainer and never one that is:
+ * - a connection says its first message at once (libckpt its hello,
+ *   spotctl its command): one that has not within hello_ms is closed, and
+ *   when every slot is taken the oldest such one makes room for the next;
+ *   workers have WORKERS_MAX of the CONNS_MAX slots, so there is always one
+ *   for spotctl;
+ * - a worker that reports no step (progress, step or saved) within
+ *   quiet_ms of its hello stops counting until it reports one.  A trainer
+ *   reports its first step at its first ckpt_step(), and is never dropped
+ *   for silence after that, however long a step takes; one that loads for
+ *   longer than quiet_ms before its first step counts from that step, and
+ *   a node of several workers that declares how many (--local-workers, or
+ *   LOCAL_WORLD_SIZE, which torchrun sets) still never checkpoints without
+ *   it.  The connection stays open.  Not under the signal and dir methods
+ *   (o.flat), whose trainers may only ever call ckpt_saved() and whose
+ *   checkpoints count no workers;
+ * - a worker that reported a step and left still counts for gone_ms, so
+ *   that a checkpoint during a trainer's restart does not go ahead without
+ *   it, unless a worker of its local rank says hello again; one that never
+ *   reported a step stops counting when it leaves.
+ * A local_world_size counts while the worker that said it does.  Every
+ * timeout here runs on the monotonic clock; only the checkpoint's deadline,
+ * which comes from a cloud, is wall-clock time. */
 #include "control.h"
 
 #include <errno.h>
@@ -27,7 +54,12 @@
 #include "spot/log.h"
 #include "spot/notice.h"
 
-#define WORKERS_MAX 256
+#define WORKERS_MAX 256            /* connections that said hello */
+#define CONNS_MAX (WORKERS_MAX + 16) /* all connections: room for spotctl */
+#define HELLO_MS 5000
+#define QUIET_MS 60000
+#define GONE_MS 60000
+#define SILENT_LOG_MS 60000        /* closed silent connections: a line a minute */
 
 /* DECIDE: every worker answered; the step is the caller's (ask). */
 enum phase { IDLE, QUERY, DECIDE, SAVE };
@@ -36,8 +68,13 @@ struct worker {
     struct control *c;
     int fd;
     struct event *ev;
+    struct event *timer;           /* for the first message, then the first step */
+    int peer;                      /* SO_PEERCRED's pid */
+    int64_t since_ms;              /* monotonic: when it connected */
     bool hello;
-    long long pid, local_rank;
+    bool stepped;                  /* reported a step since its hello */
+    bool quiet;                    /* no step quiet_ms after its hello: does not count */
+    long long pid, local_rank, size; /* size: its hello's local_world_size, or -1 */
     char in[JSONL_LINE_MAX];
     size_t in_len;
     char line[JSONL_LINE_MAX];
@@ -52,10 +89,20 @@ struct control {
     char *path, *resume_dir;
     int lfd;
     struct event *lev, *timer;
-    struct worker *w[WORKERS_MAX];
+    struct worker *w[CONNS_MAX];
     unsigned n;
-    unsigned peak;                 /* most workers connected at once */
-    unsigned said;                 /* the largest local_world_size a hello gave */
+    int64_t hello_ms, quiet_ms, gone_ms;
+    /* Workers that reported a step and left: they count until until_ms
+     * (monotonic), or until a worker of their local rank says hello. */
+    struct gone {
+        long long rank, size;
+        int64_t until_ms;
+    } gone[WORKERS_MAX];
+    unsigned n_gone;
+    struct event *gone_timer;
+    /* connections closed for saying nothing, not yet said in the log */
+    unsigned long long silent;
+    int64_t silent_ms;             /* when that was last said; 0: never */
     int64_t last_step;             /* the step last reported */
     /* the training rate, from one worker's progress reports */
     long long rate_pid, rate_step;
@@ -99,8 +146,86 @@ static void worker_free(struct worker *w)
             break;
         }
     event_free(w->ev);
+    event_free(w->timer);
     close(w->fd);
     free(w);
+}
+
+static bool counts(const struct worker *w)
+{
+    return w->hello && !w->quiet;
+}
+
+/* The rank whose directory a worker saves into (a worker without
+ * LOCAL_RANK saves as 0). */
+static long long dir_rank(long long rank)
+{
+    return rank >= 0 ? rank : 0;
+}
+
+/* A worker that counts has this rank: a record of one that left with it
+ * counts no more. */
+static bool rank_counted(const struct control *c, long long rank)
+{
+    for (unsigned i = 0; i < c->n; i++)
+        if (counts(c->w[i]) && dir_rank(c->w[i]->local_rank) == dir_rank(rank))
+            return true;
+    return false;
+}
+
+static void check_progress(struct control *c);
+
+/* Forget the workers that left long enough ago (and, by_rank, those of
+ * rank: a worker of that rank is back), and arm the timer for the next. */
+static void prune_gone(struct control *c, bool by_rank, long long rank)
+{
+    int64_t now = notice_mono_ms(), next = INT64_MAX;
+    unsigned j = 0;
+
+    for (unsigned i = 0; i < c->n_gone; i++) {
+        struct gone *g = &c->gone[i];
+
+        if (g->until_ms <= now || (by_rank && dir_rank(g->rank) == dir_rank(rank)))
+            continue;
+        if (g->until_ms < next)
+            next = g->until_ms;
+        c->gone[j++] = *g;
+    }
+    c->n_gone = j;
+    evtimer_del(c->gone_timer);
+    if (j) {
+        int64_t ms = next - now;
+        struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = ms % 1000 * 1000 };
+
+        evtimer_add(c->gone_timer, &tv);
+    }
+}
+
+static void on_gone_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct control *c = arg;
+
+    prune_gone(c, false, 0);
+    /* Fewer workers to wait for: the others may be all there is. */
+    if (c->phase == QUERY)
+        check_progress(c);
+}
+
+/* Connections closed for saying nothing are said in one line a minute at
+ * most: a client that opens the socket in a loop does not flood the log. */
+static void closed_silent(struct control *c, int pid, const char *why)
+{
+    int64_t now = notice_mono_ms();
+
+    c->silent++;
+    if (c->silent_ms && now - c->silent_ms < SILENT_LOG_MS)
+        return;
+    log_msg(LOGL_WARN, "closed %llu connection%s to the control socket that said nothing, the "
+            "last (pid %d) because %s; a trainer says hello at once, and spotctl its command "
+            "(more such are said once a minute at most)", c->silent,
+            c->silent == 1 ? "" : "s", pid, why);
+    c->silent = 0;
+    c->silent_ms = now;
 }
 
 static void worker_gone(struct worker *w, const char *why)
@@ -110,6 +235,11 @@ static void worker_gone(struct worker *w, const char *why)
     long long pid = w->pid, rank = w->local_rank;
 
     log_msg(LOGL_INFO, "trainer pid %lld (local rank %lld) left: %s", pid, rank, why);
+    if (w->hello && w->stepped && c->n_gone < WORKERS_MAX) {
+        c->gone[c->n_gone++] = (struct gone){ .rank = rank, .size = w->size,
+                                              .until_ms = notice_mono_ms() + c->gone_ms };
+        prune_gone(c, false, 0);
+    }
     worker_free(w);
     if (was_in)
         end_checkpoint(c, -EPIPE, -1, "trainer pid %lld (local rank %lld) went away during "
@@ -164,15 +294,65 @@ static void start_save(struct control *c, long long target)
     }
 }
 
+/* The workers that count, and the largest local_world_size they said. */
+static unsigned counted(const struct control *c, long long *ret_size)
+{
+    int64_t now = notice_mono_ms();
+    long long size = 0;
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < c->n; i++)
+        if (counts(c->w[i])) {
+            n++;
+            if (c->w[i]->size > size)
+                size = c->w[i]->size;
+        }
+    for (unsigned i = 0; i < c->n_gone; i++)
+        if (c->gone[i].until_ms > now && !rank_counted(c, c->gone[i].rank)) {
+            n++;
+            if (c->gone[i].size > size)
+                size = c->gone[i].size;
+        }
+    *ret_size = size;
+    return n;
+}
+
 /* Workers a checkpoint needs: --local-workers (or LOCAL_WORLD_SIZE), else
- * as many as were ever connected at once. */
+ * as many as count, or as their local_world_size says. */
 static unsigned expected(const struct control *c)
 {
-    unsigned n = c->peak > c->said ? c->peak : c->said;
+    long long size;
+    unsigned n = counted(c, &size);
 
+    if (size > (long long)n)
+        n = (unsigned)size;
     /* At least one: a notice during the trainer's start-up (an import of
      * torch takes seconds) waits for it to connect. */
     return c->o.expect ? c->o.expect : n ? n : 1;
+}
+
+/* Why expected() says what it says, for a checkpoint short of workers. */
+static void expected_why(const struct control *c, char *buf, size_t size)
+{
+    int64_t now = notice_mono_ms();
+    long long said;
+    unsigned n = counted(c, &said);
+
+    if (c->o.expect) {
+        snprintf(buf, size, "--local-workers or LOCAL_WORLD_SIZE");
+        return;
+    }
+    if (said > (long long)n) {
+        snprintf(buf, size, "the trainers' LOCAL_WORLD_SIZE");
+        return;
+    }
+    for (unsigned i = 0; i < c->n_gone; i++)
+        if (c->gone[i].until_ms > now && !rank_counted(c, c->gone[i].rank)) {
+            snprintf(buf, size, "local rank %lld left %lld s ago and has not come back",
+                     c->gone[i].rank, (long long)(now - (c->gone[i].until_ms - c->gone_ms)) / 1000);
+            return;
+        }
+    snprintf(buf, size, "as many as are connected");
 }
 
 static unsigned in_checkpoint(const struct control *c)
@@ -213,6 +393,30 @@ static void check_progress(struct control *c)
         end_checkpoint(c, 0, step, "%s", "");
 }
 
+static unsigned hellos(const struct control *c)
+{
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < c->n; i++)
+        n += c->w[i]->hello;
+    return n;
+}
+
+/* A worker that comes (or counts again) while the others are asked for
+ * their step takes part in the checkpoint.  Returns 0, or -1 when it
+ * cannot be written to. */
+static int join(struct worker *w)
+{
+    struct control *c = w->c;
+    struct jsonl_kv q[] = { JSONL_STR("type", "query"), JSONL_INT("id", c->id) };
+
+    if (c->phase != QUERY || w->in_ck)
+        return 0;
+    w->in_ck = true;
+    w->answered = w->saved = false;
+    return send_kv(w, q, 2);
+}
+
 /* One message from a worker.  Returns 0, 1 when the connection is done
  * (a command was answered), or -1 when it must go for a protocol error. */
 static int handle(struct worker *w, const struct jsonl_msg *m)
@@ -244,12 +448,28 @@ static int handle(struct worker *w, const struct jsonl_msg *m)
         if (strcmp(type, "hello") != 0 || !pid || pid->type != JSONL_INT || !rank ||
             rank->type != JSONL_INT)
             return -1;
+        if (hellos(c) == WORKERS_MAX) {
+            log_msg(LOGL_WARN, "refused a trainer (pid %lld): %d are connected to the control "
+                    "socket already", pid->num, WORKERS_MAX);
+            return -1;
+        }
         w->hello = true;
         w->pid = pid->num;
         w->local_rank = rank->num;
-        if (size && size->type == JSONL_INT && size->num > (long long)c->said &&
-            size->num <= WORKERS_MAX)
-            c->said = (unsigned)size->num;
+        w->size = size && size->type == JSONL_INT && size->num > 0 && size->num <= WORKERS_MAX
+                      ? size->num
+                      : -1;
+        /* A worker of a rank that left is that worker back. */
+        prune_gone(c, true, w->local_rank);
+        /* Under the signal and dir methods a trainer may only ever call
+         * ckpt_saved(), and no checkpoint here counts workers. */
+        if (c->o.flat) {
+            evtimer_del(w->timer);
+        } else {
+            struct timeval tv = { .tv_sec = c->quiet_ms / 1000,
+                                  .tv_usec = c->quiet_ms % 1000 * 1000 };
+            evtimer_add(w->timer, &tv);
+        }
         if (c->resume_dir && c->o.flat) {
             resume = c->resume_dir;
         } else if (c->resume_dir) {
@@ -270,21 +490,24 @@ static int handle(struct worker *w, const struct jsonl_msg *m)
                 return -1;
         }
         log_msg(LOGL_INFO, "trainer pid %lld (local rank %lld) connected", w->pid, w->local_rank);
-        if (control_workers(c) > c->peak)
-            c->peak = control_workers(c);
-        /* A worker that comes while the others are asked for their step
-         * takes part in the checkpoint. */
-        if (c->phase == QUERY) {
-            struct jsonl_kv q[] = { JSONL_STR("type", "query"), JSONL_INT("id", c->id) };
-            w->in_ck = true;
-            w->answered = w->saved = false;
-            if (send_kv(w, q, 2) < 0)
+        return join(w);
+    }
+    /* Every report of a step says the worker trains. */
+    if ((strcmp(type, "progress") == 0 || strcmp(type, "step") == 0 ||
+         strcmp(type, "saved") == 0) && step && step->type == JSONL_INT && step->num >= 0 &&
+        !w->stepped) {
+        w->stepped = true;
+        evtimer_del(w->timer);
+        if (w->quiet) {
+            w->quiet = false;
+            log_msg(LOGL_INFO, "trainer pid %lld (local rank %lld) reported its first step: it "
+                    "counts again", w->pid, w->local_rank);
+            if (join(w) < 0)
                 return -1;
         }
-        return 0;
     }
     if (strcmp(type, "progress") == 0) {
-        int64_t now = notice_now_ms();
+        int64_t now = notice_mono_ms();
 
         if (!step || step->type != JSONL_INT || step->num < 0)
             return -1;
@@ -344,18 +567,19 @@ static int handle(struct worker *w, const struct jsonl_msg *m)
     return -1;
 }
 
-static void on_worker(evutil_socket_t fd, short what, void *arg)
+/* Read what came and handle its lines.  Returns 0, or -1 when w is gone
+ * (freed). */
+static int worker_read(struct worker *w)
 {
-    struct worker *w = arg;
-    ssize_t n = recv(fd, w->in + w->in_len, sizeof(w->in) - w->in_len, MSG_DONTWAIT);
+    ssize_t n = recv(w->fd, w->in + w->in_len, sizeof(w->in) - w->in_len, MSG_DONTWAIT);
     char *nl;
     int r;
 
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
+        return 0;
     if (n <= 0) {
         worker_gone(w, n == 0 ? "closed the connection" : strerror(errno));
-        return;
+        return -1;
     }
     w->in_len += (size_t)n;
     while ((nl = memchr(w->in, '\n', w->in_len))) {
@@ -368,22 +592,80 @@ static void on_worker(evutil_socket_t fd, short what, void *arg)
         r = jsonl_parse(w->line, len, &m) < 0 ? -1 : handle(w, &m);
         if (r > 0) {
             worker_free(w);
-            return;
+            return -1;
         }
         if (r < 0) {
             worker_gone(w, "protocol error");
-            return;
+            return -1;
         }
         /* handle() may have ended a checkpoint; its callback cannot free
          * a worker (workers go only here), so w is still valid. */
     }
-    if (w->in_len == sizeof(w->in))
+    if (w->in_len == sizeof(w->in)) {
         worker_gone(w, "line over 64 KiB");
+        return -1;
+    }
+    return 0;
+}
+
+static void on_worker(evutil_socket_t fd, short what, void *arg)
+{
+    worker_read(arg);
+}
+
+/* Before the first message: the hello timeout; after a hello: the time a
+ * worker has to report its first step. */
+static void on_worker_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    struct control *c = w->c;
+    bool hello = w->hello;
+    char why[64];
+
+    /* What came while the loop was busy elsewhere counts (a hello that
+     * came just now armed the timer again). */
+    if (worker_read(w) < 0 || w->stepped || w->quiet || w->hello != hello)
+        return;
+    if (!w->hello) {
+        snprintf(why, sizeof(why), "it said nothing within %lld s",
+                 (long long)(c->hello_ms + 999) / 1000);
+        closed_silent(c, w->peer, why);
+        worker_free(w);
+        return;
+    }
+    w->quiet = true;
+    log_msg(LOGL_WARN, "trainer pid %lld (local rank %lld) said hello %lld s ago and has reported "
+            "no step: it does not count until it does (a trainer calls ckpt_step() when it "
+            "starts training)", w->pid, w->local_rank, (long long)(c->quiet_ms + 999) / 1000);
+    if (w->in_ck && c->phase == QUERY) {
+        struct jsonl_kv kv[] = { JSONL_STR("type", "cancel"), JSONL_INT("id", c->id) };
+
+        w->in_ck = false;
+        send_kv(w, kv, 2);
+        check_progress(c);
+    }
+}
+
+/* Make room for a connection: the oldest one that has said nothing yet
+ * goes.  Returns 0, or -ENOSPC when every connection said hello. */
+static int make_room(struct control *c)
+{
+    struct worker *old = NULL;
+
+    for (unsigned i = 0; i < c->n; i++)
+        if (!c->w[i]->hello && (!old || c->w[i]->since_ms < old->since_ms))
+            old = c->w[i];
+    if (!old)
+        return -ENOSPC;
+    closed_silent(c, old->peer, "every slot was taken and it was the oldest silent one");
+    worker_free(old);
+    return 0;
 }
 
 static void on_accept(evutil_socket_t lfd, short what, void *arg)
 {
     struct control *c = arg;
+    struct timeval tv = { .tv_sec = c->hello_ms / 1000, .tv_usec = c->hello_ms % 1000 * 1000 };
     struct ucred cred;
     socklen_t len = sizeof(cred);
     struct worker *w;
@@ -398,17 +680,22 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         close(fd);
         return;
     }
-    if (c->n == WORKERS_MAX || !(w = calloc(1, sizeof(*w)))) {
+    if ((c->n == CONNS_MAX && make_room(c) < 0) || !(w = calloc(1, sizeof(*w)))) {
         close(fd);
         return;
     }
     w->c = c;
     w->fd = fd;
-    w->local_rank = -1;
+    w->peer = (int)cred.pid;
+    w->since_ms = notice_mono_ms();
+    w->local_rank = w->size = -1;
     w->ev = event_new(c->base, fd, EV_READ | EV_PERSIST, on_worker, w);
-    if (!w->ev || event_add(w->ev, NULL) < 0) {
+    w->timer = evtimer_new(c->base, on_worker_timer, w);
+    if (!w->ev || !w->timer || event_add(w->ev, NULL) < 0 || evtimer_add(w->timer, &tv) < 0) {
         if (w->ev)
             event_free(w->ev);
+        if (w->timer)
+            event_free(w->timer);
         free(w);
         close(fd);
         return;
@@ -462,18 +749,19 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
                        "deadline");
         return;
     }
-    if (c->n && in_checkpoint(c) < expected(c)) {
+    if (hellos(c) && in_checkpoint(c) < expected(c)) {
+        char why[160];
+
+        expected_why(c, why, sizeof(why));
         end_checkpoint(c, -ETIMEDOUT, -1, "only %u of the %u local workers took part (%s): "
                        "one did not connect, or died; check --local-workers", in_checkpoint(c),
-                       expected(c), c->o.expect       ? "--local-workers or LOCAL_WORLD_SIZE"
-                                    : c->said > c->peak ? "the trainers' LOCAL_WORLD_SIZE"
-                                                        : "as many as were connected before");
+                       expected(c), why);
         return;
     }
-    end_checkpoint(c, c->n ? -ETIMEDOUT : -ENOTCONN, -1, "%s",
-                   c->n ? "the deadline passed"
-                        : "no trainer is connected to the control socket: is it linked with "
-                          "libckpt (or libckpt.py), and run under spotd?");
+    end_checkpoint(c, hellos(c) ? -ETIMEDOUT : -ENOTCONN, -1, "%s",
+                   hellos(c) ? "the deadline passed"
+                             : "no trainer is connected to the control socket: is it linked "
+                               "with libckpt (or libckpt.py), and run under spotd?");
 }
 
 int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t deadline_ms,
@@ -495,13 +783,14 @@ int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t
         struct worker *w = c->w[i];
         struct jsonl_kv kv[] = { JSONL_STR("type", "query"), JSONL_INT("id", c->id) };
 
-        if (!w->hello)
+        if (!counts(w))
             continue;
         w->in_ck = true;
         w->answered = w->saved = false;
         send_kv(w, kv, 2);
     }
     {
+        /* the deadline is a cloud's: wall-clock time */
         int64_t left = deadline_ms - notice_now_ms();
         struct timeval tv = { .tv_sec = left > 0 ? left / 1000 : 0,
                               .tv_usec = left > 0 ? (left % 1000) * 1000 : 0 };
@@ -562,7 +851,7 @@ unsigned control_workers(const struct control *c)
     unsigned n = 0;
 
     for (unsigned i = 0; i < c->n; i++)
-        n += c->w[i]->hello;
+        n += counts(c->w[i]);
     return n;
 }
 
@@ -588,8 +877,12 @@ struct control *control_new(const struct control_opts *o, char *err, size_t errl
     c->resume_gen = o->resume_gen;
     c->path = strdup(o->path);
     c->resume_dir = o->resume_dir ? strdup(o->resume_dir) : NULL;
+    c->hello_ms = o->hello_ms ? o->hello_ms : HELLO_MS;
+    c->quiet_ms = o->quiet_ms ? o->quiet_ms : QUIET_MS;
+    c->gone_ms = o->gone_ms ? o->gone_ms : GONE_MS;
     c->timer = evtimer_new(o->base, on_deadline, c);
-    if (!c->path || (o->resume_dir && !c->resume_dir) || !c->timer) {
+    c->gone_timer = evtimer_new(o->base, on_gone_timer, c);
+    if (!c->path || (o->resume_dir && !c->resume_dir) || !c->timer || !c->gone_timer) {
         snprintf(err, errlen, "out of memory");
         return control_free(c);
     }
@@ -624,6 +917,8 @@ struct control *control_free(struct control *c)
         event_free(c->lev);
     if (c->timer)
         event_free(c->timer);
+    if (c->gone_timer)
+        event_free(c->gone_timer);
     if (c->lfd >= 0) {
         close(c->lfd);
         unlink(c->path);

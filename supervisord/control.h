@@ -8,7 +8,16 @@
  * of them to save at it, each into its own directory (DIR/w<local rank>),
  * and reports once every worker has said saved, or as soon as one fails,
  * goes away, or the deadline passes (then the others are told to cancel).
- * A checkpoint is never reported saved with a worker missing. */
+ * A checkpoint is never reported saved with a worker missing.
+ *
+ * Who counts as a worker (docs/protocols.md, "Who counts"): a connection
+ * that said hello, unless it went quiet (no step reported within quiet_ms
+ * of its hello; a trainer that has started training never does, since
+ * ckpt_step() reports its first step at once), and one that reported a
+ * step and left, for gone_ms or until a worker of its local rank says
+ * hello again.  A connection whose first message does not come within
+ * hello_ms is closed, and so is the oldest silent one when every slot is
+ * taken: an operator's command always gets in. */
 #ifndef SPOTD_CONTROL_H
 #define SPOTD_CONTROL_H
 
@@ -30,7 +39,11 @@ struct control_opts {
     bool flat;                     /* resume_dir is the files themselves, not one
                                       w<rank> folder per worker (signal, dir) */
     unsigned expect;               /* local workers a checkpoint needs; 0: as many as
-                                      were ever connected at once */
+                                      count (see above) */
+    /* In ms, 0 for the defaults (5 s, 60 s, 60 s; the tests take less). */
+    unsigned hello_ms;             /* for a connection's first message */
+    unsigned quiet_ms;             /* for a worker's first step after its hello */
+    unsigned gone_ms;              /* a worker that left counts that long */
     void (*on_request)(void *arg); /* a trainer asked for a checkpoint */
     /* A trainer reported step saved outside a checkpoint of this socket
      * (id 0: the signal method's ckpt_saved()). */
@@ -50,20 +63,21 @@ struct control *control_new(const struct control_opts *o, char *err, size_t errl
 /* Not from inside its own callbacks.  Takes NULL, returns NULL. */
 struct control *control_free(struct control *c);
 
-/* Workers connected (hello answered). */
+/* Workers that count: connected, hello answered, not gone quiet. */
 unsigned control_workers(const struct control *c);
 
 /* Every worker answered: step is the largest step reported. */
 typedef void (*control_step_fn)(void *arg, int64_t step);
 
 /* Checkpoint generation gen into dir (which exists) before deadline_ms
- * (CLOCK_REALTIME ms; -EINVAL when 0).  Waits for the local workers it
- * expects (struct control_opts.expect, at least one) to connect until the
- * deadline.  The workers save at the step after the largest they report;
- * with ask non-NULL the step is the caller's instead (a world's): ask gets
- * the largest, and the checkpoint waits for control_save_at().  One at a
- * time: -EBUSY when one is under way.  Returns 0 when started; done comes
- * later, on the loop. */
+ * (CLOCK_REALTIME ms, since it comes from a cloud's notice; -EINVAL when
+ * 0).  Waits for the local workers it expects (struct control_opts.expect,
+ * else as many as count, or as a hello's local_world_size says, at least
+ * one) until the deadline.  The workers save at the step after the
+ * largest they report; with ask non-NULL the step is the caller's instead
+ * (a world's): ask gets the largest, and the checkpoint waits for
+ * control_save_at().  One at a time: -EBUSY when one is under way.
+ * Returns 0 when started; done comes later, on the loop. */
 int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t deadline_ms,
                        control_step_fn ask, control_saved_fn done, void *arg);
 

@@ -22,6 +22,7 @@
 #include "nvml.h"
 #include "orch.h"
 #include "spot/log.h"
+#include "spot/notice.h"
 #include "spot/parse.h"
 #include "spot/proc.h"
 
@@ -93,14 +94,6 @@ struct metrics {
     pid_t tree_pid;
     int64_t tree_ms;
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec t;
-
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 /* ---- from the events ---------------------------------------------------------- */
 
@@ -285,7 +278,7 @@ static void read_tree(pid_t pid, struct pstat *ps)
 static void on_gpu_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct metrics *m = arg;
-    int64_t now = mono_ms();
+    int64_t now = notice_mono_ms();
     int n = nvml_sample(m->nvml, m->gpus, GPU_MAX);
 
     m->n_gpus = n;
@@ -406,7 +399,7 @@ static void expose(struct metrics *m, struct evbuffer *b)
     static const char *const ckpt_labels[3] = { "trigger", "method", "result" };
     struct pstat self = { 0, 0 }, cmd = { 0, 0 };
     pid_t pid = child_pid(m->o.child);
-    int64_t now = mono_ms();
+    int64_t now = notice_mono_ms();
 
     head(b, "spotd_build_info", "gauge", "spotd's version, as a label; always 1.");
     evbuffer_add_printf(b, "spotd_build_info{version=\"%s\"} 1\n", SPOT_VERSION);
@@ -450,6 +443,9 @@ static void expose(struct metrics *m, struct evbuffer *b)
             "committed, in seconds since the epoch.", m->last_commit_ts);
     one(b, "spotd_command_restarts_total", "counter", "Restarts of the command.",
         (double)m->restarts);
+    one(b, "spotd_events_dropped_total", "counter", "Event records not written to the event "
+        "log (--events), its disk full: each is written whole or not at all.",
+        (double)log_events_dropped());
     if (m->o.orch) {
         cJSON *st = cJSON_CreateObject();
         double v;

@@ -1,3 +1,11 @@
+/* log: stderr and the event log.
+ *
+ * DESIGN.  A record goes to the event log with one write(2), whole or not
+ * at all: a short write (a full disk) is taken back with ftruncate(), so
+ * a reader never sees a cut line glued to the next one.  A record that
+ * cannot be written is dropped and counted (log_events_dropped(), which
+ * /metrics serves); the first drop is said once on stderr, and again only
+ * after the log was written again and failed again. */
 #include "spot/log.h"
 
 #include <cjson/cJSON.h>
@@ -5,9 +13,11 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,11 +27,15 @@ static struct {
     enum log_format format;
     enum log_level level;
     int events_fd;
+    char *events_path;
+    uint64_t dropped;             /* records not written, since the start */
+    uint64_t dropping;            /* since the last record written: > 0 while failing */
+    bool cut;                     /* a cut line could not be taken back */
     struct {
         log_observer_fn fn;
         void *arg;
     } obs[LOG_OBSERVERS_MAX];
-} logger = { LOG_TEXT, LOGL_INFO, -1, { { NULL, NULL } } };
+} logger = { .format = LOG_TEXT, .level = LOGL_INFO, .events_fd = -1 };
 
 int log_observe(log_observer_fn fn, void *arg)
 {
@@ -62,17 +76,24 @@ static const char *const level_names[] = { "debug", "info", "warn", "error" };
 
 int log_open(enum log_format format, enum log_level level, const char *events_path)
 {
+    char *path = NULL;
     int fd = -1;
 
     if (events_path) {
+        if (!(path = strdup(events_path)))
+            return -ENOMEM;
         fd = open(events_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644);
-        if (fd < 0)
-            return -errno;
+        if (fd < 0) {
+            int err = -errno;
+            free(path);
+            return err;
+        }
     }
     log_close();
     logger.format = format;
     logger.level = level;
     logger.events_fd = fd;
+    logger.events_path = path;
     return 0;
 }
 
@@ -81,6 +102,15 @@ void log_close(void)
     if (logger.events_fd >= 0)
         close(logger.events_fd);
     logger.events_fd = -1;
+    free(logger.events_path);
+    logger.events_path = NULL;
+    logger.dropping = 0;
+    logger.cut = false;
+}
+
+uint64_t log_events_dropped(void)
+{
+    return logger.dropped;
 }
 
 char *log_timestamp(char *buf)
@@ -262,28 +292,102 @@ cJSON *log_event_new(const char *event)
     return rec;
 }
 
-/* Print rec as one JSON line and write it to fd. */
-static void write_json(int fd, cJSON *rec)
+static void stderr_line(const char *s, size_t len)
+{
+    write_line(STDERR_FILENO, s, len);
+}
+
+/* Take back the last n bytes written to fd (O_APPEND: they end at the
+ * offset), unless another process (a spotd sharing the file) appended
+ * since.  Returns 0 or -errno. */
+static int take_back(int fd, ssize_t n)
+{
+    off_t end = lseek(fd, 0, SEEK_CUR);
+    struct stat st;
+
+    if (end < 0 || fstat(fd, &st) < 0)
+        return -errno;
+    if (end < n || st.st_size != end)
+        return -EBUSY;
+    return ftruncate(fd, end - n) < 0 ? -errno : 0;
+}
+
+/* A record not written, for why (a strerror(), or what a short write took). */
+static void events_dropped(const char *why)
+{
+    logger.dropped++;
+    if (logger.dropping++ == 0)
+        log_msg(LOGL_WARN, "cannot write the event log '%s': %s; its records are dropped, and "
+                "counted in /metrics (spotd_events_dropped_total), until it can be written "
+                "again", logger.events_path ? logger.events_path : "?", why);
+}
+
+/* One record, a whole line, to the event log: whole or not at all. */
+static void events_line(const char *s, size_t len)
+{
+    int fd = logger.events_fd;
+    char why[96];
+    ssize_t n;
+
+    /* A cut line left by a write that could not be taken back ends here,
+     * so that it stays one bad line and the next record starts a line. */
+    if (logger.cut) {
+        if (write(fd, "\n", 1) != 1) {
+            events_dropped(strerror(errno));
+            return;
+        }
+        logger.cut = false;
+    }
+    do
+        n = write(fd, s, len);
+    while (n < 0 && errno == EINTR);
+    if (n == (ssize_t)len) {
+        if (logger.dropping)
+            log_msg(LOGL_INFO, "the event log '%s' is written again; %llu record%s dropped",
+                    logger.events_path ? logger.events_path : "?",
+                    (unsigned long long)logger.dropping,
+                    logger.dropping == 1 ? " was" : "s were");
+        logger.dropping = 0;
+        return;
+    }
+    if (n < 0) {
+        events_dropped(strerror(errno));
+        return;
+    }
+    /* A short write: the disk is full (or a size limit reached). */
+    if (take_back(fd, n) < 0)
+        logger.cut = true;
+    snprintf(why, sizeof(why), "it took %zd of a record's %zu bytes (a full disk?)", n, len);
+    events_dropped(why);
+}
+
+/* Print rec as one JSON line and hand it to put. */
+static void write_json(cJSON *rec, void (*put)(const char *s, size_t len))
 {
     char buf[LOG_LINE_MAX];
     char *s = buf;
 
     if (!cJSON_PrintPreallocated(rec, buf, sizeof(buf) - 1, false)) {
         s = cJSON_PrintUnformatted(rec);
-        if (!s)
+        if (!s) {
+            if (put == events_line)
+                events_dropped(strerror(ENOMEM));
             return;
+        }
     }
     size_t len = strlen(s);
     if (s == buf) {
         buf[len++] = '\n';
-        write_line(fd, buf, len);
+        put(buf, len);
         return;
     }
     char *line = realloc(s, len + 2);
     if (line) {
         line[len] = '\n';
-        write_line(fd, line, len + 1);
+        put(line, len + 1);
         s = line;
+    } else if (put == events_line) {
+        events_dropped(strerror(ENOMEM));
     }
     free(s);
 }
@@ -302,7 +406,7 @@ static void emit_stderr(enum log_level level, cJSON *rec, const char *msg)
         cJSON_AddStringToObject(rec, "msg", msg);
     if (logger.format == LOG_JSON) {
         cJSON_AddStringToObject(rec, "level", level_names[level]);
-        write_json(STDERR_FILENO, rec);
+        write_json(rec, stderr_line);
         return;
     }
     ts = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rec, "ts"));
@@ -326,7 +430,7 @@ void log_event(enum log_level level, cJSON *rec, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     if (logger.events_fd >= 0)
-        write_json(logger.events_fd, rec);
+        write_json(rec, events_line);
     emit_stderr(level, rec, msg);
     for (int i = 0; i < LOG_OBSERVERS_MAX; i++)
         if (logger.obs[i].fn)

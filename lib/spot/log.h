@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct cJSON;
 
@@ -26,6 +27,10 @@ enum log_format { LOG_TEXT, LOG_JSON };
  * -errno from open(2); the caller reports it. */
 int log_open(enum log_format format, enum log_level level, const char *events_path);
 void log_close(void);
+
+/* Event records that could not be written to the event log (a full disk),
+ * since the start: each is written whole or not at all. */
+uint64_t log_events_dropped(void);
 
 /* Start an event record: a JSON object holding "ts" and "event".  Add
  * fields with cJSON_Add*ToObject(); log_event() consumes it.  Returns NULL

@@ -36,6 +36,7 @@ METRICS = {
     "spotd_bytes_skipped_total": "counter",
     "spotd_bytes_stored_total": "counter",
     "spotd_command_restarts_total": "counter",
+    "spotd_events_dropped_total": "counter",
     "spotd_peers_alive": "gauge",
     "spotd_coordinator_rank": "gauge",
     "spotd_command_cpu_seconds_total": "counter",

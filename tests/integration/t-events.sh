@@ -101,5 +101,95 @@ check "json stderr: exec failure is a level error line" \
 expect_eq "exec failure: event sequence" "start error exit" "$(events_of "$f")"
 expect_eq "exec failure: error record has what exec" exec "$(jget "$(ev "$f" error)" what)"
 
+# ---- a full disk ----------------------------------------------------------------------------
+# A record is written whole or not at all; a drop is said once on stderr
+# (again only after the log was written again and failed again) and
+# counted in /metrics.
+
+# all_json FILE: every line of FILE is one JSON object.
+all_json() {
+    python3 -c 'import json,sys
+for n, line in enumerate(open(sys.argv[1], "rb"), 1):
+    try:
+        assert isinstance(json.loads(line), dict)
+    except Exception:
+        sys.exit("line %d is not a JSON object: %r" % (n, line[:120]))' "$1"
+}
+warnings() { grep -c "cannot write the event log" "$T/stderr"; }
+
+run_spotd run --events /dev/full -- true
+expect_eq "/dev/full: the command runs, and one warning says why the records are dropped" \
+    "0|1" "$RC|$(warnings)"
+check "... naming the file and the counter" grep -q \
+    "cannot write the event log '/dev/full': No space left on device; .*spotd_events_dropped_total" \
+    "$T/stderr"
+
+if [ "$(id -u)" != 0 ] || ! unshare -m --propagation private true 2>/dev/null; then
+    echo "SKIP: events on a full tmpfs (needs root to mount one in a mount namespace)"
+else
+    ADDR=$(free_ports 1)
+    mkdir -p "$T/full" "$T/fstore"
+    # spotd in a mount namespace of its own, with a 64 KiB tmpfs on $T/full;
+    # the test reaches that tmpfs through /proc/PID/root.
+    unshare -m --propagation private \
+        sh -c 'mount -t tmpfs -o size=64k spotd-full "$0" && exec "$@"' "$T/full" \
+        "$SPOTD" run --job f --store "file://$T/fstore" --state-dir "$T/fs" --cloud none \
+        --metrics "$ADDR" --events "$T/full/ev" -- "$TOP/$O/examples/c-trainer/trainer" 100000000 \
+        1 >"$T/stdout" 2>"$T/stderr" &
+    SPOTD_PID=$!
+    _bg_pids+=("$SPOTD_PID")
+    FULL=/proc/$SPOTD_PID/root$T/full
+    committed() {
+        "$SPOTCTL" status --state-dir "$T/fs" --json 2>/dev/null | grep -o '"committed_gen":[0-9]*' |
+            cut -d: -f2
+    }
+    # checkpoint N: one more manual checkpoint, committed as generation N.
+    checkpoint() {
+        "$SPOTCTL" checkpoint --state-dir "$T/fs" >/dev/null 2>&1
+        wait_for 20 eval '[ "$(committed)" = '"$1"' ]'
+    }
+    # dropped: spotd_events_dropped_total, from a scrape the strict parser reads.
+    dropped() {
+        curl -sS --max-time 5 -o "$T/metrics.txt" "http://$ADDR/metrics" 2>/dev/null &&
+            python3 "$TOP/tests/integration/promparse.py" "$T/metrics.txt" >"$T/metrics.json" &&
+            python3 -c 'import json,sys
+v=json.load(open(sys.argv[1]))["samples"].get("spotd_events_dropped_total")
+print("" if v is None else "%d" % v)' "$T/metrics.json"
+    }
+    check "spotd runs with its event log on a 64 KiB tmpfs" wait_for 20 eval \
+        '"$SPOTCTL" status --state-dir "$T/fs" --json 2>/dev/null | grep -q "\"workers\":1"'
+    expect_eq "/metrics: no record dropped yet" 0 "$(dropped)"
+    head -c 1M /dev/zero >"$FULL/filler" 2>/dev/null
+    gen=0
+    for i in $(seq 1 10); do
+        gen=$((gen + 1))
+        checkpoint $gen || break
+        [ "$(dropped)" -gt 0 ] 2>/dev/null && [ $i -ge 2 ] && break
+    done
+    d1=$(dropped)
+    check "the disk full: checkpoints go on, their records are dropped and counted in /metrics" \
+        eval '[ "$(committed)" = $gen ] && [ "${d1:-0}" -gt 0 ]'
+    check "... every line of the event log is still one JSON object (no cut line)" \
+        all_json "$FULL/ev"
+    expect_eq "... said once on stderr" 1 "$(warnings)"
+    rm -f "$FULL/filler"
+    gen=$((gen + 1))
+    checkpoint $gen
+    check "space again: the next records are written, whole" eval 'all_json "$FULL/ev" &&
+        [ "$(jget "$(ev "$FULL/ev" commit | tail -n 1)" gen)" = $gen ]'
+    check "... and stderr says the log is written again, with how many were dropped" grep -q \
+        "the event log '$T/full/ev' is written again; $d1 records* w[a-z]* dropped" "$T/stderr"
+    head -c 1M /dev/zero >"$FULL/filler" 2>/dev/null
+    for i in $(seq 1 10); do
+        gen=$((gen + 1))
+        checkpoint $gen || break
+        [ "$(dropped)" -gt "$d1" ] 2>/dev/null && break
+    done
+    expect_eq "full again: a second warning, no more" 2 "$(warnings)"
+    check "... the event log still holds only whole JSON lines" all_json "$FULL/ev"
+    kill -TERM "$SPOTD_PID"
+    wait_exit "$SPOTD_PID" 20
+fi
+
 expect_eq "no zombie children left" 0 "$(zombies_of $$)"
 check "nothing of this test is left running" wait_for 5 none_left

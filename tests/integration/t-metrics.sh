@@ -105,6 +105,8 @@ check "the command's CPU time and resident memory are there" \
           "$(val after spotd_command_cpu_seconds_total)" "$(val after spotd_command_resident_memory_bytes)"'
 expect_eq "no notice yet, no restart" "|0" \
     "$(val after 'spotd_notices_total{source="drill",kind="rebalance"}')|$(val after spotd_command_restarts_total)"
+expect_eq "every event record was written (t-events.sh fills the disk)" 0 \
+    "$(val after spotd_events_dropped_total)"
 check "metric names follow the conventions (base units, _total, _seconds, _bytes)" \
     python3 -c 'import json,re,sys
 t=json.load(open(sys.argv[1]))["types"]

@@ -4,7 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -213,4 +215,304 @@ TEST(control_checkpoint)
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
         CHECK_INT(system(cmd), 0);
     }
+}
+
+/* ---- clients that are not trainers -------------------------------------------------------- */
+
+enum stray_kind { LEAVES, STEPS_AND_LEAVES, SILENT };
+
+/* A stray client in a child process: says hello as a worker of rank (with
+ * local_world_size 2), reads the welcome, then leaves (after a progress
+ * report, with STEPS_AND_LEAVES), or says nothing more until spotd closes
+ * the connection (exit 0) or 10 s pass (exit 9). */
+static pid_t spawn_stray(const char *path, enum stray_kind kind, int rank)
+{
+    pid_t pid = fork();
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    char line[256];
+    int fd, n;
+
+    if (pid != 0)
+        return pid;
+    alarm(10);
+    fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        _exit(10);
+    n = snprintf(line, sizeof(line), "{\"v\":1,\"type\":\"hello\",\"pid\":%d,\"local_rank\":%d,"
+                 "\"local_world_size\":2,\"lib\":\"stray\"}\n", (int)getpid(), rank);
+    if (write(fd, line, (size_t)n) != n || read(fd, line, sizeof(line)) <= 0)
+        _exit(11);
+    if (kind == STEPS_AND_LEAVES) {
+        n = snprintf(line, sizeof(line), "{\"v\":1,\"type\":\"progress\",\"step\":5}\n");
+        if (write(fd, line, (size_t)n) != n)
+            _exit(12);
+    }
+    if (kind != SILENT)
+        _exit(0);
+    /* a query may come; nothing else but the end */
+    while ((n = (int)read(fd, line, sizeof(line))) > 0)
+        ;
+    _exit(n == 0 ? 0 : 13);
+}
+
+static pid_t waited;
+static int waited_status;
+
+static int child_done(void *arg)
+{
+    return waitpid(waited, &waited_status, WNOHANG) == waited;
+}
+
+/* Wait (running the loop) for a child to end; its exit status, or -1. */
+static int wait_child(struct event_base *base, pid_t pid)
+{
+    waited = pid;
+    waited_status = -1;
+    run_until(base, child_done, NULL);
+    return waited_status >= 0 && WIFEXITED(waited_status) ? WEXITSTATUS(waited_status) : -1;
+}
+
+static void answer(void *arg, const char *cmd, const struct jsonl_msg *m, char *reply, size_t len)
+{
+    snprintf(reply, len, "{\"v\":1,\"type\":\"result\",\"ok\":true,\"cmd\":\"%s\"}", cmd);
+}
+
+/* A non-blocking connection to path, accepted by running the loop while
+ * the listen queue is full.  Returns the fd, or -1. */
+static int raw_connect(struct event_base *base, const char *path)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct timeval tick = { 0, 1000 };
+
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    for (int i = 0; fd >= 0 && i < 1000; i++) {
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+            return fd;
+        if (errno != EAGAIN)
+            break;
+        event_base_loopexit(base, &tick);
+        event_base_dispatch(base);
+    }
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/* 1 when spotd closed fd, 0 when it is open, -1 on another error. */
+static int raw_closed(int fd)
+{
+    char b[4096];
+    ssize_t n;
+
+    while ((n = recv(fd, b, sizeof(b), MSG_DONTWAIT)) > 0)
+        ;
+    return n == 0 ? 1 : errno == EAGAIN ? 0 : errno == ECONNRESET ? 1 : -1;
+}
+
+static int *raw_fds;
+static int raw_n;
+
+static int all_closed(void *arg)
+{
+    for (int i = 0; i < raw_n; i++)
+        if (raw_fds[i] >= 0 && raw_closed(raw_fds[i]) != 1)
+            return 0;
+    return 1;
+}
+
+static char reply[512];
+
+static int got_reply(void *arg)
+{
+    int fd = *(int *)arg;
+    ssize_t n = recv(fd, reply, sizeof(reply) - 1, MSG_DONTWAIT);
+
+    if (n > 0)
+        reply[n] = '\0';
+    return n >= 0 || errno != EAGAIN;
+}
+
+static struct control *new_control(struct control_opts *o, const char *path)
+{
+    char err[256];
+    struct control *c;
+
+    o->path = path;
+    c = control_new(o, err, sizeof(err));
+    if (!c)
+        printf("  control_new: %s\n", err);
+    return c;
+}
+
+static unsigned exactly;
+
+static int workers_are(void *arg)
+{
+    return control_workers(ctl) == exactly;
+}
+
+/* A stray that ran to its end, and spotd saw it leave: n workers are left. */
+static int stray_done(struct event_base *base, pid_t pid, unsigned n)
+{
+    int rc = wait_child(base, pid);
+
+    exactly = n;
+    run_until(base, workers_are, NULL);
+    return rc;
+}
+
+/* A new control on path with one trainer (rank 0) connected: its pid, or
+ * -1. */
+static pid_t open_with_trainer(struct control_opts *o, const char *path)
+{
+    pid_t pid;
+
+    if (!(ctl = new_control(o, path)))
+        return -1;
+    pid = spawn(path, SAVES, "0");
+    want_workers = 1;
+    run_until(o->base, enough_workers, NULL);
+    return pid;
+}
+
+/* Checkpoint gen into dir within ms, and wait for its result in r. */
+static void checkpoint_now(struct result *r, struct event_base *base, uint64_t gen,
+                           const char *dir, int ms)
+{
+    memset(r, 0, sizeof(*r));
+    r->base = base;
+    CHECK_INT(control_checkpoint(ctl, gen, dir, notice_now_ms() + ms, NULL, on_saved, r), 0);
+    run_until(base, got_result, r);
+}
+
+/* A stray hello does not make a checkpoint wait for a worker that is not
+ * there: one that leaves without a step stops counting at once, one that
+ * reported a step once gone_ms has passed or its rank comes back, one that
+ * stays silent once quiet_ms has passed. */
+TEST(control_stray_hello)
+{
+    char dir[] = "/tmp/spotd-control.XXXXXX", path[64], ck[64], file[128];
+    struct event_base *base = event_base_new();
+    struct control_opts o = { .base = base, .quiet_ms = 500, .gone_ms = 800 };
+    struct result r = { .base = base };
+    struct stat st;
+    pid_t a, b, s;
+    int64_t t0;
+    int status;
+
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/ctl.sock", dir);
+    snprintf(ck, sizeof(ck), "%s/g1", dir);
+    mkdir(ck, 0700);
+    if ((a = open_with_trainer(&o, path)) < 0)
+        return;
+
+    /* Hello, welcome, gone: nothing to wait for. */
+    s = spawn_stray(path, LEAVES, 1);
+    CHECK_INT(stray_done(base, s, 1), 0);
+    CHECK_INT(control_workers(ctl), 1);
+    checkpoint_now(&r, base, 1, ck, 5000);
+    CHECK_INT(r.err, 0);
+    CHECK_STR(r.msg, "");
+
+    /* A worker that reported a step and left counts until gone_ms has
+     * passed: the checkpoint goes ahead only then. */
+    t0 = notice_mono_ms();
+    s = spawn_stray(path, STEPS_AND_LEAVES, 1);
+    CHECK_INT(stray_done(base, s, 1), 0);
+    checkpoint_now(&r, base, 2, ck, 8000);
+    CHECK_INT(r.err, 0);
+    CHECK(notice_mono_ms() - t0 >= 800);
+
+    /* Hello and silence: once quiet_ms has passed it counts no more, and
+     * the checkpoint it was asked into goes ahead without it; its
+     * connection stays open. */
+    s = spawn_stray(path, SILENT, 1);
+    want_workers = 2;
+    run_until(base, enough_workers, NULL);
+    CHECK_INT(control_workers(ctl), 2);
+    checkpoint_now(&r, base, 3, ck, 8000);
+    CHECK_INT(r.err, 0);
+    CHECK_INT(control_workers(ctl), 1);
+    CHECK_INT(waitpid(s, &status, WNOHANG), 0);
+    control_stop(ctl, "test");
+    CHECK_INT(wait_child(base, a), 75);
+    ctl = control_free(ctl);
+    CHECK_INT(wait_child(base, s), 0); /* closed with the socket */
+
+    /* With the default gone_ms: a checkpoint says whom it waited for... */
+    o.gone_ms = 0;
+    if ((a = open_with_trainer(&o, path)) < 0)
+        return;
+    s = spawn_stray(path, STEPS_AND_LEAVES, 1);
+    CHECK_INT(stray_done(base, s, 1), 0);
+    checkpoint_now(&r, base, 4, ck, 300);
+    CHECK_INT(r.err, -ETIMEDOUT);
+    CHECK_HAS(r.msg, "only 1 of the 2 local workers took part (local rank 1 left 0 s ago");
+
+    /* ... and a worker of that rank that comes back takes part. */
+    b = spawn(path, SAVES, "1");
+    want_workers = 2;
+    run_until(base, enough_workers, NULL);
+    checkpoint_now(&r, base, 5, ck, 8000);
+    CHECK_INT(r.err, 0);
+    snprintf(file, sizeof(file), "%s/w1/state", ck);
+    CHECK(stat(file, &st) == 0);
+    control_stop(ctl, "test");
+    CHECK_INT(wait_child(base, a), 75);
+    CHECK_INT(wait_child(base, b), 75);
+
+    ctl = control_free(ctl);
+    event_base_free(base);
+    {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        CHECK_INT(system(cmd), 0);
+    }
+}
+
+/* Connections that say nothing are closed after hello_ms, the oldest at
+ * once when every slot is taken; a command always gets an answer. */
+TEST(control_silent_connections)
+{
+    char dir[] = "/tmp/spotd-control.XXXXXX", path[64];
+    struct event_base *base = event_base_new();
+    struct control_opts o = { .base = base, .hello_ms = 300, .on_command = answer };
+    const char cmd[] = "{\"v\":1,\"type\":\"command\",\"cmd\":\"status\"}\n";
+    int fds[400], n_open = 0, fd;
+
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/ctl.sock", dir);
+    if (!(ctl = new_control(&o, path)))
+        return;
+    for (int i = 0; i < 400; i++)
+        fds[i] = raw_connect(base, path);
+    for (int i = 0; i < 400; i++)
+        n_open += fds[i] >= 0;
+    CHECK_INT(n_open, 400);
+
+    /* Every slot is taken: the command still gets in, and answered. */
+    fd = raw_connect(base, path);
+    CHECK(fd >= 0);
+    CHECK_INT(send(fd, cmd, strlen(cmd), MSG_NOSIGNAL), (long long)strlen(cmd));
+    reply[0] = '\0';
+    run_until(base, got_reply, &fd);
+    CHECK_HAS(reply, "\"ok\":true,\"cmd\":\"status\"");
+    if (fd >= 0)
+        close(fd);
+
+    /* ... and the silent ones are closed, all of them. */
+    raw_fds = fds;
+    raw_n = 400;
+    run_until(base, all_closed, NULL);
+    CHECK(all_closed(NULL));
+    for (int i = 0; i < 400; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+
+    ctl = control_free(ctl);
+    event_base_free(base);
+    rmdir(dir);
 }
