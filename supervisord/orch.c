@@ -88,7 +88,7 @@ struct orch {
     const char *why;               /* "notice", "periodic", "request", "manual", "dir" */
     bool terminating;
     int64_t deadline_ms;
-    int64_t t_begin, t_saved, t_uploaded;
+    int64_t t_begin, t_saved, t_uploaded;   /* monotonic */
     int64_t t_restore;             /* the restore at start began */
     struct snap_counters counters;
     struct snap_saved saved;
@@ -123,6 +123,11 @@ struct orch {
     struct event *retry;           /* the next try of a store that could not be read */
     void (*retry_fn)(struct orch *r);
     bool restarting;               /* a restart of the command waits for its resume */
+    /* Generation numbers are claimed (snap_claim), the next one ahead of
+     * time: a notice's checkpoint does not wait for the store. */
+    uint64_t claimed;              /* claimed and not used yet; 0: none */
+    bool claiming;
+    bool claim_waits;              /* the checkpoint under way waits for it */
     uint64_t world_want;           /* the generation the world resumes from */
     uint64_t commit_gen;           /* coordinator: the commit record being written */
     struct snap_split *split;      /* the upload waits for the world's split */
@@ -332,6 +337,7 @@ static void stop_command(struct orch *r, bool saved)
 }
 
 static void maybe_ready(struct orch *r);
+static void claim_next(struct orch *r);
 
 static void finish_checkpoint(struct orch *r, int err, const char *msg)
 {
@@ -340,10 +346,11 @@ static void finish_checkpoint(struct orch *r, int err, const char *msg)
 
     if (err && r->world && !r->aborted)
         world_failed(r->world, r->gen, msg);
+    r->claim_waits = false;
     if (err) {
-        /* Objects of this generation may be in the store: the next one
-         * takes the next number, and gc collects these. */
-        if (r->state >= UPLOADING)
+        /* Its number is claimed, and objects of it may be in the store:
+         * the next one takes the next number, and gc collects these. */
+        if (r->gen > r->newest_gen && !r->world)
             r->newest_gen = r->gen;
         e = log_event_new("checkpoint_failed");
         cJSON_AddNumberToObject(e, "gen", (double)r->gen);
@@ -356,6 +363,8 @@ static void finish_checkpoint(struct orch *r, int err, const char *msg)
     hook_env_now(r, &he, err ? "failed" : "committed");
     hooks_run(r->hooks, "post-checkpoint", &he, NULL, NULL);
     set_state(r, IDLE);
+    if (!r->terminating)
+        claim_next(r);
     if (r->terminating)
         stop_command(r, err == 0);
     else if (r->world)
@@ -534,7 +543,9 @@ static void own_copy(struct orch *r, char *buf, size_t size)
 static void on_committed(void *arg, int err, const char *msg)
 {
     struct orch *r = arg;
-    int64_t now = notice_now_ms();
+    /* Durations on the monotonic clock; the deadline and the figures' time
+     * of the commit (kept across runs) on the wall clock. */
+    int64_t now = notice_now_ms(), mono = notice_mono_ms();
     char copy[4200];
     cJSON *e;
 
@@ -546,7 +557,7 @@ static void on_committed(void *arg, int err, const char *msg)
     add_own(r, r->gen);
     r->fig.save_ms = r->t_saved - r->t_begin;
     r->fig.upload_ms = r->t_uploaded - r->t_saved;
-    r->fig.commit_ms = now - r->t_uploaded;
+    r->fig.commit_ms = mono - r->t_uploaded;
     r->fig.bytes = r->saved.bytes;
     r->fig.bytes_sent = r->counters.bytes_sent;
     r->fig.prev_step = r->fig.step;
@@ -563,12 +574,12 @@ static void on_committed(void *arg, int err, const char *msg)
     cJSON_AddNumberToObject(e, "save_ms", (double)r->fig.save_ms);
     cJSON_AddNumberToObject(e, "upload_ms", (double)r->fig.upload_ms);
     cJSON_AddNumberToObject(e, "commit_ms", (double)r->fig.commit_ms);
-    cJSON_AddNumberToObject(e, "total_ms", (double)(now - r->t_begin));
+    cJSON_AddNumberToObject(e, "total_ms", (double)(mono - r->t_begin));
     if (r->deadline_ms > 0)
         cJSON_AddNumberToObject(e, "margin_ms", (double)(r->deadline_ms - now));
     log_event(LOGL_INFO, e, "generation %llu committed: step %lld, %llu bytes, %lld ms",
               (unsigned long long)r->gen, (long long)r->step,
-              (unsigned long long)r->saved.bytes, (long long)(now - r->t_begin));
+              (unsigned long long)r->saved.bytes, (long long)(mono - r->t_begin));
     /* A restart resumes from here (spotd's own copy, checked before it is
      * used); local copies of older ones go. */
     if (r->world) {
@@ -607,7 +618,7 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
         return;
     }
     r->saved = *s;
-    r->t_uploaded = notice_now_ms();
+    r->t_uploaded = notice_mono_ms();
     e = log_event_new("upload_done");
     cJSON_AddNumberToObject(e, "gen", (double)r->gen);
     cJSON_AddNumberToObject(e, "bytes", (double)s->bytes);
@@ -684,7 +695,7 @@ static void on_method_saved(void *arg, int err, const char *msg, int64_t step, c
     }
     r->step = step;
     snprintf(r->dir, sizeof(r->dir), "%s", dir);
-    r->t_saved = notice_now_ms();
+    r->t_saved = notice_mono_ms();
     e = log_event_new("checkpoint_saved");
     cJSON_AddNumberToObject(e, "gen", (double)r->gen);
     cJSON_AddNumberToObject(e, "step", (double)step);
@@ -865,15 +876,70 @@ static void notice_reason(const struct notice *n, char *buf, size_t size)
 }
 
 /* The checkpoint set up in r begins: pre-checkpoint hook, then the method. */
+static void go_checkpoint(struct orch *r);
+
+static void on_claimed(void *arg, int err, const char *msg, uint64_t gen)
+{
+    struct orch *r = arg;
+    bool waits = r->claim_waits;
+
+    r->claiming = false;
+    r->claim_waits = false;
+    if (err) {
+        if (waits)
+            finish_checkpoint(r, err, msg);
+        else
+            log_msg(LOGL_WARN, "%s; the next checkpoint tries again", msg);
+        return;
+    }
+    r->claimed = gen;
+    if (waits)
+        go_checkpoint(r);
+}
+
+/* Claim the number after the newest seen, unless one is held, being
+ * claimed, or spotd is on its way out. */
+static void claim_next(struct orch *r)
+{
+    if (r->world || !r->gens_read || r->claimed || r->claiming || r->finishing)
+        return;
+    r->claiming = true;
+    snap_claim(r->snap, r->newest_gen + 1, on_claimed, r);
+}
+
+/* The checkpoint set up in r begins: its generation number claimed (a
+ * world's comes from its coordinator), the pre-checkpoint hook, then the
+ * method. */
 static void start_checkpoint(struct orch *r)
+{
+    r->t_begin = notice_mono_ms();
+    r->aborted = false;
+    r->saving = SV_HOOK;
+    set_state(r, SAVING);
+    if (!r->world && (!r->claimed || r->claimed <= r->newest_gen)) {
+        /* None held (or one made stale by a world's number). */
+        r->claimed = 0;
+        r->claim_waits = true;
+        claim_next(r);
+        return;
+    }
+    go_checkpoint(r);
+}
+
+static void go_checkpoint(struct orch *r)
 {
     struct hook_env he;
     cJSON *e;
     int err;
 
-    r->t_begin = notice_now_ms();
-    r->aborted = false;
-    r->saving = SV_HOOK;
+    if (!r->world) {
+        r->gen = r->claimed;
+        r->claimed = 0;
+        if (r->gen > r->newest_gen)
+            r->newest_gen = r->gen;
+        snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
+                 (unsigned long long)r->gen);
+    }
     e = log_event_new("checkpoint_begin");
     cJSON_AddNumberToObject(e, "gen", (double)r->gen);
     cJSON_AddStringToObject(e, "reason", r->reason);
@@ -883,7 +949,6 @@ static void start_checkpoint(struct orch *r)
         cJSON_AddNumberToObject(e, "rank", world_rank(r->world));
     log_event(LOGL_INFO, e, "checkpoint of generation %llu begins (%s)",
               (unsigned long long)r->gen, r->reason);
-    set_state(r, SAVING);
     hook_env_now(r, &he, NULL);
     err = hooks_run(r->hooks, "pre-checkpoint", &he, on_pre_checkpoint, r);
     if (err == -ENOENT)
@@ -894,7 +959,8 @@ static void start_checkpoint(struct orch *r)
 
 static void begin_checkpoint(struct orch *r, const struct notice *n, const char *why)
 {
-    r->gen = r->newest_gen + 1;
+    /* What it will be, for the plan's message: the claim says for sure. */
+    r->gen = r->claimed ? r->claimed : r->newest_gen + 1;
     r->why = n ? "notice" : why;
     r->terminating = n && n->terminating;
     r->step = -1;
@@ -1060,7 +1126,7 @@ void orch_status(struct orch *r, cJSON *o)
         cJSON_AddNumberToObject(p, "bytes_total", (double)r->counters.bytes_total);
         cJSON_AddNumberToObject(p, "bytes_read", (double)r->counters.bytes_read);
         cJSON_AddNumberToObject(p, "bytes_sent", (double)r->counters.bytes_sent);
-        cJSON_AddNumberToObject(p, "ms", (double)(notice_now_ms() - r->t_begin));
+        cJSON_AddNumberToObject(p, "ms", (double)(notice_mono_ms() - r->t_begin));
     }
 }
 
@@ -1677,6 +1743,8 @@ static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, 
     for (size_t i = 0; i < n; i++)
         if (gens[i].gen > r->newest_gen)
             r->newest_gen = gens[i].gen;
+    /* The first checkpoint's number, while the command starts. */
+    claim_next(r);
     if (r->world) {
         /* The world decides when, and from what, the command starts. */
         for (size_t i = 0; i < n; i++)
@@ -2114,7 +2182,7 @@ static void start_listing(struct orch *r)
 static bool busy(const struct orch *r)
 {
     return r->state == RESUMING || r->state == UPLOADING || r->state == COMMITTING ||
-           r->collecting;
+           r->collecting || r->claiming;
 }
 
 void orch_finish(struct orch *r)

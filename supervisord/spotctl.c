@@ -333,7 +333,9 @@ static void on_saved(void *arg, int err, const char *msg, const struct snap_save
     free(cm.ranks);
 }
 
-static void push_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
+/* The number is claimed before anything is stored under it: a spotd of
+ * the same job checkpointing meanwhile takes another. */
+static void push_claimed(void *arg, int err, const char *msg, uint64_t gen)
 {
     struct ctl *c = arg;
 
@@ -342,13 +344,7 @@ static void push_gens(void *arg, int err, const char *msg, struct snap_gen *gens
         stop(c);
         return;
     }
-    c->gen = n ? gens[n - 1].gen + 1 : 1;
-    snap_gens_free(gens, n);
-    if (c->gen > GEN_MAX) {
-        fail(c, -ERANGE, "no generation number left");
-        stop(c);
-        return;
-    }
+    c->gen = gen;
     c->pending = c->n_dirs;
     for (int i = 0; i < c->n_dirs; i++) {
         struct snap_save_req req = {
@@ -360,6 +356,25 @@ static void push_gens(void *arg, int err, const char *msg, struct snap_gen *gens
         };
         snap_save(c->snap, &req, &c->c, on_saved, c);
     }
+}
+
+static void push_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
+{
+    struct ctl *c = arg;
+    uint64_t from = n ? gens[n - 1].gen + 1 : 1;
+
+    snap_gens_free(gens, n);
+    if (err) {
+        fail(c, err, msg);
+        stop(c);
+        return;
+    }
+    if (from > GEN_MAX) {
+        fail(c, -ERANGE, "no generation number left");
+        stop(c);
+        return;
+    }
+    snap_claim(c->snap, from, push_claimed, c);
 }
 
 /* ---- ls ----------------------------------------------------------------------- */

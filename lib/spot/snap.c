@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "spot/dircheck.h"
+#include "spot/genclaim.h"
 #include "spot/pool.h"
 #include "spot/store.h"
 #include "spot/zipgrid.h"
@@ -174,6 +175,8 @@ struct snap {
     struct jobkey key;           /* signs and checks commit records, when keyed */
     bool keyed;
     bool preserve_special_modes; /* restore: modes exactly as stored */
+    struct genclaim *claims;     /* generation numbers, and whether records are
+                                    created conditionally */
     struct hset known;           /* chunks of generation known_gen */
     uint64_t known_gen;
     bool known_loading;
@@ -276,6 +279,10 @@ struct snap *snap_new(const struct snap_opts *o, char *err, size_t errlen)
     }
     s->keyed = o->key != NULL;
     s->preserve_special_modes = o->preserve_special_modes;
+    if (!(s->claims = genclaim_new(o->base, o->store, s->job))) {
+        snprintf(err, errlen, "out of memory");
+        return snap_free(s);
+    }
     return s;
 }
 
@@ -299,6 +306,7 @@ struct snap *snap_free(struct snap *s)
         free(s->free_bufs[--s->n_free]);
     free(s->free_bufs);
     jobkey_clear(&s->key);
+    genclaim_free(s->claims);
     free(s);
     return NULL;
 }
@@ -1646,9 +1654,48 @@ static void commit_op_end(struct commit_op *op, int err, const char *msg)
     free(op);
 }
 
+/* A record already there: the same generation of the same manifests
+ * (authentic, with a key) is this commit; anything else is another's. */
+static void on_commit_there(void *arg, int err, const char *msg, void *data, size_t len)
+{
+    struct commit_op *op = arg;
+    const struct commit *c = &op->c;
+    enum jobkey_auth auth = JOBKEY_UNSIGNED;
+    const char *why = NULL;
+    struct commit old;
+    bool same = false;
+
+    if (!err && commit_parse(data, len, &old, &why) == 0) {
+        same = strcmp(old.job, c->job) == 0 && old.gen == c->gen &&
+               old.world_size == c->world_size &&
+               (!op->s->keyed ||
+                (jobkey_check(&op->s->key, &old, &auth) == 0 && auth == JOBKEY_AUTHENTIC));
+        for (uint32_t r = 0; same && r < c->world_size; r++)
+            same = memcmp(old.ranks[r].sha256, c->ranks[r].sha256, CHUNK_HASH_LEN) == 0;
+        commit_release(&old);
+    }
+    free(data);
+    if (same)
+        commit_op_end(op, 0, "");
+    else if (err && err != -ENOENT)
+        commit_op_end(op, err, msg);
+    else
+        commit_op_end(op, -EEXIST, err ? "cannot commit: its commit record came and went"
+                                       : "cannot commit: another writer committed this "
+                                         "generation number first; nothing was overwritten");
+}
+
 static void on_commit_put(void *arg, int err, const char *msg)
 {
-    commit_op_end(arg, err, msg);
+    struct commit_op *op = arg;
+    char key[STORE_KEY_MAX + 1];
+
+    if (err == -EEXIST) {
+        commit_key(key, sizeof(key), op->s->job, op->c.gen);
+        store_get(op->s->store, key, COMMIT_MAX, on_commit_there, op);
+        return;
+    }
+    commit_op_end(op, err, msg);
 }
 
 static void on_commit_checked(struct mf_fetch *f)
@@ -1677,7 +1724,15 @@ static void on_commit_checked(struct mf_fetch *f)
         return;
     }
     commit_key(key, sizeof(key), op->s->job, op->c.gen);
-    store_put(op->s->store, key, op->json, op->json_len, on_commit_put, op);
+    if (genclaim_conditional(op->s->claims))
+        store_put_new(op->s->store, key, op->json, op->json_len, NULL, on_commit_put, op);
+    else
+        store_put(op->s->store, key, op->json, op->json_len, on_commit_put, op);
+}
+
+void snap_claim(struct snap *s, uint64_t from, snap_claim_fn done, void *arg)
+{
+    genclaim_claim(s->claims, from, done, arg);
 }
 
 static void early_done(struct early *e)

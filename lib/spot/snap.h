@@ -158,6 +158,12 @@ void snap_refusal(const struct snap *s, const struct snap_gen *g, char *buf, siz
 /* The id of the key this snap signs and checks with; NULL: none. */
 const char *snap_key_id(const struct snap *s);
 
+/* Claim the first free generation number at or above from, before
+ * anything is stored under it (genclaim.h): two writers of one job never
+ * get the same one.  gen is 0 on error. */
+typedef void (*snap_claim_fn)(void *arg, int err, const char *msg, uint64_t gen);
+void snap_claim(struct snap *s, uint64_t from, snap_claim_fn done, void *arg);
+
 /* Save the directory dir as rank of generation gen: regular files,
  * directories and symbolic links (anything else is refused), then the
  * rank's manifest.  The files must not change meanwhile (a file whose
@@ -191,7 +197,11 @@ void snap_save_split(struct snap_split *sp, bool rest);
 /* Write gen's commit record after checking that every rank's manifest is
  * in the store with the digest given in ranks[r], signed when this snap
  * has a key (c's own signature fields are ignored).  c->job and c->gen
- * must be this snap's job and the generation. */
+ * must be this snap's job and the generation.  Where the store creates
+ * conditionally (snap_claim() found out), the record is created only where
+ * none is: one already there for the same manifests (this writer's, whose
+ * answer was lost, or a new coordinator's) is success; another's is
+ * -EEXIST, and nothing is overwritten. */
 void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void *arg);
 
 /* Restore rank of committed generation gen into dest, which must not

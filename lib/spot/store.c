@@ -118,6 +118,26 @@ void store_put_hashed(struct store *s, const char *key, const void *data, size_t
         defer(s, d, "out of memory storing '%s'", key);
 }
 
+void store_put_new(struct store *s, const char *key, const void *data, size_t len,
+                   const uint8_t *sha256, store_done_fn done, void *arg)
+{
+    struct deferred d = { .kind = DEFER_DONE, .done = done, .arg = arg, .err = -EINVAL };
+
+    if (!store_key_valid(key))
+        return defer(s, d, BAD_KEY, key);
+    d.err = -EOPNOTSUPP;
+    if (!s->backend->put_new)
+        return defer(s, d, "%s cannot create '%s' only where nothing is", s->url, key);
+    d.err = -ENOMEM;
+    if (s->backend->put_new(s, key, data, len, sha256, done, arg) < 0)
+        defer(s, d, "out of memory storing '%s'", key);
+}
+
+bool store_put_new_trusted(const struct store *s)
+{
+    return s->backend->put_new && s->backend->put_new_trusted;
+}
+
 void store_get(struct store *s, const char *key, size_t max, store_get_fn got, void *arg)
 {
     struct deferred d = { .kind = DEFER_GET, .got = got, .arg = arg, .err = -EINVAL };

@@ -78,6 +78,16 @@ void store_put(struct store *s, const char *key, const void *data, size_t len,
  * payloads need not hash it again).  sha256 is copied. */
 void store_put_hashed(struct store *s, const char *key, const void *data, size_t len,
                       const uint8_t sha256[32], store_done_fn done, void *arg);
+/* Create key only if no object has that key (S3: If-None-Match: *; file:
+ * link(2)): done gets 0, -EEXIST when one is there (nothing was written),
+ * or -EOPNOTSUPP when the store cannot make the condition.  Some S3
+ * servers ignore the condition and overwrite: store_put_new_trusted()
+ * says whether this store's answer holds without a test (snap.c tests
+ * the others once).  sha256 may be NULL. */
+void store_put_new(struct store *s, const char *key, const void *data, size_t len,
+                   const uint8_t *sha256, store_done_fn done, void *arg);
+bool store_put_new_trusted(const struct store *s);
+
 /* Objects larger than max fail with -EFBIG; a missing one with -ENOENT. */
 void store_get(struct store *s, const char *key, size_t max, store_get_fn done, void *arg);
 /* Every object whose key starts with prefix, in no particular order. */

@@ -6,7 +6,9 @@
  * (same directory, so the same file system), fsyncs it, renames it over
  * the target and fsyncs the directory: after the callback the object is
  * durable and whole, and a crash at any point leaves either the old object
- * or the new one, plus perhaps a temporary file that list() never shows. */
+ * or the new one, plus perhaps a temporary file that list() never shows.
+ * A conditional put (put_new) links the temporary file into place instead
+ * of renaming it: link(2) fails when the name exists, on NFS too. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -30,7 +32,7 @@ struct file_store {
     struct pool *pool;
 };
 
-enum op { OP_PUT, OP_GET, OP_LIST, OP_DELETE };
+enum op { OP_PUT, OP_PUT_NEW, OP_GET, OP_LIST, OP_DELETE };
 
 struct file_job {
     struct pool_job job;
@@ -135,6 +137,19 @@ static void do_put(struct file_job *j, const char *path)
         goto out_unlink;
     }
     fd = -1;
+    if (j->op == OP_PUT_NEW) {
+        /* link(2) fails where a name is: only one of two writers gets it. */
+        if (link(tmp, path) < 0) {
+            if (errno == EEXIST)
+                j->err = -EEXIST, snprintf(j->msg, sizeof(j->msg), "'%s' exists", path);
+            else
+                fail(j, -errno, "link into place", path);
+            goto out_unlink;
+        }
+        unlink(tmp);
+        fsync_dir(j, path);
+        return;
+    }
     if (rename(tmp, path) < 0) {
         fail(j, -errno, "rename into place", path);
         goto out_unlink;
@@ -282,6 +297,7 @@ static void file_work(struct pool_job *job)
     }
     switch (j->op) {
     case OP_PUT:
+    case OP_PUT_NEW:
         do_put(j, path);
         break;
     case OP_GET:
@@ -307,6 +323,7 @@ static void file_done(struct pool_job *job)
         fail(j, -ECANCELED, "finish (the store was closed)", j->key);
     switch (j->op) {
     case OP_PUT:
+    case OP_PUT_NEW:
     case OP_DELETE:
         j->done(j->arg, j->err, j->msg);
         break;
@@ -348,6 +365,21 @@ static int file_put(struct store *s, const char *key, const void *data, size_t l
                     const uint8_t *sha256, store_done_fn done, void *arg)
 {
     struct file_job *j = new_job(s, OP_PUT, key);
+
+    if (!j)
+        return -ENOMEM;
+    j->in = data;
+    j->in_len = len;
+    j->done = done;
+    j->arg = arg;
+    pool_submit(j->fs->pool, &j->job);
+    return 0;
+}
+
+static int file_put_new(struct store *s, const char *key, const void *data, size_t len,
+                        const uint8_t *sha256, store_done_fn done, void *arg)
+{
+    struct file_job *j = new_job(s, OP_PUT_NEW, key);
 
     if (!j)
         return -ENOMEM;
@@ -446,6 +478,8 @@ const struct store_backend store_file_backend = {
     .scheme = "file://",
     .open = file_open,
     .put = file_put,
+    .put_new = file_put_new,
+    .put_new_trusted = true,
     .get = file_get,
     .list = file_list,
     .del = file_delete,

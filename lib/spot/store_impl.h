@@ -15,6 +15,10 @@ struct store_backend {
     /* sha256: of data, or NULL when not known. */
     int (*put)(struct store *s, const char *key, const void *data, size_t len,
                const uint8_t *sha256, store_done_fn done, void *arg);
+    /* Conditional create (store_put_new()); NULL: the backend has none. */
+    int (*put_new)(struct store *s, const char *key, const void *data, size_t len,
+                   const uint8_t *sha256, store_done_fn done, void *arg);
+    bool put_new_trusted;        /* its condition always holds (no test needed) */
     int (*get)(struct store *s, const char *key, size_t max, store_get_fn done, void *arg);
     int (*list)(struct store *s, const char *prefix, store_list_fn done, void *arg);
     int (*del)(struct store *s, const char *key, store_done_fn done, void *arg);

@@ -127,6 +127,7 @@ struct s3_op {
     void *arg;
     unsigned tries;
     bool refreshed;                   /* credentials fetched again once */
+    bool if_none;                     /* PUT: If-None-Match: * (store_put_new) */
     struct http_req *req;
     struct event *timer;
     struct pool_job job;
@@ -357,7 +358,7 @@ static void send_op(struct s3_op *op)
     struct s3_store *s = op->s;
     char url[sizeof(s->root_url) + 6 * STORE_KEY_MAX + 3 * S3_TOKEN_MAX + 128];
     char sha_hdr[128], tok_hdr[AWS_TOKEN_MAX + 32];
-    const char *headers[3] = { sha_hdr, NULL, NULL };
+    const char *headers[4] = { sha_hdr, NULL, NULL, NULL };
     struct http_req_opts o = {
         .url = url,
         .headers = headers,
@@ -374,6 +375,8 @@ static void send_op(struct s3_op *op)
         snprintf(tok_hdr, sizeof(tok_hdr), "x-amz-security-token: %s", s->creds.session_token);
         headers[1] = tok_hdr;
     }
+    if (op->if_none)
+        headers[headers[1] ? 2 : 1] = "If-None-Match: *";
     /* The SHA-256 of an empty body, for every request without one. */
     snprintf(sha_hdr, sizeof(sha_hdr), "x-amz-content-sha256: %s",
              op->kind == S3_PUT ? op->sha
@@ -482,6 +485,7 @@ static int take_page(struct s3_op *op, const struct http_result *res, char *why,
     struct s3_list l;
     const char *reason = NULL;
     int r = s3xml_parse_list(res->body, res->len, &l, &reason);
+    bool more;
 
     if (r < 0) {
         snprintf(why, wlen, "malformed listing (%s)", reason ? reason : strerror(-r));
@@ -538,9 +542,10 @@ static int take_page(struct s3_op *op, const struct http_result *res, char *why,
         snprintf(why, wlen, "listing repeats its continuation token");
         return -EBADMSG;
     }
-    snprintf(op->token, sizeof(op->token), "%s", l.truncated ? l.next_token : "");
+    more = l.truncated;
+    snprintf(op->token, sizeof(op->token), "%s", more ? l.next_token : "");
     s3xml_list_release(&l);
-    return l.truncated ? 1 : 0;
+    return more ? 1 : 0;
 }
 
 static void on_response(void *arg, const struct http_result *res)
@@ -614,6 +619,19 @@ static void on_response(void *arg, const struct http_result *res)
         if (!parsed)
             snprintf(e.code, sizeof(e.code), "%s", "(no S3 error document)");
         err = status_errno(res->status);
+        if (op->if_none && (res->status == 412 || res->status == 409)) {
+            /* 412: the object is there; 409 (AWS): another conditional
+             * write of it is under way.  Either way it is not ours. */
+            finish(op, -EEXIST, NULL, 0, "S3 PUT s3://%s/%s%s: it exists (HTTP %ld)", s->bucket,
+                   s->prefix, op->key, res->status);
+            return;
+        }
+        if (op->if_none && res->status == 501) {
+            finish(op, -EOPNOTSUPP, NULL, 0, "S3 PUT s3://%s/%s%s: the server does not "
+                   "create conditionally (If-None-Match: HTTP 501)", s->bucket, s->prefix,
+                   op->key);
+            return;
+        }
         if (res->status == 404 && op->kind == S3_DELETE) {
             finish(op, 0, NULL, 0, "%s", "");
             return;
@@ -699,14 +717,15 @@ static void hash_done(struct pool_job *job)
 
 /* ---- backend entry points ------------------------------------------------- */
 
-static int s3_put(struct store *base, const char *key, const void *data, size_t len,
-                  const uint8_t *sha256, store_done_fn done, void *arg)
+static int put_op(struct store *base, const char *key, const void *data, size_t len,
+                  const uint8_t *sha256, bool if_none, store_done_fn done, void *arg)
 {
     struct s3_op *op = new_op(base, S3_PUT, key);
     struct s3_store *s = (struct s3_store *)base;
 
     if (!op)
         return -ENOMEM;
+    op->if_none = if_none;
     op->data = data;
     op->len = len;
     op->done = done;
@@ -730,6 +749,20 @@ static int s3_put(struct store *base, const char *key, const void *data, size_t 
     }
     enqueue(op);
     return 0;
+}
+
+static int s3_put(struct store *base, const char *key, const void *data, size_t len,
+                  const uint8_t *sha256, store_done_fn done, void *arg)
+{
+    return put_op(base, key, data, len, sha256, false, done, arg);
+}
+
+/* A retry after an answer that was lost meets the object it created:
+ * 412, -EEXIST; the caller compares what is there with what it wrote. */
+static int s3_put_new(struct store *base, const char *key, const void *data, size_t len,
+                      const uint8_t *sha256, store_done_fn done, void *arg)
+{
+    return put_op(base, key, data, len, sha256, true, done, arg);
 }
 
 static int s3_get(struct store *base, const char *key, size_t max, store_get_fn got, void *arg)
@@ -1248,6 +1281,8 @@ const struct store_backend store_s3_backend = {
     .wants_sha256 = true,
     .open = s3_open,
     .put = s3_put,
+    .put_new = s3_put_new,
+    .put_new_trusted = false,     /* Swift's s3api answers 501, others may ignore it */
     .get = s3_get,
     .list = s3_list,
     .del = s3_del,

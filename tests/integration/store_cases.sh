@@ -194,8 +194,9 @@ EOF
 
     # ---- damage in the store ----
     ctl ls --json
-    g=$(jget "$(cat "$T/out" | tr '}' '\n' | tail -n 2 | head -n 1)" gen)
-    # A chunk of the newest generation, from its manifest.
+    # (A push that failed left its claimed number behind, uncommitted.)
+    g=$(jget "$(cat "$T/out" | tr '}' '\n' | grep '"state":"committed"' | tail -n 1)" gen)
+    # A chunk of the newest committed generation, from its manifest.
     $RAW get "$(printf '%s/gens/%08d/rank-0.json' "$JOB" "$g")" "$T/m0"
     k=$(grep -o '[0-9a-f]\{64\}' "$T/m0" | head -n 1)
     k=$JOB/chunks/${k:0:2}/$k

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "spot/genclaim.h"
 #include "spot/pool.h"
 #include "spot/store.h"
 
@@ -209,4 +210,125 @@ TEST(store_file_ops)
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
         CHECK_INT(system(cmd), 0);
     }
+}
+
+/* A conditional put creates once; the second finds it and writes nothing. */
+TEST(store_file_put_new)
+{
+    char root[] = "/tmp/spotd-store.XXXXXX", url[128], err[512], path[256];
+    struct event_base *base = event_base_new();
+    struct pool *pool = pool_new(base, 2);
+    struct store_ctx ctx = { .base = base, .pool = pool };
+    struct outcome o = { .base = base };
+    struct store *s = NULL;
+
+    CHECK(mkdtemp(root) != NULL);
+    snprintf(url, sizeof(url), "file://%s", root);
+    CHECK_INT(store_open(url, &ctx, &s, err, sizeof(err)), 0);
+    if (!s)
+        return;
+    CHECK(store_put_new_trusted(s));
+    store_put_new(s, "job/gens/00000001/CLAIM.json", "first", 5, NULL, done_cb, &o);
+    RUN(o);
+    CHECK_INT(o.err, 0);
+    store_put_new(s, "job/gens/00000001/CLAIM.json", "second", 6, NULL, done_cb, &o);
+    RUN(o);
+    CHECK_INT(o.err, -EEXIST);
+    store_get(s, "job/gens/00000001/CLAIM.json", 64, get_cb, &o);
+    RUN(o);
+    CHECK(o.err == 0 && o.len == 5 && memcmp(o.data, "first", 5) == 0);
+    CHECK_INT(tmp_files(root), 0);
+
+    /* A listing that meets what it cannot read fails: a link to nothing,
+     * a loop.  Left out, the generations below would read as missing. */
+    snprintf(path, sizeof(path), "%s/job/gens/00000002", root);
+    CHECK_INT(symlink("/nonexistent/spotd-store", path), 0);
+    store_list(s, "job/gens/", list_cb, &o);
+    RUN(o);
+    CHECK_INT(o.err, -ENOLINK);
+    CHECK_HAS(o.msg, "00000002");
+    unlink(path);
+    CHECK_INT(symlink("00000002", path), 0);
+    store_list(s, "job/gens/", list_cb, &o);
+    RUN(o);
+    CHECK_INT(o.err, -ELOOP);
+    unlink(path);
+    /* A link to a folder elsewhere is followed. */
+    snprintf(path, sizeof(path), "%s/job/gens/00000003", root);
+    CHECK_INT(symlink("00000001", path), 0);
+    store_list(s, "job/gens/", list_cb, &o);
+    RUN(o);
+    CHECK(o.err == 0 && o.n == 2 && listed(&o, "job/gens/00000003/CLAIM.json", 5));
+
+    free(o.data);
+    store_entries_free(o.entries, o.n);
+    store_close(s);
+    pool_free(pool);
+    event_base_free(base);
+    snprintf(path, sizeof(path), "rm -rf '%s'", root);
+    CHECK_INT(system(path), 0);
+}
+
+struct claimed {
+    struct event_base *base;
+    int err;
+    char msg[512];
+    uint64_t gen;
+};
+
+static void claimed_cb(void *arg, int err, const char *msg, uint64_t gen)
+{
+    struct claimed *c = arg;
+
+    c->err = err;
+    c->gen = gen;
+    snprintf(c->msg, sizeof(c->msg), "%s", msg);
+    event_base_loopbreak(c->base);
+}
+
+/* Two writers of one job never get the same generation number. */
+TEST(genclaim_two_writers)
+{
+    char root[] = "/tmp/spotd-store.XXXXXX", url[128], err[512], cmd[256];
+    struct event_base *base = event_base_new();
+    struct pool *pool = pool_new(base, 2);
+    struct store_ctx ctx = { .base = base, .pool = pool };
+    struct claimed c = { .base = base };
+    struct outcome o = { .base = base };
+    struct genclaim *a, *b;
+    struct store *s = NULL;
+
+    CHECK(mkdtemp(root) != NULL);
+    snprintf(url, sizeof(url), "file://%s", root);
+    CHECK_INT(store_open(url, &ctx, &s, err, sizeof(err)), 0);
+    if (!s)
+        return;
+    a = genclaim_new(base, s, "job");
+    b = genclaim_new(base, s, "job");
+    CHECK(a && b && strcmp(genclaim_writer(a), genclaim_writer(b)) != 0);
+    genclaim_claim(a, 1, claimed_cb, &c);
+    event_base_dispatch(base);
+    CHECK(c.err == 0 && c.gen == 1);
+    CHECK(genclaim_conditional(a));
+    /* b saw the same newest (none): it takes the next, and says so. */
+    genclaim_claim(b, 1, claimed_cb, &c);
+    event_base_dispatch(base);
+    CHECK(c.err == 0 && c.gen == 2);
+    CHECK_INT(genclaim_lost(b), 1);
+    /* a again from a stale newest: its own earlier claim is used, not ours. */
+    genclaim_claim(a, 1, claimed_cb, &c);
+    event_base_dispatch(base);
+    CHECK(c.err == 0 && c.gen == 3);
+    store_get(s, "job/gens/00000002/CLAIM.json", 4096, get_cb, &o);
+    RUN(o);
+    CHECK(o.err == 0 && o.data && strstr(o.data, genclaim_writer(b)));
+
+    free(o.data);
+    genclaim_free(a);
+    genclaim_free(b);
+    store_close(s);
+    pool_free(pool);
+    event_base_free(base);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    CHECK_INT(system(cmd), 0);
 }
