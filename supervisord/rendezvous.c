@@ -40,7 +40,8 @@ struct rendezvous {
     struct event *tick;
     struct seen *seen;
     size_t n_seen;
-    int64_t *given_ms;             /* world_size: when a rank was given to a joiner */
+    int64_t *given_ms;             /* world_size: when a rank was given to a joiner
+                                      (notice_mono_ms(), never 0 after boot; 0: never) */
 };
 
 /* One store operation's context: the record written (its buffer must
@@ -114,8 +115,9 @@ static void delete_key(struct rendezvous *rv, const char *key)
 /* A join record: the coordinator gives the lowest vacant rank. */
 static void give_rank(struct rendezvous *rv, const struct worldrec *j)
 {
-    int64_t now = notice_now_ms();
-    struct worldrec a = { .type = WORLDREC_ASSIGN, .ts_ms = now };
+    int64_t now = notice_mono_ms();
+    /* ts_ms: the record's timestamp, the wall clock (read by spotctl). */
+    struct worldrec a = { .type = WORLDREC_ASSIGN, .ts_ms = notice_now_ms() };
 
     for (uint32_t r = 0; r < rv->world_size; r++) {
         if ((int64_t)r == rv->rank || rv->ops->up(rv->arg, r) ||
