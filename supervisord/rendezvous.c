@@ -35,6 +35,7 @@ struct rendezvous {
     int64_t rank;                  /* -1: none yet */
     char addr[80];
     bool joining, published, stopped;
+    bool join_putting;             /* our join record's put is under way */
     unsigned inflight;             /* store operations under way */
     bool listing;
     struct event *tick;
@@ -51,6 +52,7 @@ struct op {
     char key[STORE_KEY_MAX + 1];
     char *text;
     int64_t mtime_ms;
+    bool join;                     /* the put of our join record */
 };
 
 static struct op *op_new(struct rendezvous *rv)
@@ -77,6 +79,8 @@ static void on_put(void *arg, int err, const char *msg)
 
     if (err)
         log_msg(LOGL_WARN, "rendezvous: cannot write '%s': %s", o->key, msg);
+    if (o->join)
+        o->rv->join_putting = false;
     op_free(o);
 }
 
@@ -92,6 +96,8 @@ static void put_record(struct rendezvous *rv, const struct worldrec *r)
         op_free(o);
         return;
     }
+    o->join = r->type == WORLDREC_JOIN;
+    rv->join_putting |= o->join;
     store_put(rv->store, o->key, o->text, len, on_put, o);
 }
 
@@ -289,8 +295,11 @@ bool rendezvous_stop(struct rendezvous *rv)
 {
     if (!rv)
         return false;
-    if (rv->joining && !rv->stopped) {
-        /* Nobody is to give a rank to a node that is gone. */
+    /* Nobody is to give a rank to a node that is gone.  Its join record
+     * goes once its put is done: a delete run beside the put could
+     * overtake it and leave the record behind (the caller asks again
+     * while anything is in flight). */
+    if (rv->joining && !rv->join_putting) {
         char key[STORE_KEY_MAX + 1];
         struct worldrec j = { .type = WORLDREC_JOIN };
 
