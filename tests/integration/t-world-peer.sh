@@ -112,6 +112,8 @@ node c0 0 "$P"
 LD_PRELOAD="$SHIM" SPOT_TEST_CLOCK_FILE="$T/clock" \
     ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" node c1 1 "$P"
 check "peer (clock): both trainers run" wait_for 20 started c0 c1
+check "peer (clock): the stepped node's spotd has the library loaded" \
+    grep -q clockstep.so "/proc/${PID[c1]}/maps"
 # Each forward step is taken while rank 0's spotd is held for 2 s (well
 # within the 5 s peer timeout): no heartbeat can come in first and hide the
 # step from a liveness check on the wall clock, which then sees 8 s and more.
