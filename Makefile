@@ -202,7 +202,15 @@ $(FAKE_NVML): tests/gpu/fake_nvml.c $(O)/config.mk
 	$(CC) -std=gnu11 $(WARN) $(if $(DEV),$(WARN_DEV)) -D_GNU_SOURCE -O2 -g -fPIC -shared \
 	    -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -o $@ $< $(LDFLAGS)
 
-check: all $(O)/tests/unit/run $(FUZZ_BINS) $(O)/tests/criu/zdtm $(FAKE_NVML)
+# A wall clock that tests step (tests/clockstep/clockstep.c, LD_PRELOAD),
+# as NTP would; never sanitized, for the same reason as FAKE_NVML.
+CLOCKSTEP  := $(O)/tests/clockstep/clockstep.so
+$(CLOCKSTEP): tests/clockstep/clockstep.c $(O)/config.mk
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 $(WARN) $(if $(DEV),$(WARN_DEV)) -D_GNU_SOURCE -O2 -g -fPIC -shared \
+	    -fvisibility=hidden -o $@ $< -ldl $(LDFLAGS)
+
+check: all $(O)/tests/unit/run $(FUZZ_BINS) $(O)/tests/criu/zdtm $(FAKE_NVML) $(CLOCKSTEP)
 	@O=$(O) SANITIZE=$(SANITIZE) tests/run
 
 demo: all

@@ -14,17 +14,41 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "spot/log.h"
 #include "spot/notice.h"
 #include "spot/parse.h"
 
-#define NONCE_LEN 16
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 5000
+/* A connection that stayed up this long starts the next redial from
+ * BACKOFF_MIN_MS; one cut sooner (a relay that lets handshakes through and
+ * cuts them) keeps backing off, so that it cannot make us dial, and log
+ * "up" and "down", as fast as it likes. */
+#define BACKOFF_RESET_MS 10000
+/* Accepted connections whose handshake is not done (no key needed to open
+ * one): at most PENDING_PER_SOURCE from one source (an IPv4 address, an
+ * IPv6 /64) and PENDING_MAX in all (a quarter of the descriptor limit when
+ * that is less); over either, the slowest goes first.  A handshake not
+ * done in HANDSHAKE_MS (dead_ms when shorter) closes the connection. */
+#define PENDING_PER_SOURCE 8
+#define PENDING_MAX 64
+#define HANDSHAKE_MS 3000
+/* accept() failed (out of descriptors): the listener rests this long
+ * instead of spinning on a socket that stays readable. */
+#define ACCEPT_PAUSE_MS 1000
+/* A line a remote party can cause: at most one a second of each kind. */
+#define WARN_EVERY_MS 1000
 
-enum hs { HS_HELLO_SENT, HS_ACK_WAIT, HS_UP };
+enum hs {
+    HS_HELLO_SENT,                 /* dialer: our hello is out, the acceptor's awaited */
+    HS_HELLO_WAIT,                 /* acceptor: the dialer's hello awaited */
+    HS_ACK_WAIT,                   /* acceptor: our hello is out, the dialer's ack awaited */
+    HS_UP,
+};
 
 struct conn {
     struct peers *p;
@@ -32,10 +56,13 @@ struct conn {
     bool dialer;
     enum hs hs;
     int64_t rank;                  /* -1 until its hello */
-    uint8_t nonce[NONCE_LEN];      /* ours, to be echoed */
+    uint8_t nonce[FRAME_NONCE_LEN];    /* ours, to be echoed */
+    struct frame_key tx, rx;       /* what our frames and the peer's are sealed with */
     uint64_t seq;                  /* of our last frame */
     struct frame_replay replay;
-    int64_t last_rx_ms, since_ms;
+    bool heard;                    /* some bytes came */
+    struct sockaddr_storage from;  /* accepted: the peer's address */
+    int64_t last_rx_ms, since_ms, up_ms;   /* notice_mono_ms() */
     struct conn *next;
 };
 
@@ -52,40 +79,74 @@ struct slot {
     uint64_t backoff_ms;
 };
 
+/* One kind of line a remote party can cause. */
+struct ratelimit {
+    int64_t last_ms;               /* notice_mono_ms() of the last line; 0: none yet */
+    unsigned held;                 /* lines held back since */
+};
+
 struct peers {
     struct peers_opts o;
-    struct frame_key key;
+    struct frame_key key;          /* the world's */
+    struct frame_key hs_key;       /* the hellos' (frame.h) */
     char *job;
     struct evconnlistener *listener;
+    struct event *relisten;
     int port;
+    unsigned pending_max;
     struct slot *slots;
     struct conn *conns;            /* every connection, up or not */
     struct event *tick;
     uint64_t refused;
-    int64_t last_warn_ms;
-    unsigned suppressed;
+    struct ratelimit warn_refused, warn_listener;
 };
 
 static void conn_close(struct conn *c, const char *why);
 
+/* True when a line may go out now (at most one every WARN_EVERY_MS);
+ * *held: how many were held back since the last. */
+static bool ratelimit_ok(struct ratelimit *r, unsigned *held)
+{
+    int64_t now = notice_mono_ms();
+
+    if (r->last_ms && now - r->last_ms < WARN_EVERY_MS) {
+        r->held++;
+        return false;
+    }
+    *held = r->held;
+    r->held = 0;
+    r->last_ms = now;
+    return true;
+}
+
+static void addr_text(const struct sockaddr_storage *ss, char *out, size_t size)
+{
+    const void *a = ss->ss_family == AF_INET6
+                        ? (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr
+                        : (const void *)&((const struct sockaddr_in *)ss)->sin_addr;
+
+    if ((ss->ss_family != AF_INET && ss->ss_family != AF_INET6) ||
+        !inet_ntop(ss->ss_family, a, out, (socklen_t)size))
+        snprintf(out, size, "?");
+}
+
 static void warn_refused(struct peers *p, const struct conn *c, const char *what)
 {
-    int64_t now = notice_now_ms();
+    char from[INET6_ADDRSTRLEN];
+    unsigned held;
 
     p->refused++;
     /* At most one line a second: a flood of garbage must not flood the log. */
-    if (now - p->last_warn_ms < 1000) {
-        p->suppressed++;
+    if (!ratelimit_ok(&p->warn_refused, &held))
+        return;
+    if (c->rank >= 0) {
+        log_msg(LOGL_WARN, "peer rank %lld: %s; connection closed (%u more refused since the "
+                "last line)", (long long)c->rank, what, held);
         return;
     }
-    if (c->rank >= 0)
-        log_msg(LOGL_WARN, "peer rank %lld: %s; connection closed (%u more refused since the "
-                "last line)", (long long)c->rank, what, p->suppressed);
-    else
-        log_msg(LOGL_WARN, "peer connection: %s; connection closed (%u more refused since the "
-                "last line)", what, p->suppressed);
-    p->last_warn_ms = now;
-    p->suppressed = 0;
+    addr_text(&c->from, from, sizeof(from));
+    log_msg(LOGL_WARN, "peer connection: %s (from %s); connection closed (%u more refused "
+            "since the last line)", what, from, held);
 }
 
 static void hex(const uint8_t *b, size_t n, char *out)
@@ -99,6 +160,29 @@ static void hex(const uint8_t *b, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* A nonce as hello carries it: exactly 2 * FRAME_NONCE_LEN lowercase hex digits. */
+static bool nonce_parse(const char *s, uint8_t out[FRAME_NONCE_LEN])
+{
+    if (strlen(s) != 2 * FRAME_NONCE_LEN)
+        return false;
+    for (size_t i = 0; i < FRAME_NONCE_LEN; i++) {
+        int hi = hex_digit(s[2 * i]), lo = hex_digit(s[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return false;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return true;
+}
+
 static int send_obj(struct conn *c, cJSON *msg)
 {
     static uint8_t buf[FRAME_MAX];
@@ -110,8 +194,7 @@ static int send_obj(struct conn *c, cJSON *msg)
     text = cJSON_PrintUnformatted(msg);
     if (!text)
         return -ENOMEM;
-    n = frame_encode(&c->p->key, ++c->seq, notice_now_ms(), text, strlen(text), buf,
-                     sizeof(buf));
+    n = frame_encode(&c->tx, ++c->seq, text, strlen(text), buf, sizeof(buf));
     free(text);
     if (n < 0)
         return n;
@@ -127,14 +210,15 @@ static int send_obj(struct conn *c, cJSON *msg)
 
 static int send_hello(struct conn *c, const char *echo)
 {
-    char nonce[2 * NONCE_LEN + 1];
-    cJSON *m = cJSON_CreateObject();
+    char nonce[2 * FRAME_NONCE_LEN + 1];
+    cJSON *m;
     int r;
 
-    if (!m)
+    if (RAND_bytes(c->nonce, FRAME_NONCE_LEN) != 1)
+        return -EIO;
+    if (!(m = cJSON_CreateObject()))
         return -ENOMEM;
-    RAND_bytes(c->nonce, NONCE_LEN);
-    hex(c->nonce, NONCE_LEN, nonce);
+    hex(c->nonce, FRAME_NONCE_LEN, nonce);
     cJSON_AddStringToObject(m, "type", "hello");
     cJSON_AddStringToObject(m, "job", c->p->job);
     cJSON_AddNumberToObject(m, "rank", c->p->o.rank);
@@ -149,10 +233,26 @@ static int send_hello(struct conn *c, const char *echo)
 static bool echoes(const struct conn *c, const cJSON *m)
 {
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(m, "echo");
-    char want[2 * NONCE_LEN + 1];
+    char want[2 * FRAME_NONCE_LEN + 1];
 
-    hex(c->nonce, NONCE_LEN, want);
+    hex(c->nonce, FRAME_NONCE_LEN, want);
     return cJSON_IsString(e) && strcmp(e->valuestring, want) == 0;
+}
+
+/* Both hellos are known: from now on the frames of c are sealed with the
+ * keys of this connection (frame.h), ours with our direction's. */
+static int connection_keys(struct conn *c, const uint8_t theirs[FRAME_NONCE_LEN])
+{
+    const struct frame_key *world = &c->p->key;
+    const uint8_t *dialer = c->dialer ? c->nonce : theirs;
+    const uint8_t *acceptor = c->dialer ? theirs : c->nonce;
+    enum frame_dir out = c->dialer ? FRAME_DIALER_TO_ACCEPTOR : FRAME_ACCEPTOR_TO_DIALER;
+    enum frame_dir in = c->dialer ? FRAME_ACCEPTOR_TO_DIALER : FRAME_DIALER_TO_ACCEPTOR;
+
+    if (frame_key_connection(world, dialer, acceptor, out, &c->tx) < 0 ||
+        frame_key_connection(world, dialer, acceptor, in, &c->rx) < 0)
+        return -EIO;
+    return 0;
 }
 
 static void went_up(struct conn *c)
@@ -162,8 +262,8 @@ static void went_up(struct conn *c)
     if (s->up && s->up != c)
         conn_close(s->up, "replaced by a new connection");
     c->hs = HS_UP;
+    c->up_ms = notice_mono_ms();
     s->up = c;
-    s->backoff_ms = BACKOFF_MIN_MS;
     log_msg(LOGL_INFO, "peer rank %lld is up (%s)", (long long)c->rank,
             c->dialer ? "dialed" : "accepted");
     if (c->p->o.on_up)
@@ -177,23 +277,26 @@ static int handshake(struct conn *c, const cJSON *m, const char *type, const cha
     const cJSON *job = cJSON_GetObjectItemCaseSensitive(m, "job");
     const cJSON *rank = cJSON_GetObjectItemCaseSensitive(m, "rank");
     const cJSON *nonce = cJSON_GetObjectItemCaseSensitive(m, "nonce");
+    uint8_t theirs[FRAME_NONCE_LEN];
 
-    if (c->dialer && c->hs == HS_HELLO_SENT && strcmp(type, "hello") == 0) {
-        if (!echoes(c, m)) {
-            *why = "its hello does not echo our nonce";
+    if (c->hs == HS_ACK_WAIT) {
+        if (strcmp(type, "ack") != 0) {
+            *why = "a message out of the handshake's order";
             return -1;
         }
-    } else if (!c->dialer && c->rank < 0 && strcmp(type, "hello") == 0) {
-        /* fine: the first frame of an accepted connection */
-    } else if (!c->dialer && c->hs == HS_ACK_WAIT && strcmp(type, "ack") == 0) {
         if (!echoes(c, m)) {
             *why = "its ack does not echo our nonce";
             return -1;
         }
         went_up(c);
         return 0;
-    } else {
+    }
+    if (strcmp(type, "hello") != 0) {
         *why = "a message out of the handshake's order";
+        return -1;
+    }
+    if (c->dialer && !echoes(c, m)) {
+        *why = "its hello does not echo our nonce";
         return -1;
     }
     if (!cJSON_IsString(job) || strcmp(job->valuestring, p->job) != 0) {
@@ -208,17 +311,19 @@ static int handshake(struct conn *c, const cJSON *m, const char *type, const cha
         *why = "a hello with a rank that does not fit";
         return -1;
     }
-    if (!cJSON_IsString(nonce) || strlen(nonce->valuestring) != 2 * NONCE_LEN) {
+    if (!cJSON_IsString(nonce) || !nonce_parse(nonce->valuestring, theirs)) {
         *why = "a hello without a nonce";
         return -1;
     }
     if (c->dialer) {
         cJSON *ack = cJSON_CreateObject();
-        int r;
+        int r = ack && connection_keys(c, theirs) == 0 ? 0 : -1;
 
-        cJSON_AddStringToObject(ack, "type", "ack");
-        cJSON_AddStringToObject(ack, "echo", nonce->valuestring);
-        r = send_obj(c, ack);
+        if (r == 0) {
+            cJSON_AddStringToObject(ack, "type", "ack");
+            cJSON_AddStringToObject(ack, "echo", nonce->valuestring);
+            r = send_obj(c, ack);
+        }
         cJSON_Delete(ack);
         if (r < 0) {
             *why = "cannot answer";
@@ -228,7 +333,9 @@ static int handshake(struct conn *c, const cJSON *m, const char *type, const cha
         return 0;
     }
     c->rank = (int64_t)rank->valuedouble;
-    if (send_hello(c, nonce->valuestring) < 0) {
+    /* Our hello still goes with the handshake key; the ack and everything
+     * after with this connection's. */
+    if (send_hello(c, nonce->valuestring) < 0 || connection_keys(c, theirs) < 0) {
         *why = "cannot answer";
         return -1;
     }
@@ -272,31 +379,42 @@ static void on_read(struct bufferevent *bev, void *arg)
         size_t want = len < FRAME_MAX ? len : FRAME_MAX;
         const uint8_t *data = len ? evbuffer_pullup(in, (ev_ssize_t)want) : NULL;
         struct frame f;
+        char version[160];
         const char *why = NULL;
         int r;
 
         if (!data)
             return;
-        r = frame_decode(&c->p->key, data, want, &f);
+        c->heard = true;
+        /* The keys change after the hellos: one frame at a time. */
+        r = frame_decode(&c->rx, data, want, &f);
         if (r == 0)
             return;
-        if (r == -EPROTO)
+        if (r == -EPROTO) {
             why = "not a frame of the peer protocol";
-        else if (r == -EMSGSIZE)
+        } else if (r == -EPROTONOSUPPORT) {
+            snprintf(version, sizeof(version), "a frame of peer protocol version %u (this "
+                     "spotd speaks %d): every node of a world must run a spotd of the same "
+                     "protocol", data[4], FRAME_VERSION);
+            why = version;
+        } else if (r == -EMSGSIZE) {
             why = "a frame over 64 KiB";
-        else if (r == -EBADMSG)
-            why = "a frame with a wrong MAC (another world key, or altered)";
-        else if ((r = frame_replay_check(&c->replay, &f, notice_now_ms(),
-                                         (int64_t)c->p->o.clock_window_ms)) == -EALREADY)
+        } else if (r == -EBADMSG) {
+            why = c->hs == HS_HELLO_SENT || c->hs == HS_HELLO_WAIT
+                      ? "a frame with a wrong MAC (another world key, or altered)"
+                      : "a frame with a wrong MAC for this connection (recorded on another, "
+                        "reflected back, or altered)";
+        } else if ((r = frame_replay_check(&c->replay, &f)) == -EALREADY) {
             why = "a replayed frame (its sequence number is not new)";
-        else if (r == -ETIME)
-            why = "a frame whose clock is outside the window (replayed, or clocks apart)";
+        } else if (r == -ENOMSG) {
+            why = "a frame out of sequence (one before it is missing)";
+        }
         if (why) {
             warn_refused(c->p, c, why);
             conn_close(c, why);
             return;
         }
-        c->last_rx_ms = notice_now_ms();
+        c->last_rx_ms = notice_mono_ms();
         if (on_body(c, &f) < 0)
             return;
         evbuffer_drain(in, f.size);
@@ -341,8 +459,10 @@ static struct conn *conn_new(struct peers *p, evutil_socket_t fd, bool dialer, i
     }
     c->p = p;
     c->dialer = dialer;
+    c->hs = dialer ? HS_HELLO_SENT : HS_HELLO_WAIT;
     c->rank = rank;
-    c->last_rx_ms = c->since_ms = notice_now_ms();
+    c->tx = c->rx = p->hs_key;
+    c->last_rx_ms = c->since_ms = notice_mono_ms();
     bufferevent_setcb(c->bev, on_read, NULL, on_event, c);
     bufferevent_setwatermark(c->bev, EV_READ, 0, FRAME_MAX * 2);
     no_delay(c->bev);
@@ -375,12 +495,16 @@ static void conn_close(struct conn *c, const char *why)
         }
     if (rank >= 0) {
         struct slot *s = &p->slots[rank];
-        if (s->up == c)
+        if (s->up == c) {
             s->up = NULL;
+            if (notice_mono_ms() - c->up_ms >= BACKOFF_RESET_MS)
+                s->backoff_ms = BACKOFF_MIN_MS;
+        }
         if (s->dialing == c)
             s->dialing = NULL;
     }
     bufferevent_free(c->bev);
+    memset(c, 0, sizeof(*c)); /* the keys */
     free(c);
     if (was_up) {
         log_msg(LOGL_WARN, "peer rank %lld is down: %s", (long long)rank, why);
@@ -419,25 +543,160 @@ static void on_redial(evutil_socket_t fd, short what, void *arg)
     dial(s->p, s->rank);
 }
 
+/* ---- connections without a handshake ----------------------------------------- */
+
+/* One source: the same IPv4 address, or the same IPv6 /64 (what one host
+ * is usually given; a v4-mapped address is one host). */
+static bool same_source(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    const struct in6_addr *x = &((const struct sockaddr_in6 *)a)->sin6_addr;
+    const struct in6_addr *y = &((const struct sockaddr_in6 *)b)->sin6_addr;
+
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return memcmp(x, y, IN6_IS_ADDR_V4MAPPED(x) ? 16 : 8) == 0;
+    return false;
+}
+
+static bool pending(const struct conn *c)
+{
+    return !c->dialer && c->hs != HS_UP;
+}
+
+/* How far a connection without a handshake has come: its hello checked
+ * (2), bytes that came or wait in the kernel (1), nothing (0).  A peer
+ * sends its hello at once, a flood sends nothing. */
+static int progress(const struct conn *c)
+{
+    int n = 0;
+
+    if (c->hs == HS_ACK_WAIT)
+        return 2;
+    if (c->heard ||
+        (ioctl(bufferevent_getfd(c->bev), FIONREAD, &n) == 0 && n > 0))
+        return 1;
+    return 0;
+}
+
+/* The slowest accepted connection without a handshake, from src's source
+ * unless src is NULL: the least progress, then the oldest. */
+static struct conn *slowest(struct peers *p, const struct sockaddr_storage *src)
+{
+    struct conn *best = NULL;
+    int best_progress = 3;
+
+    /* (newest first: "<=" keeps the oldest of equals) */
+    for (struct conn *c = p->conns; c; c = c->next) {
+        int g;
+
+        if (!pending(c) || (src && !same_source(&c->from, src)))
+            continue;
+        g = progress(c);
+        if (g < best_progress || (g == best_progress && c->since_ms <= best->since_ms)) {
+            best = c;
+            best_progress = g;
+        }
+    }
+    return best;
+}
+
+/* Close the slowest connection without a handshake (of src's source, or
+ * of all) to make room; what is the line's reason. */
+static void make_room(struct peers *p, const struct sockaddr_storage *src, const char *what)
+{
+    struct conn *c = slowest(p, src);
+    unsigned held;
+
+    if (!c)
+        return;
+    p->refused++;
+    if (ratelimit_ok(&p->warn_listener, &held))
+        log_msg(LOGL_WARN, "peer listener on port %d: %s; the slowest is closed (%u more "
+                "closed since the last line)", p->port, what, held);
+    conn_close(c, "closed to make room");
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,
                       void *arg)
 {
     struct peers *p = arg;
+    struct sockaddr_storage from;
+    unsigned n_src = 0, n_all = 0;
+    struct conn *c;
+    char what[160], addr[INET6_ADDRSTRLEN];
 
-    if (!conn_new(p, fd, false, -1))
+    memset(&from, 0, sizeof(from));
+    memcpy(&from, sa, (size_t)len < sizeof(from) ? (size_t)len : sizeof(from));
+    for (c = p->conns; c; c = c->next)
+        if (pending(c)) {
+            n_all++;
+            n_src += same_source(&c->from, &from);
+        }
+    if (n_src >= PENDING_PER_SOURCE) {
+        addr_text(&from, addr, sizeof(addr));
+        snprintf(what, sizeof(what), "%u connections from %s without a handshake (at most %d "
+                 "from one source)", n_src + 1, addr, PENDING_PER_SOURCE);
+        make_room(p, &from, what);
+    } else if (n_all >= p->pending_max) {
+        snprintf(what, sizeof(what), "%u connections without a handshake (at most %u)",
+                 n_all + 1, p->pending_max);
+        make_room(p, NULL, what);
+    }
+    if (!(c = conn_new(p, fd, false, -1))) {
         evutil_closesocket(fd);
+        return;
+    }
+    c->from = from;
+}
+
+/* accept() failed, out of descriptors most likely: the listener stays
+ * readable, so rest it (libevent would retry, and log, in a loop), and
+ * give a descriptor back. */
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    struct peers *p = arg;
+    int err = EVUTIL_SOCKET_ERROR();
+    struct timeval tv = { ACCEPT_PAUSE_MS / 1000, (ACCEPT_PAUSE_MS % 1000) * 1000 };
+    struct conn *c = slowest(p, NULL);
+    unsigned held;
+
+    evconnlistener_disable(l);
+    evtimer_add(p->relisten, &tv);
+    if (c) {
+        p->refused++;
+        conn_close(c, "closed to free a descriptor");
+    }
+    if (ratelimit_ok(&p->warn_listener, &held))
+        log_msg(LOGL_WARN, "peer listener on port %d: cannot accept a connection: %s; "
+                "accepting again in %d ms%s (%u more since the last line)", p->port,
+                strerror(err), ACCEPT_PAUSE_MS,
+                err == EMFILE || err == ENFILE ? "; raise the descriptor limit (ulimit -n, "
+                                                 "LimitNOFILE=)" : "", held);
+}
+
+static void on_relisten(evutil_socket_t fd, short what, void *arg)
+{
+    struct peers *p = arg;
+
+    if (p->listener)
+        evconnlistener_enable(p->listener);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct peers *p = arg;
-    int64_t now = notice_now_ms();
+    int64_t now = notice_mono_ms();
+    int64_t hs_ms = p->o.dead_ms < HANDSHAKE_MS ? (int64_t)p->o.dead_ms : HANDSHAKE_MS;
     struct conn *c = p->conns, *next;
 
     for (; c; c = next) {
         next = c->next;
         if (c->hs != HS_UP) {
-            if (now - c->since_ms > (int64_t)p->o.dead_ms) {
+            if (now - c->since_ms > hs_ms) {
                 warn_refused(p, c, "no handshake in time");
                 conn_close(c, "no handshake in time");
             }
@@ -479,6 +738,7 @@ int peers_listen(struct peers *p, const char *addr, char *err, size_t errlen)
                  addr, strerror(errno));
         return -errno;
     }
+    evconnlistener_set_error_cb(p->listener, on_accept_error);
     {
         struct sockaddr_storage bound;
         socklen_t bl = sizeof(bound);
@@ -544,6 +804,7 @@ uint64_t peers_refused(const struct peers *p)
 struct peers *peers_new(const struct peers_opts *o, char *err, size_t errlen)
 {
     struct peers *p = calloc(1, sizeof(*p));
+    struct rlimit rl;
     struct timeval tv;
 
     if (!p) {
@@ -555,9 +816,11 @@ struct peers *peers_new(const struct peers_opts *o, char *err, size_t errlen)
         p->o.heartbeat_ms = 1000;
     if (!p->o.dead_ms)
         p->o.dead_ms = 5000;
-    if (!p->o.clock_window_ms)
-        p->o.clock_window_ms = 30000;
     p->key = *o->key;
+    p->pending_max = PENDING_MAX;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur / 4 < PENDING_MAX)
+        p->pending_max = rl.rlim_cur >= 8 ? (unsigned)(rl.rlim_cur / 4) : 2;
     if (o->world_size == 0 || o->world_size > PEER_RANKS_MAX || o->rank >= o->world_size) {
         snprintf(err, errlen, "rank %u does not fit a world of %u (at most %d)", o->rank,
                  o->world_size, PEER_RANKS_MAX);
@@ -567,7 +830,9 @@ struct peers *peers_new(const struct peers_opts *o, char *err, size_t errlen)
     p->job = strdup(o->job);
     p->slots = calloc(o->world_size, sizeof(*p->slots));
     p->tick = event_new(o->base, -1, EV_PERSIST, on_tick, p);
-    if (!p->job || !p->slots || !p->tick) {
+    p->relisten = evtimer_new(o->base, on_relisten, p);
+    if (!p->job || !p->slots || !p->tick || !p->relisten ||
+        frame_key_handshake(&p->key, &p->hs_key) < 0) {
         snprintf(err, errlen, "out of memory");
         return peers_free(p);
     }
@@ -594,18 +859,22 @@ struct peers *peers_free(struct peers *p)
         struct conn *c = p->conns;
         p->conns = c->next;
         bufferevent_free(c->bev);
+        memset(c, 0, sizeof(*c));
         free(c);
     }
     if (p->listener)
         evconnlistener_free(p->listener);
     if (p->tick)
         event_free(p->tick);
+    if (p->relisten)
+        event_free(p->relisten);
     for (uint32_t r = 0; p->slots && r < p->o.world_size; r++)
         if (p->slots[r].redial)
             event_free(p->slots[r].redial);
     free(p->slots);
     free(p->job);
     memset(&p->key, 0, sizeof(p->key));
+    memset(&p->hs_key, 0, sizeof(p->hs_key));
     free(p);
     return NULL;
 }

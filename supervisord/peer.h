@@ -6,17 +6,26 @@
  * handshake, in which each side proves it holds the world key by MACing a
  * fresh nonce of the other's:
  *
- *   dialer   -> hello {job, rank, nonce}
+ *   dialer   -> hello {job, rank, nonce}                  handshake key
  *   acceptor -> hello {job, rank, nonce, echo: the dialer's nonce}
- *   dialer   -> ack   {echo: the acceptor's nonce}
+ *   dialer   -> ack   {echo: the acceptor's nonce}        connection keys
  *
- * Then messages flow both ways; each side sends a heartbeat every
- * heartbeat_ms and calls a peer down after dead_ms without a frame.  A
- * frame that fails a check (frame.h: not a frame, too long, wrong MAC,
- * replayed, outside the clock window), a malformed message, a job or rank
- * that does not fit: the frame is dropped, logged (rate-limited), and its
- * connection closed; nothing else is disturbed.  A dialer retries with
- * backoff. */
+ * From the ack on, each direction's frames are sealed with a key derived
+ * from the world key and both nonces (frame.h): a frame is valid on one
+ * connection, one way, at one place in its sequence.  Then messages flow
+ * both ways; each side sends a heartbeat every heartbeat_ms and calls a
+ * peer down after dead_ms without a frame, on CLOCK_MONOTONIC (a step of
+ * the wall clock parts no one).  A frame that fails a check (frame.h: not
+ * a frame, another version, too long, wrong MAC, replayed, out of
+ * sequence), a malformed message, a job or rank that does not fit: the
+ * frame is dropped, logged (rate-limited), and its connection closed;
+ * nothing else is disturbed.  A dialer retries with backoff.
+ *
+ * Anyone can open a connection: those without a handshake are bounded
+ * (8 from one source, 64 in all, 3 s to finish it; the slowest closed
+ * first), accept() running out of descriptors rests the listener for a
+ * second instead of spinning, and every line a remote party can cause is
+ * rate-limited (one a second of each kind). */
 #ifndef SPOTD_PEER_H
 #define SPOTD_PEER_H
 
@@ -40,7 +49,6 @@ struct peers_opts {
     uint32_t world_size;
     uint64_t heartbeat_ms;         /* 0: 1000 */
     uint64_t dead_ms;              /* 0: 5000 */
-    uint64_t clock_window_ms;      /* 0: 30000 */
     /* A message from an up peer (type other than the handshake's and
      * heartbeat): the frame's body, a version 1 JSON object, valid during
      * the call (peermsg_parse() reads it). */
@@ -69,7 +77,8 @@ int peers_send(struct peers *p, uint32_t rank, struct cJSON *msg);
 
 bool peers_up(const struct peers *p, uint32_t rank);
 
-/* Frames refused so far (for tests and metrics). */
+/* Connections refused so far (for tests and metrics): a frame that failed
+ * a check, a handshake not done in time, one closed to make room. */
 uint64_t peers_refused(const struct peers *p);
 
 #endif

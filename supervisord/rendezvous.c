@@ -35,12 +35,14 @@ struct rendezvous {
     int64_t rank;                  /* -1: none yet */
     char addr[80];
     bool joining, published, stopped;
+    bool join_putting;             /* our join record's put is under way */
     unsigned inflight;             /* store operations under way */
     bool listing;
     struct event *tick;
     struct seen *seen;
     size_t n_seen;
-    int64_t *given_ms;             /* world_size: when a rank was given to a joiner */
+    int64_t *given_ms;             /* world_size: when a rank was given to a joiner
+                                      (notice_mono_ms(), never 0 after boot; 0: never) */
 };
 
 /* One store operation's context: the record written (its buffer must
@@ -50,6 +52,7 @@ struct op {
     char key[STORE_KEY_MAX + 1];
     char *text;
     int64_t mtime_ms;
+    bool join;                     /* the put of our join record */
 };
 
 static struct op *op_new(struct rendezvous *rv)
@@ -76,6 +79,8 @@ static void on_put(void *arg, int err, const char *msg)
 
     if (err)
         log_msg(LOGL_WARN, "rendezvous: cannot write '%s': %s", o->key, msg);
+    if (o->join)
+        o->rv->join_putting = false;
     op_free(o);
 }
 
@@ -91,6 +96,8 @@ static void put_record(struct rendezvous *rv, const struct worldrec *r)
         op_free(o);
         return;
     }
+    o->join = r->type == WORLDREC_JOIN;
+    rv->join_putting |= o->join;
     store_put(rv->store, o->key, o->text, len, on_put, o);
 }
 
@@ -114,8 +121,9 @@ static void delete_key(struct rendezvous *rv, const char *key)
 /* A join record: the coordinator gives the lowest vacant rank. */
 static void give_rank(struct rendezvous *rv, const struct worldrec *j)
 {
-    int64_t now = notice_now_ms();
-    struct worldrec a = { .type = WORLDREC_ASSIGN, .ts_ms = now };
+    int64_t now = notice_mono_ms();
+    /* ts_ms: the record's timestamp, the wall clock (read by spotctl). */
+    struct worldrec a = { .type = WORLDREC_ASSIGN, .ts_ms = notice_now_ms() };
 
     for (uint32_t r = 0; r < rv->world_size; r++) {
         if ((int64_t)r == rv->rank || rv->ops->up(rv->arg, r) ||
@@ -287,8 +295,11 @@ bool rendezvous_stop(struct rendezvous *rv)
 {
     if (!rv)
         return false;
-    if (rv->joining && !rv->stopped) {
-        /* Nobody is to give a rank to a node that is gone. */
+    /* Nobody is to give a rank to a node that is gone.  Its join record
+     * goes once its put is done: a delete run beside the put could
+     * overtake it and leave the record behind (the caller asks again
+     * while anything is in flight). */
+    if (rv->joining && !rv->join_putting) {
         char key[STORE_KEY_MAX + 1];
         struct worldrec j = { .type = WORLDREC_JOIN };
 

@@ -76,9 +76,10 @@ struct world {
     bool leaving;
     bool fresh;                    /* no resume or state has named the members yet */
     uint32_t trank, tsize;         /* our trainers' place among the members, and their number */
-    int64_t short_since;           /* coordinator: enough ranks wait, since then (elastic) */
+    int64_t short_since;           /* coordinator: enough ranks wait, since then (elastic;
+                                      notice_mono_ms(), 0: not) */
     bool grow;                     /* coordinator: this round makes room for a new member */
-    int64_t grow_after;            /* coordinator: no growing round before then */
+    int64_t grow_after;            /* coordinator: no growing round before then (mono) */
     uint32_t grow_to;              /* coordinator: paused to grow to this many: no waiting */
     uint64_t newest;               /* newest committed generation known */
     uint64_t max_gen;              /* highest generation number seen */
@@ -88,7 +89,7 @@ struct world {
     enum phase phase;
     uint64_t gen;
     int64_t step;                  /* prepared */
-    int64_t deadline_ms;
+    int64_t deadline_ms;           /* wall clock: a cloud's, or sent to every node */
     char reason[128];
     bool running;                  /* this node runs it as coordinator (it sent the query) */
     struct event *timer;           /* coordinator: the round's deadline */
@@ -238,7 +239,7 @@ static void abort_round(struct world *w, const char *fmt, ...)
      * generation revives it. */
     if (w->grow) {
         w->grow = false;
-        w->grow_after = notice_now_ms() + GROW_RETRY_MS;
+        w->grow_after = notice_mono_ms() + GROW_RETRY_MS;
     }
     w->phase = R_NONE;
     w->running = false;
@@ -379,7 +380,7 @@ static void maybe_grow(struct world *w)
     struct peermsg n = { .type = PEERMSG_NOTICE, .step = -1 };
     uint32_t joins = w->o.world_size;
 
-    if (!elastic(w) || w->pausing || !members_up(w) || notice_now_ms() < w->grow_after)
+    if (!elastic(w) || w->pausing || !members_up(w) || notice_mono_ms() < w->grow_after)
         return;
     for (uint32_t r = 0; r < w->o.world_size && joins == w->o.world_size; r++)
         if (!w->m[r].in && up(w, r) && w->m[r].ready)
@@ -400,7 +401,7 @@ static void maybe_grow(struct world *w)
  * a cut network never both run). */
 static void maybe_resume(struct world *w)
 {
-    int64_t now = notice_now_ms();
+    int64_t now = notice_mono_ms();
     uint32_t n = 0, gone = 0;
 
     if (w->coordinator != w->o.rank || w->leaving || w->resuming || w->phase != R_NONE ||

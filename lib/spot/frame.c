@@ -82,8 +82,48 @@ int frame_key_parse(const char *text, size_t len, struct frame_key *ret, const c
     return 0;
 }
 
-int frame_encode(const struct frame_key *key, uint64_t seq, int64_t ts_ms, const char *body,
-                 size_t len, uint8_t *out, size_t outlen)
+/* HMAC-SHA256(world, data) as a key of FRAME_MAC bytes. */
+static int derive(const struct frame_key *world, const uint8_t *data, size_t len,
+                  struct frame_key *ret)
+{
+    struct frame_key k = { .len = FRAME_MAC };
+
+    if (mac_of(world, data, len, k.k) < 0)
+        return -EIO;
+    *ret = k;
+    return 0;
+}
+
+int frame_key_handshake(const struct frame_key *world, struct frame_key *ret)
+{
+    static const char label[] = "spotd peer v2 handshake";
+
+    return derive(world, (const uint8_t *)label, sizeof(label) - 1, ret);
+}
+
+int frame_key_connection(const struct frame_key *world, const uint8_t dialer[FRAME_NONCE_LEN],
+                         const uint8_t acceptor[FRAME_NONCE_LEN], enum frame_dir dir,
+                         struct frame_key *ret)
+{
+    static const char prefix[] = "spotd peer v2";
+    const char *label = dir == FRAME_DIALER_TO_ACCEPTOR ? "dialer to acceptor"
+                                                        : "acceptor to dialer";
+    uint8_t in[sizeof(prefix) - 1 + 2 * FRAME_NONCE_LEN + 32];
+    size_t n = 0, llen = strlen(label);
+
+    memcpy(in + n, prefix, sizeof(prefix) - 1);
+    n += sizeof(prefix) - 1;
+    memcpy(in + n, dialer, FRAME_NONCE_LEN);
+    n += FRAME_NONCE_LEN;
+    memcpy(in + n, acceptor, FRAME_NONCE_LEN);
+    n += FRAME_NONCE_LEN;
+    memcpy(in + n, label, llen);
+    n += llen;
+    return derive(world, in, n, ret);
+}
+
+int frame_encode(const struct frame_key *key, uint64_t seq, const char *body, size_t len,
+                 uint8_t *out, size_t outlen)
 {
     size_t size = FRAME_HEADER + len + FRAME_MAC;
 
@@ -97,7 +137,6 @@ int frame_encode(const struct frame_key *key, uint64_t seq, int64_t ts_ms, const
     out[6] = out[7] = 0;
     put_u32(out + 8, (uint32_t)len);
     put_u64(out + 12, seq);
-    put_u64(out + 20, (uint64_t)ts_ms);
     memcpy(out + FRAME_HEADER, body, len);
     if (mac_of(key, out, FRAME_HEADER + len, out + FRAME_HEADER + len) < 0)
         return -EIO;
@@ -110,12 +149,15 @@ int frame_decode(const struct frame_key *key, const uint8_t *buf, size_t len, st
     uint64_t body_len;
     size_t size;
 
-    /* What has come so far must already look like a frame. */
+    /* What has come so far must already look like a frame, of this
+     * version: an old peer's hello is refused as such at once. */
     if (memcmp(buf, FRAME_MAGIC, len < 4 ? len : 4) != 0)
         return -EPROTO;
+    if (len > 4 && buf[4] != FRAME_VERSION)
+        return -EPROTONOSUPPORT;
     if (len < FRAME_HEADER)
         return 0;
-    if (buf[4] != FRAME_VERSION || buf[5] != 0 || buf[6] != 0 || buf[7] != 0)
+    if (buf[5] != 0 || buf[6] != 0 || buf[7] != 0)
         return -EPROTO;
     body_len = get_be(buf + 8, 4);
     if (body_len > FRAME_BODY_MAX)
@@ -127,21 +169,18 @@ int frame_decode(const struct frame_key *key, const uint8_t *buf, size_t len, st
         CRYPTO_memcmp(mac, buf + FRAME_HEADER + body_len, FRAME_MAC) != 0)
         return -EBADMSG;
     f->seq = get_be(buf + 12, 8);
-    f->ts_ms = (int64_t)get_be(buf + 20, 8);
     f->body = (const char *)buf + FRAME_HEADER;
     f->body_len = (size_t)body_len;
     f->size = size;
     return 1;
 }
 
-int frame_replay_check(struct frame_replay *r, const struct frame *f, int64_t now_ms,
-                       int64_t window_ms)
+int frame_replay_check(struct frame_replay *r, const struct frame *f)
 {
-    if (r->seen && f->seq <= r->last_seq)
+    if (f->seq <= r->last_seq)
         return -EALREADY;
-    if (f->ts_ms < now_ms - window_ms || f->ts_ms > now_ms + window_ms)
-        return -ETIME;
-    r->seen = true;
+    if (f->seq != r->last_seq + 1)
+        return -ENOMSG;
     r->last_seq = f->seq;
     return 0;
 }

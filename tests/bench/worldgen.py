@@ -13,8 +13,9 @@ it), and on each connection:
   * completes the handshake as the acceptor: the dialer's hello (job,
     rank below ours, nonce), our hello (our nonce, the dialer's echoed),
     the dialer's ack (our nonce echoed); every frame is checked (magic,
-    version, flags, length, HMAC-SHA256 with the world key, strictly
-    increasing sequence number), a bad one closes the connection;
+    version, flags, length, HMAC-SHA256 with the hellos' key and then the
+    connection's, sequence number 1, 2, 3...), a bad one closes the
+    connection (the frames and keys: tests/integration/peerframe.py);
   * sends its `state` once the handshake is done (not live, in a fresh
     world), a heartbeat every second, and `ready` every second until the
     coordinator's `resume` (with the newest committed generation it saw,
@@ -67,10 +68,9 @@ import struct
 import sys
 import time
 
-MAGIC = b"SPF1"
-HEADER = 28
-MAC = 32
-BODY_MAX = 65536
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import peerframe  # noqa: E402  (the protocol's frames and keys)
+from peerframe import MAGIC, HEADER, MAC, BODY_MAX  # noqa: E402
 
 
 def key_from_file(path):
@@ -87,10 +87,6 @@ def key_from_file(path):
     if len(key) < 16:
         sys.exit("worldgen: the world key is shorter than 16 bytes")
     return key
-
-
-def now_ms():
-    return int(time.time() * 1000)
 
 
 def iso_ms(t):
@@ -203,8 +199,9 @@ class Conn:
         self.r = reader
         self.wr = writer
         self.seq = 0
-        self.last_seq = None
-        self.nonce = os.urandom(16).hex()
+        self.last_seq = 0
+        self.nonce = os.urandom(peerframe.NONCE_LEN)
+        self.tx = self.rx = peerframe.handshake_key(world.key)
         self.pending = {}            # gen -> (manifest sha256, its step): saved not sent
         self.rank0 = {}              # gen -> the step of rank 0's saved, as it came here
         self.rank0_fp = {}           # gen -> rank 0's fingerprint (its hashed)
@@ -218,27 +215,25 @@ class Conn:
         msg.setdefault("v", 1)
         body = json.dumps(msg, separators=(",", ":")).encode()
         self.seq += 1
-        head = MAGIC + bytes([1, 0, 0, 0]) + struct.pack(">IQQ", len(body), self.seq, now_ms())
-        mac = hmac.new(self.w.key, head + body, hashlib.sha256).digest()
         try:
-            self.wr.write(head + body + mac)
+            self.wr.write(peerframe.frame(self.tx, self.seq, body))
         except (ConnectionError, RuntimeError):
             self.closed = True
 
     async def frame(self):
         head = await self.r.readexactly(HEADER)
-        if head[:4] != MAGIC or head[4] != 1 or head[5:8] != b"\0\0\0":
+        if head[:4] != MAGIC or head[4] != peerframe.VERSION or head[5:8] != b"\0\0\0":
             raise ValueError("not a frame of the peer protocol")
-        n, seq, _ts = struct.unpack(">IQQ", head[8:])
+        n, seq = struct.unpack(">IQ", head[8:])
         if n > BODY_MAX:
             raise ValueError("a frame over 64 KiB")
         rest = await self.r.readexactly(n + MAC)
         body, mac = rest[:n], rest[n:]
-        want = hmac.new(self.w.key, head + body, hashlib.sha256).digest()
+        want = hmac.new(self.rx, head + body, hashlib.sha256).digest()
         if not hmac.compare_digest(want, mac):
             raise ValueError("a frame with a wrong MAC")
-        if self.last_seq is not None and seq <= self.last_seq:
-            raise ValueError("a replayed frame")
+        if seq != self.last_seq + 1:
+            raise ValueError("a frame out of sequence (replayed, or one missing)")
         self.last_seq = seq
         m = json.loads(body)
         if not isinstance(m, dict) or m.get("v") != 1 or not isinstance(m.get("type"), str):
@@ -254,10 +249,15 @@ class Conn:
                     not isinstance(m.get("nonce"), str) or len(m["nonce"]) != 32:
                 raise ValueError("a bad hello: %r" % (m,))
             self.peer = m["rank"]
-            self.send({"type": "hello", "job": w.a.job, "rank": self.rank, "nonce": self.nonce,
-                       "echo": m["nonce"]})
+            self.send({"type": "hello", "job": w.a.job, "rank": self.rank,
+                       "nonce": self.nonce.hex(), "echo": m["nonce"]})
+            theirs = bytes.fromhex(m["nonce"])
+            self.tx = peerframe.connection_key(w.key, theirs, self.nonce,
+                                               peerframe.ACCEPTOR_TO_DIALER)
+            self.rx = peerframe.connection_key(w.key, theirs, self.nonce,
+                                               peerframe.DIALER_TO_ACCEPTOR)
             m = await asyncio.wait_for(self.frame(), 10)
-            if m["type"] != "ack" or m.get("echo") != self.nonce:
+            if m["type"] != "ack" or m.get("echo") != self.nonce.hex():
                 raise ValueError("a bad ack: %r" % (m,))
             old = w.conns.get(self.rank)
             if old is not None and old is not self:
