@@ -38,6 +38,8 @@ enum saving { SV_HOOK, SV_METHOD, SV_PREPARE };
 
 /* Without a notice's deadline, how long a trainer may take to save. */
 #define SAVE_LIMIT_MS (30 * 60 * 1000)
+/* A world's periodic round has at least this long (see on_tick). */
+#define WORLD_PERIODIC_MIN_MS (60 * 1000)
 /* A notice's checkpoint is given up this long before the fallback stop. */
 #define GIVE_UP_MS 250
 /* The figures file's size cap. */
@@ -1040,8 +1042,14 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     struct orch *r = arg;
 
     if (r->world) {
+        /* The round's deadline goes to every node as a time of day, which
+         * the nodes' clocks read apart (an NTP step, a skew): a periodic
+         * round gets at least WORLD_PERIODIC_MIN_MS, so a node whose clock
+         * is seconds ahead does not find it passed on arrival. */
+        uint64_t limit = r->o.interval_ms > WORLD_PERIODIC_MIN_MS ? r->o.interval_ms
+                                                                   : WORLD_PERIODIC_MIN_MS;
         if (world_is_coordinator(r->world))
-            world_want(r, "periodic", notice_now_ms() + (int64_t)r->o.interval_ms);
+            world_want(r, "periodic", notice_now_ms() + (int64_t)limit);
         return;
     }
     if (r->state == IDLE && (strcmp(r->mops->name, "app") != 0 || control_workers(r->control)))
@@ -2059,6 +2067,24 @@ static void w_write_commit(void *arg, const struct commit *c)
     snap_commit(r->snap, c, on_world_written, r);
 }
 
+static void on_world_claimed(void *arg, int err, const char *msg, uint64_t gen)
+{
+    struct orch *r = arg;
+
+    r->claiming = false;
+    if (gen > r->newest_gen)
+        r->newest_gen = gen;
+    world_claimed(r->world, err, msg, gen);
+}
+
+static void w_claim(void *arg, uint64_t gen)
+{
+    struct orch *r = arg;
+
+    r->claiming = true;
+    snap_claim(r->snap, gen, on_world_claimed, r);
+}
+
 static void w_pick_resume(void *arg);
 
 static void on_pick(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
@@ -2105,6 +2131,7 @@ static const struct world_ops world_ops = {
     .abort = w_abort,
     .pause = w_pause,
     .resume = w_resume,
+    .claim = w_claim,
     .write_commit = w_write_commit,
     .pick_resume = w_pick_resume,
 };

@@ -38,7 +38,9 @@
 /* After a round to grow the world failed, the next one waits this long. */
 #define GROW_RETRY_MS (30 * 1000)
 
-enum phase { R_NONE, R_QUERY, R_PREPARE, R_COMMITTING };
+/* R_CLAIM: the coordinator claims the round's generation number (no
+ * other rank knows of the round yet). */
+enum phase { R_NONE, R_CLAIM, R_QUERY, R_PREPARE, R_COMMITTING };
 
 struct member {
     bool in;                       /* a member: its command runs with the others */
@@ -246,9 +248,23 @@ static void abort_round(struct world *w, const char *fmt, ...)
     evtimer_del(w->timer);
 }
 
-static void start_round(struct world *w, const struct peermsg *n)
+/* The round's number is claimed: every rank is asked its step. */
+static void send_query(struct world *w)
 {
     struct peermsg q = { .type = PEERMSG_QUERY, .step = -1 };
+
+    w->phase = R_QUERY;
+    log_msg(LOGL_INFO, "world: round for generation %llu begins (%s), %lld ms to the deadline",
+            (unsigned long long)w->gen, w->reason,
+            (long long)(w->deadline_ms - notice_now_ms()));
+    q.gen = w->gen;
+    q.deadline_ms = w->deadline_ms;
+    snprintf(q.reason, sizeof(q.reason), "%s", w->reason);
+    broadcast(w, &q);
+}
+
+static void start_round(struct world *w, const struct peermsg *n)
+{
     int64_t now = notice_now_ms();
     struct timeval tv;
     int64_t left;
@@ -258,17 +274,31 @@ static void start_round(struct world *w, const struct peermsg *n)
     w->max_gen = w->gen;
     w->deadline_ms = n->deadline_ms > 0 ? n->deadline_ms : now + ROUND_LIMIT_MS;
     snprintf(w->reason, sizeof(w->reason), "%s", n->reason[0] ? n->reason : n->kind);
-    w->phase = R_QUERY;
     w->running = true;
-    log_msg(LOGL_INFO, "world: round for generation %llu begins (%s), %lld ms to the deadline",
-            (unsigned long long)w->gen, w->reason, (long long)(w->deadline_ms - now));
-    q.gen = w->gen;
-    q.deadline_ms = w->deadline_ms;
-    snprintf(q.reason, sizeof(q.reason), "%s", w->reason);
     left = w->deadline_ms - now;
     tv = (struct timeval){ left > 0 ? left / 1000 : 0, left > 0 ? (left % 1000) * 1000 : 0 };
     evtimer_add(w->timer, &tv);
-    broadcast(w, &q);
+    if (!w->o.ops->claim) {
+        send_query(w);
+        return;
+    }
+    /* The number first: another writer of the job may hold this one. */
+    w->phase = R_CLAIM;
+    w->o.ops->claim(w->o.arg, w->gen);
+}
+
+void world_claimed(struct world *w, int err, const char *msg, uint64_t gen)
+{
+    if (w->phase != R_CLAIM || !w->running)
+        return; /* the round was given up meanwhile; the number stays unused */
+    if (err) {
+        abort_round(w, "%s", msg);
+        return;
+    }
+    w->gen = gen;
+    if (gen > w->max_gen)
+        w->max_gen = gen;
+    send_query(w);
 }
 
 /* Every rank answered its step: the step all of them can reach. */
@@ -368,8 +398,11 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
             len += (size_t)snprintf(who + len, sizeof(who) - len, "%s%u", len ? ", " : "", r);
             n++;
         }
-    abort_round(w, "the deadline passed before %s %s %s", n > 1 ? "ranks" : "rank", who,
-                w->phase == R_QUERY ? "answered" : "saved");
+    if (w->phase == R_CLAIM)
+        abort_round(w, "the deadline passed before its generation number was claimed");
+    else
+        abort_round(w, "the deadline passed before %s %s %s", n > 1 ? "ranks" : "rank", who,
+                    w->phase == R_QUERY ? "answered" : "saved");
 }
 
 /* The coordinator, the world running: a rank that waits outside an
@@ -733,7 +766,8 @@ static void on_down(void *arg, uint32_t rank, const char *why)
     }
     if (w->coordinator == w->o.rank && w->phase == R_PREPARE)
         maybe_commit(w);
-    else if (w->coordinator == w->o.rank && w->phase == R_QUERY && w->running)
+    else if (w->coordinator == w->o.rank && (w->phase == R_QUERY || w->phase == R_CLAIM) &&
+             w->running)
         abort_round(w, "rank %u went down (%s) before it said its step", rank, why);
     if (!left)
         pause_world(w, "rank %u is down (%s)", rank, why);

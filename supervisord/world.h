@@ -73,6 +73,10 @@ struct world_ops {
     void (*pause)(void *arg, const char *why);
     /* Start the command from gen (0: afresh). */
     void (*resume)(void *arg, uint64_t gen, const char *master_addr, unsigned master_port);
+    /* Coordinator only: claim generation gen, or the first free one after
+     * it (another writer of the job may hold it), then world_claimed().
+     * NULL: gen is taken as it is. */
+    void (*claim)(void *arg, uint64_t gen);
     /* Coordinator only: write gen's commit record, then world_committed(). */
     void (*write_commit)(void *arg, const struct commit *c);
     /* Coordinator only: which generation to resume from?  Answer with
@@ -119,6 +123,8 @@ void world_saved(struct world *w, uint64_t gen, int64_t step, const uint8_t sha2
                  uint64_t bytes);
 void world_failed(struct world *w, uint64_t gen, const char *reason);
 void world_committed(struct world *w, uint64_t gen, int err, const char *msg);
+/* The round's number, as ops->claim() got it (err: the round is given up). */
+void world_claimed(struct world *w, int err, const char *msg, uint64_t gen);
 void world_resume_from(struct world *w, uint64_t gen);
 
 /* This node goes (its last checkpoint is committed, or its command ended

@@ -146,7 +146,7 @@ static void on_claim_put(void *arg, int err, const char *msg)
     } else if (err == -EEXIST) {
         store_get(g->store, g->key, DOC_MAX, on_claim_got, g);
     } else if (err == -EOPNOTSUPP) {
-        log_msg(LOGL_INFO, "%s: claiming generation numbers by listing instead", msg);
+        log_msg(LOGL_DEBUG, "%s: claiming generation numbers by listing instead", msg);
         g->mode = MODE_LIST;
         try_gen(g);
     } else {
@@ -225,7 +225,7 @@ static void on_probe_deleted(void *arg, int err, const char *msg)
     struct genclaim *g = arg;
 
     if (g->mode == MODE_LIST)
-        log_msg(LOGL_INFO, "%s does not create objects conditionally (If-None-Match): "
+        log_msg(LOGL_DEBUG, "%s does not create objects conditionally (If-None-Match): "
                 "generation numbers are claimed by listing", store_url(g->store));
     try_gen(g);
 }

@@ -82,7 +82,7 @@ fctl() {
 }
 fault_rules '[{"nth":2,"action":500},
               {"every":5,"method":"PUT","action":"503","times":3},
-              {"nth":9,"action":"reset"},
+              {"method":"GET","path":"list-type=2","nth":2,"action":"reset"},
               {"method":"PUT","path":"/chunks/","every":7,"action":"reset_body","times":2},
               {"method":"PUT","path":"/chunks/","nth":11,"action":"stall","seconds":30}]' >/dev/null
 fctl push --json --s3-timeout 2s "$T/fck"

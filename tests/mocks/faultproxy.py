@@ -44,7 +44,7 @@ HEAD_MAX = 64 * 1024         # a request or response head larger is refused
 CONTROL_BODY_MAX = 1 << 20   # a /_fault/ request body larger is refused
 LOG_CAP = 200000             # log entries kept (oldest dropped)
 STALL_DEFAULT = 30.0         # "stall" or "lose" without "seconds"
-ACTIONS = ("500", "503", "expired", "reset", "reset_body", "stall", "lose", "truncate",
+ACTIONS = ("403", "500", "503", "expired", "reset", "reset_body", "stall", "lose", "truncate",
            "corrupt")
 RULE_KEYS = ("nth", "every", "from", "count", "method", "path", "action",
              "times", "seconds")
@@ -631,14 +631,17 @@ class Session:
                 st.count(entry, req_bytes=n)
             self.client.close(rst=True)
             return False
-        if action in ("500", "503", "expired", "stall"):
+        if action in ("403", "500", "503", "expired", "stall"):
             self.continue_(req)
             st.count(entry, req_bytes=self.read_client_body(req, None))
             if action == "stall":
                 self.stall(rule.seconds if rule.seconds is not None else STALL_DEFAULT)
                 return False
             status = 400 if action == "expired" else int(action)
-            if action == "500":
+            if action == "403":
+                body, hdrs = s3_error(403, "AccessDenied", "Access Denied",
+                                      req.target)
+            elif action == "500":
                 body, hdrs = s3_error(500, "InternalError", "We encountered an "
                                       "internal error. Please try again.", req.target)
             elif action == "expired":

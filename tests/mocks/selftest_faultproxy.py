@@ -448,6 +448,14 @@ def test_actions(p):
            and s2 == 200 and json.loads(b2)["len"] == MiB,
            "%d %r %d %r" % (s1, b1, s2, b2[:80]))
     p.reset()
+    p.rules([{"every": 1, "times": 1, "action": "403"}])
+    c = p.conn()
+    s1, h1, b1 = request(c, "GET", "/blob/10")
+    s2, _, b2 = request(c, "GET", "/blob/10")
+    c.close()
+    result("action-403-access-denied", s1 == 403 and b"<Code>AccessDenied</Code>" in b1
+           and s2 == 200 and len(up_seen()) == 1, "%d %r %d" % (s1, b1, s2))
+    p.reset()
     p.rules([{"nth": 1, "action": 503}])
     s, h, b = p.req("HEAD", "/blob/10")
     result("action-503-head-no-body", s == 503 and b == b"" and int(h["content-length"]) > 0,
