@@ -631,11 +631,13 @@ static int cmd_run(int argc, char **argv)
         goto out_base;
     }
     run.child = child;
-    if (config_str(&cfg, OPT_WEBHOOK)) {
+    if (config_str(&cfg, OPT_WEBHOOK) || config_str(&cfg, OPT_WEBHOOK_FILE)) {
         webhook = webhook_new(&(struct webhook_opts){
                                   .base = base,
                                   .urls = config_str(&cfg, OPT_WEBHOOK),
                                   .urls_origin = cfg.v[OPT_WEBHOOK].origin,
+                                  .urls_file = config_str(&cfg, OPT_WEBHOOK_FILE),
+                                  .urls_file_origin = cfg.v[OPT_WEBHOOK_FILE].origin,
                                   .template_path = config_str(&cfg, OPT_WEBHOOK_TEMPLATE),
                                   .template_origin = cfg.v[OPT_WEBHOOK_TEMPLATE].origin,
                                   .timeout_ms = config_num(&cfg, OPT_WEBHOOK_TIMEOUT),
@@ -650,8 +652,8 @@ static int cmd_run(int argc, char **argv)
             goto out_child;
         }
     } else if (config_str(&cfg, OPT_WEBHOOK_TEMPLATE)) {
-        say("webhook_template (from %s) needs --webhook: without a URL nothing is sent",
-            cfg.v[OPT_WEBHOOK_TEMPLATE].origin);
+        say("webhook_template (from %s) needs webhook or webhook_file: without a URL nothing "
+            "is sent", cfg.v[OPT_WEBHOOK_TEMPLATE].origin);
         goto out_child;
     }
 
