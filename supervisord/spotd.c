@@ -520,6 +520,21 @@ static void acknowledge(struct event_base *base, const struct watcher_ops *cloud
     event_base_dispatch(base);
 }
 
+/* The state directory: --state-dir, else /var/lib/spotd/JOB with a job,
+ * else none (NULL): spotd without either keeps no state. */
+static const char *state_dir_of(const struct config *cfg, char *buf, size_t size)
+{
+    const char *sd = config_str(cfg, OPT_STATE_DIR);
+
+    if (sd)
+        snprintf(buf, size, "%s", sd);
+    else if (config_str(cfg, OPT_JOB))
+        snprintf(buf, size, "/var/lib/spotd/%s", config_str(cfg, OPT_JOB));
+    else
+        return NULL;
+    return buf;
+}
+
 static int cmd_run(int argc, char **argv)
 {
     const struct watcher_ops *cloud = NULL;
@@ -538,7 +553,7 @@ static int cmd_run(int argc, char **argv)
     struct timeline *timeline = NULL;
     struct world_cfg wc = { 0 };
     sigset_t orig_mask, notice_sigs;
-    char err[1024], url[1024];
+    char err[1024], url[1024], state_dir[4096];
     int cmd, code = EXIT_USAGE, r, drill_kind = -1;
     uint64_t drill_ms = 0;
     char **command;
@@ -624,6 +639,7 @@ static int cmd_run(int argc, char **argv)
         .notice_only = notice_sigs,
         .on_notice_signal = on_notice_signal,
         .arg = &run,
+        .pass_credentials = config_num(&cfg, OPT_PASS_CREDENTIALS) != 0,
     };
     child = child_new(base, &opts, &orig_mask);
     if (!child) {
@@ -665,15 +681,14 @@ static int cmd_run(int argc, char **argv)
     cJSON_AddItemToObject(e, "settings", config_to_json(&cfg));
     log_event(LOGL_INFO, e, "spotd %s starting", SPOT_VERSION);
 
+    /* Before anything uses the state directory: it is this spotd's, and
+     * what a spotd that died left running there is stopped. */
+    if (state_dir_of(&cfg, state_dir, sizeof(state_dir)) &&
+        child_claim_state_dir(child, state_dir, err, sizeof(err)) < 0) {
+        say("%s", err);
+        goto out_child;
+    }
     if (config_str(&cfg, OPT_JOB) || config_str(&cfg, OPT_STORE)) {
-        char state_dir[4096];
-        const char *sd = config_str(&cfg, OPT_STATE_DIR);
-
-        snprintf(state_dir, sizeof(state_dir), "%s", sd ? sd : "/var/lib/spotd");
-        if (!sd) {
-            size_t len = strlen(state_dir);
-            snprintf(state_dir + len, sizeof(state_dir) - len, "/%s", config_str(&cfg, OPT_JOB));
-        }
         orch = orch_new(&(struct orch_opts){
                             .base = base,
                             .child = child,

@@ -60,6 +60,9 @@ const struct config_option config_options[OPT__COUNT] = {
                          "fall back to IMDSv1 when no IMDSv2 token can be had" },
     [OPT_AZURE_ACK] = { "azure_ack", CONFIG_BOOL, "false", NULL, 0, 0, false, NULL,
                         "acknowledge an Azure event for this VM alone once the command stopped" },
+    [OPT_PASS_CREDENTIALS] = { "pass_credentials", CONFIG_BOOL, "false", NULL, 0, 0, false,
+                               NULL, "pass the AWS credentials in spotd's environment on to "
+                               "the command and the hooks (withheld by default)" },
     [OPT_JOB] = { "job", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                   "name of the training run; the key of its checkpoints" },
     [OPT_STORE] = { "store", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,

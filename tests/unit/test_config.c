@@ -259,6 +259,10 @@ TEST(config_secret_flag)
     CHECK_INT(config_set(&c, OPT_GRACE, "1s", CONFIG_FLAG, "--grace", err, sizeof(err)), 0);
     CHECK_INT(config_set(&c, OPT_GRACE, "2s", CONFIG_FLAG, "--grace", err, sizeof(err)), 0);
     CHECK_INT(config_num(&c, OPT_GRACE), 2000);
+    CHECK_INT(config_num(&c, OPT_PASS_CREDENTIALS), 0);
+    CHECK_INT(config_set(&c, OPT_PASS_CREDENTIALS, "true", CONFIG_FLAG, "--pass-credentials",
+                         err, sizeof(err)), 0);
+    CHECK_INT(config_num(&c, OPT_PASS_CREDENTIALS), 1);
     config_release(&c);
 }
 
