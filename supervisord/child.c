@@ -15,7 +15,13 @@
  * it sends the signal, arms the grace timer, and forbids any restart.
  * The grace timer has two phases: on the first expiry SIGKILL goes to the
  * group; on the second, one second later, spotd stops waiting for members it
- * cannot reap (a stuck process in D state must not hold it forever). */
+ * cannot reap (a stuck process in D state must not hold it forever).
+ *
+ * spotd may die without a stop (SIGKILL, the OOM killer).  Its command
+ * then gets the stop signal from the kernel (PR_SET_PDEATHSIG), and a
+ * spotd started again on the same state directory finds the record of the
+ * group (child_claim_state_dir) and stops what is left of it before it
+ * starts anything: a second trainer never runs beside the first. */
 #include "child.h"
 
 #include <cjson/cJSON.h>
@@ -25,6 +31,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -91,6 +99,12 @@ struct child {
     void (*before_restart)(void *arg);
     void *before_arg;
     bool restart_waits;
+    /* The state directory's (child_claim_state_dir): its lock, held while
+     * spotd lives, and the record of the command's group; -1 and NULL
+     * without one. */
+    int lock_fd;
+    char *record;
+    char boot_id[PROC_BOOT_ID_LEN + 1];
     /* Other children of spotd whose end someone waits for (hooks). */
     struct {
         pid_t pid;
@@ -182,6 +196,9 @@ static void finish(struct child *c)
     event_del(c->linger_timer);
     c->phase = PHASE_NONE;
     c->exit_code = status_to_code(c->status);
+    if (c->record && unlink(c->record) < 0 && errno != ENOENT)
+        log_msg(LOGL_WARN, "cannot remove '%s': %s; a spotd started later checks the group "
+                "it names and leaves it alone once it is gone", c->record, strerror(errno));
 
     if (c->on_parked) {
         void (*fn)(void *arg) = c->on_parked;
@@ -542,13 +559,19 @@ void child_reset_signals(const sigset_t *mask)
 
 /* In the child, between fork() and execve(): only async-signal-safe calls. */
 static __attribute__((noreturn)) void exec_child(const struct child *c, const char *path,
-                                                  int errfd)
+                                                  char *const *envp, pid_t parent, int errfd)
 {
     int err;
 
     setsid();
     child_reset_signals(&c->orig_mask);
-    execve(path, c->opts.argv, environ);
+    /* spotd dying without a stop sends the command the stop signal; what
+     * is left of its group, the next spotd stops (child_claim_state_dir).
+     * A spotd gone before the prctl() is seen by getppid(). */
+    prctl(PR_SET_PDEATHSIG, c->opts.stop_signal);
+    if (getppid() != parent)
+        _exit(128 + c->opts.stop_signal);
+    execve(path, c->opts.argv, envp);
     err = errno;
     if (write(errfd, &err, sizeof(err)) < 0) {
         /* The parent then sees EOF and a child that exits 127. */
@@ -560,27 +583,32 @@ static __attribute__((noreturn)) void exec_child(const struct child *c, const ch
  * be executed (the exec's own errno, passed back over a close-on-exec pipe). */
 static pid_t fork_exec(const struct child *c)
 {
-    char path[4096];
+    char path[4096], **envp;
     sigset_t all, saved;
     int fds[2], err = 0, r;
+    pid_t pid, parent = getpid();
     ssize_t n;
-    pid_t pid;
 
     r = child_resolve(c->opts.argv[0], path, sizeof(path));
     if (r < 0)
         return r;
-    if (pipe2(fds, O_CLOEXEC) < 0)
+    if (!(envp = child_env_new(c, 0)))
+        return -ENOMEM;
+    if (pipe2(fds, O_CLOEXEC) < 0) {
+        free(envp);
         return -errno;
+    }
     /* No signal may run libevent's handler in the child before the reset. */
     sigfillset(&all);
     sigprocmask(SIG_SETMASK, &all, &saved);
     pid = fork();
     if (pid == 0) {
         close(fds[0]);
-        exec_child(c, path, fds[1]);
+        exec_child(c, path, envp, parent, fds[1]);
     }
     r = -errno;
     sigprocmask(SIG_SETMASK, &saved, NULL);
+    free(envp);
     close(fds[1]);
     if (pid < 0) {
         close(fds[0]);
@@ -597,6 +625,45 @@ static pid_t fork_exec(const struct child *c)
         return -err;
     }
     return pid;
+}
+
+/* Write the record of the command's group (child_claim_state_dir): a
+ * temporary file renamed over the last, so that a reader never sees half
+ * of one.  A record that cannot be written is said, and the command runs. */
+static void record_group(struct child *c)
+{
+    struct proc_grouprec rec = { .pgid = c->pgid, .spotd_pid = getpid() };
+    char tmp[4200], text[256];
+    struct proc_stat st;
+    int fd, n, r;
+
+    if (!c->record)
+        return;
+    if ((r = proc_stat_read(c->pid, &st)) < 0) {
+        log_msg(LOGL_WARN, "cannot read the start time of pid %d (%s): no record of its group "
+                "in '%s'", (int)c->pid, strerror(-r), c->record);
+        return;
+    }
+    rec.start = st.start;
+    memcpy(rec.boot_id, c->boot_id, sizeof(rec.boot_id));
+    n = proc_grouprec_format(&rec, text, sizeof(text));
+    snprintf(tmp, sizeof(tmp), "%s.tmp", c->record);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        r = -errno;
+        goto fail;
+    }
+    r = n < 0 ? n : write(fd, text, (size_t)n) == n ? 0 : -EIO;
+    if (close(fd) < 0 && r == 0)
+        r = -errno;
+    if (r == 0 && rename(tmp, c->record) < 0)
+        r = -errno;
+    if (r == 0)
+        return;
+    unlink(tmp);
+fail:
+    log_msg(LOGL_WARN, "cannot write '%s': %s; should this spotd die, the next could not stop "
+            "what is left of the command", c->record, strerror(-r));
 }
 
 static void spawn(struct child *c)
@@ -632,6 +699,7 @@ static void spawn(struct child *c)
     c->pgid = pid;
     c->state = CHILD_RUNNING;
     c->started_ms = now_ms();
+    record_group(c);
     e = log_event_new("child_start");
     cJSON_AddNumberToObject(e, "pid", pid);
     cJSON_AddItemToObject(e, "argv",
@@ -689,6 +757,7 @@ struct child *child_new(struct event_base *base, const struct child_opts *opts,
         c->argc++;
     c->backoff_ms = CHILD_BACKOFF_MIN_MS;
     c->exit_override = -1;
+    c->lock_fd = -1;
     for (size_t i = 0; i < N_FORWARDED; i++) {
         c->sig_ev[i] = evsignal_new(base, forwarded[i], on_signal, c);
         if (!c->sig_ev[i] || evsignal_add(c->sig_ev[i], NULL) < 0)
@@ -741,6 +810,9 @@ struct child *child_free(struct child *c)
         event_free(c->linger_timer);
     if (c->backoff_timer)
         event_free(c->backoff_timer);
+    if (c->lock_fd >= 0)
+        close(c->lock_fd);
+    free(c->record);
     free(c);
     return NULL;
 }
@@ -840,4 +912,228 @@ static void watch_launcher(struct child *c)
         return;
     c->linger_ticks = 0;
     event_add(c->linger_timer, &tv);
+}
+
+/* What child_env_new() keeps from the programs spotd starts unless
+ * pass_credentials (child.h says which and why). */
+static const char *const credential_vars[] = {
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+    "AWS_CREDENTIAL_EXPIRATION", "AWS_SHARED_CREDENTIALS_FILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+};
+#define N_CREDENTIAL_VARS (sizeof(credential_vars) / sizeof(credential_vars[0]))
+
+/* Is entry ("NAME=value") named name? */
+static bool env_named(const char *entry, const char *name)
+{
+    size_t len = strlen(name);
+
+    return strncmp(entry, name, len) == 0 && entry[len] == '=';
+}
+
+static bool withheld(const struct child *c, const char *entry)
+{
+    char name[64];
+
+    for (size_t i = 0; !c->opts.pass_credentials && i < N_CREDENTIAL_VARS; i++)
+        if (env_named(entry, credential_vars[i]))
+            return true;
+    if (strncmp(entry, "SPOTD_", 6) != 0)
+        return false;
+    for (int i = 0; i < OPT__COUNT; i++)
+        if (config_options[i].secret &&
+            env_named(entry, config_env_name((enum config_id)i, name, sizeof(name))))
+            return true;
+    return false;
+}
+
+char **child_env_new(const struct child *c, size_t first)
+{
+    size_t n = 0, k = first;
+    char **envp;
+
+    while (environ[n])
+        n++;
+    if (!(envp = calloc(first + n + 1, sizeof(*envp))))
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!withheld(c, environ[i]))
+            envp[k++] = environ[i];
+    return envp;
+}
+
+/* mkdir -p, each new directory 0700. */
+static int make_dir(const char *path)
+{
+    char buf[4096];
+    size_t len = strlen(path);
+
+    if (len >= sizeof(buf))
+        return -ENAMETOOLONG;
+    memcpy(buf, path, len + 1);
+    for (char *slash = strchr(buf + 1, '/');; slash = strchr(slash + 1, '/')) {
+        if (slash)
+            *slash = '\0';
+        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+            return -errno;
+        if (!slash)
+            return 0;
+        *slash = '/';
+    }
+}
+
+/* How many processes are left of the group rec names, when it is the
+ * group that record's spotd started: 0 when it is gone, or when its pgid
+ * names someone else's group now (see child_claim_state_dir). */
+static int leftover(const struct child *c, const struct proc_grouprec *rec)
+{
+    struct proc_stat leader;
+    uint64_t oldest;
+    pid_t one;
+    int n;
+
+    if (strcmp(rec->boot_id, c->boot_id) != 0)
+        return 0;
+    if (proc_stat_read(rec->pgid, &leader) == 0 && leader.start != rec->start)
+        return 0;
+    n = proc_group_members(rec->pgid, &one, 1, &oldest);
+    return n > 0 && oldest >= rec->start ? n : 0;
+}
+
+/* Wait until nothing is left of rec's group, or ms passed.  Returns how
+ * many processes are left. */
+static int wait_leftover(const struct child *c, const struct proc_grouprec *rec, uint64_t ms)
+{
+    uint64_t until = now_ms() + ms;
+    int n;
+
+    while ((n = leftover(c, rec)) > 0 && now_ms() < until)
+        nanosleep(&(struct timespec){ 0, 50 * 1000 * 1000 }, NULL);
+    return n;
+}
+
+/* Read the record at c->record.  Returns 1 with *rec set, 0 when there is
+ * none, or none that can be read (said, and removed). */
+static int read_record(const struct child *c, struct proc_grouprec *rec)
+{
+    char text[PROC_GROUPREC_MAX + 1];
+    const char *why = "it cannot be read";
+    struct stat st;
+    ssize_t n = -1;
+    int fd;
+
+    fd = open(c->record, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0 && errno == ENOENT)
+        return 0;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+        n = read(fd, text, sizeof(text));
+    else if (fd >= 0)
+        why = "it is not a regular file";
+    if (fd >= 0)
+        close(fd);
+    if (n >= 0 && proc_grouprec_parse(text, (size_t)n, rec, &why) == 0)
+        return 1;
+    log_msg(LOGL_WARN, "ignoring '%s' (%s): it cannot say what a previous spotd left running",
+            c->record, why);
+    unlink(c->record);
+    return 0;
+}
+
+/* Stop the group a previous spotd left running, if any (child.h). */
+static int stop_leftover(struct child *c, char *err, size_t errlen)
+{
+    struct proc_grouprec rec;
+    uint64_t t0 = now_ms();
+    bool killed = false;
+    int n, left, r;
+    cJSON *e;
+
+    if (read_record(c, &rec) == 0)
+        return 0;
+    if ((n = leftover(c, &rec)) == 0)
+        goto out_unlink;
+    log_msg(LOGL_WARN, "process group %d (%d process%s) was started by a spotd (pid %d) that "
+            "ended without stopping it: stopping it (SIG%s, then SIGKILL after %llu ms) before "
+            "starting anything", (int)rec.pgid, n, n == 1 ? "" : "es", (int)rec.spotd_pid,
+            signame(c->opts.stop_signal), (unsigned long long)c->opts.grace_ms);
+    if (kill(-rec.pgid, c->opts.stop_signal) < 0 && errno != ESRCH) {
+        r = -errno;
+        snprintf(err, errlen, "cannot stop process group %d, left running by a spotd that is "
+                 "gone (pid %d): %s; stop it yourself (kill -KILL -- -%d), then start spotd "
+                 "again", (int)rec.pgid, (int)rec.spotd_pid, strerror(-r), (int)rec.pgid);
+        return r;
+    }
+    left = wait_leftover(c, &rec, c->opts.grace_ms);
+    if (left > 0) {
+        killed = true;
+        kill(-rec.pgid, SIGKILL);
+        left = wait_leftover(c, &rec, 10000);
+    }
+    e = log_event_new("leftover");
+    cJSON_AddNumberToObject(e, "pgid", rec.pgid);
+    cJSON_AddNumberToObject(e, "spotd_pid", rec.spotd_pid);
+    cJSON_AddNumberToObject(e, "processes", n);
+    cJSON_AddStringToObject(e, "signal", signame(killed ? SIGKILL : c->opts.stop_signal));
+    cJSON_AddNumberToObject(e, "left", left);
+    cJSON_AddNumberToObject(e, "ms", (double)(now_ms() - t0));
+    if (left > 0)
+        log_event(LOGL_WARN, e, "%d process%s of group %d still there 10 s after SIGKILL "
+                  "(stuck in the kernel): going on", left, left == 1 ? "" : "es", (int)rec.pgid);
+    else
+        log_event(LOGL_INFO, e, "process group %d, left by spotd pid %d, is gone (%s)",
+                  (int)rec.pgid, (int)rec.spotd_pid, killed ? "SIGKILL" : "it stopped");
+out_unlink:
+    unlink(c->record);
+    return 0;
+}
+
+int child_claim_state_dir(struct child *c, const char *dir, char *err, size_t errlen)
+{
+    char path[4200], holder[32] = "";
+    ssize_t n;
+    int fd, r;
+
+    if ((r = make_dir(dir)) < 0) {
+        snprintf(err, errlen, "cannot create the state directory '%s': %s; check --state-dir",
+                 dir, strerror(-r));
+        return r;
+    }
+    if ((r = proc_boot_id(c->boot_id, sizeof(c->boot_id))) < 0) {
+        snprintf(err, errlen, "cannot read this boot's id from /proc (%s): spotd needs /proc",
+                 strerror(-r));
+        return r;
+    }
+    snprintf(path, sizeof(path), "%s/lock", dir);
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
+    if (fd < 0) {
+        r = -errno;
+        snprintf(err, errlen, "cannot open '%s': %s; check --state-dir", path, strerror(-r));
+        return r;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        r = errno == EWOULDBLOCK ? -EBUSY : -errno;
+        n = pread(fd, holder, sizeof(holder) - 1, 0);
+        holder[n > 0 ? n : 0] = '\0';
+        holder[strspn(holder, "0123456789")] = '\0';
+        close(fd);
+        if (r == -EBUSY)
+            snprintf(err, errlen, "another spotd%s%s%s runs on the state directory '%s': two "
+                     "would each start the command; give each spotd its own --state-dir",
+                     holder[0] ? " (pid " : "", holder, holder[0] ? ")" : "", dir);
+        else
+            snprintf(err, errlen, "cannot lock '%s': %s", path, strerror(-r));
+        return r;
+    }
+    n = snprintf(holder, sizeof(holder), "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, holder, (size_t)n, 0) != n)
+        log_msg(LOGL_WARN, "cannot write spotd's pid into '%s': %s", path, strerror(errno));
+    snprintf(path, sizeof(path), "%s/command.json", dir);
+    if (!(c->record = strdup(path))) {
+        close(fd);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    c->lock_fd = fd;
+    return stop_leftover(c, err, errlen);
 }

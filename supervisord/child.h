@@ -3,6 +3,7 @@
 #define SPOTD_CHILD_H
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -22,6 +23,9 @@ struct child_opts {
     sigset_t notice_only;
     void (*on_notice_signal)(void *arg, int sig);
     void *arg;
+    /* Pass the cloud credentials on to the command and the hooks
+     * (--pass-credentials); see child_env_new(). */
+    bool pass_credentials;
 };
 
 /* Backoff between restarts doubles from the first to the last figure; a
@@ -40,6 +44,21 @@ struct child;
  * gets it back.  opts is copied.  Returns NULL with errno set. */
 struct child *child_new(struct event_base *base, const struct child_opts *opts,
                         const sigset_t *orig_mask);
+
+/* Make dir (created 0700 when missing) this spotd's state directory, before
+ * the loop runs: an exclusive lock on DIR/lock, held until child_free(), and
+ * from then on the record of the command's process group, DIR/command.json,
+ * written at each start and removed once the group is gone.  When the
+ * record names a group a previous spotd left running (it died without
+ * stopping it: SIGKILL, an OOM kill), that group is stopped first, with
+ * the stop signal, the grace period and SIGKILL, and a "leftover" event
+ * says so.  A group counts as that spotd's only when its leader, if still
+ * there, has the recorded start time and no member started before it, on
+ * the same boot: a pid used again is never signalled.  Blocks until the
+ * group is gone (at most the grace period and 10 s).  Returns 0; -EBUSY
+ * when another spotd holds the lock, -EPERM when the group cannot be
+ * signalled, other -errno: with err set in every failure. */
+int child_claim_state_dir(struct child *c, const char *dir, char *err, size_t errlen);
 
 /* Start the command once the loop runs.  When it ends for good (exit with
  * no restart left, a stop, or a command that cannot be executed) the child
@@ -108,6 +127,22 @@ int child_resolve(const char *cmd, char *buf, size_t size);
  * its default, and the mask set to mask (NULL: nothing blocked), so that
  * the program runs as if spotd were not there.  Async-signal-safe. */
 void child_reset_signals(const sigset_t *mask);
+
+/* The environment of a program spotd starts (the command, a hook):
+ * spotd's own, less what it withholds, after `first` slots left NULL for
+ * the caller's own variables.  Withheld always: the secret options'
+ * variables (SPOTD_WORLD_KEY, SPOTD_WEBHOOK).  Withheld unless
+ * pass_credentials: the AWS credentials spotd's S3 store may use, and what
+ * points an AWS SDK at credentials (AWS_ACCESS_KEY_ID,
+ * AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_SECURITY_TOKEN,
+ * AWS_CREDENTIAL_EXPIRATION, AWS_SHARED_CREDENTIALS_FILE,
+ * AWS_WEB_IDENTITY_TOKEN_FILE, AWS_CONTAINER_CREDENTIALS_RELATIVE_URI,
+ * AWS_CONTAINER_CREDENTIALS_FULL_URI, AWS_CONTAINER_AUTHORIZATION_TOKEN,
+ * AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE).  Everything else passes (PATH,
+ * HOME, CUDA_*, NCCL_*, PYTHON*, the user's own).  A NULL-terminated array
+ * of pointers into environ (the strings are not copied), valid until the
+ * environment changes; free() it.  NULL when out of memory. */
+char **child_env_new(const struct child *c, size_t first);
 
 /* The command's pid while it runs, else 0. */
 pid_t child_pid(const struct child *c);

@@ -90,7 +90,7 @@ int hooks_run(struct hooks *h, const char *name, const struct hook_env *env, hoo
     char *argv[3], **envp;
     struct run *r = NULL;
     struct timeval tv;
-    size_t n = 0, k = 0;
+    size_t k = 0;
     pid_t pid;
 
     if (!h || !h->dir)
@@ -103,11 +103,10 @@ int hooks_run(struct hooks *h, const char *name, const struct hook_env *env, hoo
             r = &h->runs[i];
     if (!r)
         return -EAGAIN;
-    while (environ[n])
-        n++;
-    if (!(envp = calloc(n + ENV_ADDED + 1, sizeof(*envp))))
+    /* spotd's environment less what it withholds (child_env_new), ours
+     * first: the first of two equal names is the one getenv() finds. */
+    if (!(envp = child_env_new(h->child, ENV_ADDED)))
         return -ENOMEM;
-    /* Ours first: the first of two equal names is the one getenv() finds. */
     envp[k++] = env_str(vars[0], sizeof(vars[0]), "SPOT_HOOK", name);
     envp[k++] = env_str(vars[1], sizeof(vars[1]), "SPOT_JOB", env->job);
     envp[k++] = env_str(vars[2], sizeof(vars[2]), "SPOT_RANK", "0");
@@ -121,8 +120,6 @@ int hooks_run(struct hooks *h, const char *name, const struct hook_env *env, hoo
     envp[k++] = env_str(vars[7], sizeof(vars[7]), "SPOT_DEADLINE_MS",
                         env->deadline_ms > 0 ? num : NULL);
     envp[k++] = env_str(vars[8], sizeof(vars[8]), "SPOT_RESULT", env->result);
-    for (size_t i = 0; i < n; i++)
-        envp[k++] = environ[i];
     argv[0] = path;
     snprintf(arg1, sizeof(arg1), "%s", name);
     argv[1] = arg1;

@@ -10,7 +10,9 @@
  * shell, with stdin /dev/null, in its own process group, and with SPOT_HOOK,
  * SPOT_JOB, SPOT_RANK, SPOT_GEN, SPOT_STEP, SPOT_DIR, SPOT_REASON,
  * SPOT_DEADLINE_MS and SPOT_RESULT added to spotd's environment (empty
- * when they do not apply).  One still running after --hook-timeout is
+ * when they do not apply), less what spotd withholds from the command too
+ * (child_env_new: its secrets, and the cloud credentials unless
+ * --pass-credentials).  One still running after --hook-timeout is
  * killed and counts as failed.  A missing hook is not an error. */
 #ifndef SPOTD_HOOKS_H
 #define SPOTD_HOOKS_H

@@ -528,6 +528,21 @@ static void acknowledge(struct event_base *base, const struct watcher_ops *cloud
     event_base_dispatch(base);
 }
 
+/* The state directory: --state-dir, else /var/lib/spotd/JOB with a job,
+ * else none (NULL): spotd without either keeps no state. */
+static const char *state_dir_of(const struct config *cfg, char *buf, size_t size)
+{
+    const char *sd = config_str(cfg, OPT_STATE_DIR);
+
+    if (sd)
+        snprintf(buf, size, "%s", sd);
+    else if (config_str(cfg, OPT_JOB))
+        snprintf(buf, size, "/var/lib/spotd/%s", config_str(cfg, OPT_JOB));
+    else
+        return NULL;
+    return buf;
+}
+
 static int cmd_run(int argc, char **argv)
 {
     const struct watcher_ops *cloud = NULL;
@@ -548,7 +563,7 @@ static int cmd_run(int argc, char **argv)
     struct frame_key job_key = { .len = 0 };
     bool job_keyed = false;
     sigset_t orig_mask, notice_sigs;
-    char err[1024], url[1024];
+    char err[1024], url[1024], state_dir[4096];
     int cmd, code = EXIT_USAGE, r, drill_kind = -1;
     uint64_t drill_ms = 0;
     char **command;
@@ -641,6 +656,7 @@ static int cmd_run(int argc, char **argv)
         .notice_only = notice_sigs,
         .on_notice_signal = on_notice_signal,
         .arg = &run,
+        .pass_credentials = config_num(&cfg, OPT_PASS_CREDENTIALS) != 0,
     };
     child = child_new(base, &opts, &orig_mask);
     if (!child) {
@@ -648,11 +664,13 @@ static int cmd_run(int argc, char **argv)
         goto out_base;
     }
     run.child = child;
-    if (config_str(&cfg, OPT_WEBHOOK)) {
+    if (config_str(&cfg, OPT_WEBHOOK) || config_str(&cfg, OPT_WEBHOOK_FILE)) {
         webhook = webhook_new(&(struct webhook_opts){
                                   .base = base,
                                   .urls = config_str(&cfg, OPT_WEBHOOK),
                                   .urls_origin = cfg.v[OPT_WEBHOOK].origin,
+                                  .urls_file = config_str(&cfg, OPT_WEBHOOK_FILE),
+                                  .urls_file_origin = cfg.v[OPT_WEBHOOK_FILE].origin,
                                   .template_path = config_str(&cfg, OPT_WEBHOOK_TEMPLATE),
                                   .template_origin = cfg.v[OPT_WEBHOOK_TEMPLATE].origin,
                                   .timeout_ms = config_num(&cfg, OPT_WEBHOOK_TIMEOUT),
@@ -667,8 +685,8 @@ static int cmd_run(int argc, char **argv)
             goto out_child;
         }
     } else if (config_str(&cfg, OPT_WEBHOOK_TEMPLATE)) {
-        say("webhook_template (from %s) needs --webhook: without a URL nothing is sent",
-            cfg.v[OPT_WEBHOOK_TEMPLATE].origin);
+        say("webhook_template (from %s) needs webhook or webhook_file: without a URL nothing "
+            "is sent", cfg.v[OPT_WEBHOOK_TEMPLATE].origin);
         goto out_child;
     }
 
@@ -680,15 +698,14 @@ static int cmd_run(int argc, char **argv)
     cJSON_AddItemToObject(e, "settings", config_to_json(&cfg));
     log_event(LOGL_INFO, e, "spotd %s starting", SPOT_VERSION);
 
+    /* Before anything uses the state directory: it is this spotd's, and
+     * what a spotd that died left running there is stopped. */
+    if (state_dir_of(&cfg, state_dir, sizeof(state_dir)) &&
+        child_claim_state_dir(child, state_dir, err, sizeof(err)) < 0) {
+        say("%s", err);
+        goto out_child;
+    }
     if (config_str(&cfg, OPT_JOB) || config_str(&cfg, OPT_STORE)) {
-        char state_dir[4096];
-        const char *sd = config_str(&cfg, OPT_STATE_DIR);
-
-        snprintf(state_dir, sizeof(state_dir), "%s", sd ? sd : "/var/lib/spotd");
-        if (!sd) {
-            size_t len = strlen(state_dir);
-            snprintf(state_dir + len, sizeof(state_dir) - len, "/%s", config_str(&cfg, OPT_JOB));
-        }
         orch = orch_new(&(struct orch_opts){
                             .base = base,
                             .child = child,

@@ -55,6 +55,7 @@
 #define WEBHOOK_BACKOFF_MAX_MS 60000
 #define WEBHOOK_TELL_EVERY_MS 30000
 #define WEBHOOK_TEMPLATE_MAX (64 * 1024)
+#define WEBHOOK_URLS_FILE_MAX (64 * 1024)
 /* A template that repeats {text} thousands of times could make more. */
 #define WEBHOOK_BODY_MAX (1024 * 1024)
 /* Answers are not read; a longer one is cut, and still a success. */
@@ -102,7 +103,8 @@ enum watch { W_NONE, W_NOTICE, W_SETTLED };
 struct webhook {
     struct event_base *base;
     struct http *http;
-    char *urls;                /* the option's value, split in place */
+    char *urls;                /* the option's value and the file's, split in place */
+    size_t urls_split;         /* where the file's begin in urls; 0: no file */
     struct target *t;
     size_t n;
     struct event *kick;
@@ -799,24 +801,130 @@ static bool url_valid(const char *url)
     return end > host && *host != ':';
 }
 
+/* Read the file path, named key in messages (origin: where the path came
+ * from), into buf (max + 1 bytes, terminated): a regular file of at most
+ * max bytes without NUL bytes; hint says what it should be.  O_NONBLOCK: a
+ * FIFO must not hold spotd's start.  Returns its length with its mode in
+ * *ret_mode, or -errno / -EINVAL with err set. */
+static ssize_t read_small_file(const char *key, const char *path, const char *origin,
+                               const char *hint, char *buf, size_t max, mode_t *ret_mode,
+                               char *err, size_t errlen)
+{
+    struct stat st;
+    ssize_t r = -EINVAL;
+    size_t len = 0;
+    int fd;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        r = -errno;
+        snprintf(err, errlen, "cannot read %s '%s' (from %s): %s", key, path, origin,
+                 strerror((int)-r));
+        return r;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s '%s' (from %s) is not a regular file", key, path, origin);
+        goto out;
+    }
+    for (;;) {
+        ssize_t n = read(fd, buf + len, max + 1 - len);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            r = -errno;
+            snprintf(err, errlen, "cannot read %s '%s' (from %s): %s", key, path, origin,
+                     strerror((int)-r));
+            goto out;
+        }
+        len += (size_t)n;
+        if (n == 0 || len > max)
+            break;
+    }
+    if (len > max) {
+        snprintf(err, errlen, "%s '%s' (from %s) is larger than %zu KiB: %s", key, path,
+                 origin, max / 1024, hint);
+        goto out;
+    }
+    if (memchr(buf, '\0', len)) {
+        snprintf(err, errlen, "%s '%s' (from %s) holds NUL bytes: %s", key, path, origin, hint);
+        goto out;
+    }
+    buf[len] = '\0';
+    *ret_mode = st.st_mode;
+    r = (ssize_t)len;
+out:
+    close(fd);
+    return r;
+}
+
+/* The URLs' file (webhook_file), its comment lines blanked, appended to
+ * w->urls after a newline.  The file is a secret like the URLs. */
+static int read_urls_file(struct webhook *w, const struct webhook_opts *o, char *err,
+                          size_t errlen)
+{
+    size_t have = strlen(w->urls);
+    char *buf, *text;
+    mode_t mode;
+    ssize_t n;
+
+    if (!(buf = realloc(w->urls, have + 1 + WEBHOOK_URLS_FILE_MAX + 1))) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    w->urls = buf;
+    buf[have] = '\n';
+    text = buf + have + 1;
+    n = read_small_file("webhook_file", o->urls_file, o->urls_file_origin,
+                        "it holds URLs, one a line", text, WEBHOOK_URLS_FILE_MAX, &mode, err,
+                        errlen);
+    if (n < 0)
+        return (int)n;
+    for (char *line = text; *line;) {
+        size_t end = strcspn(line, "\n");
+
+        if (line[strspn(line, " \t")] == '#')
+            memset(line, ' ', end);
+        line += end + (line[end] == '\n');
+    }
+    w->urls_split = have + 1;
+    if (mode & 077)
+        log_msg(LOGL_WARN, "webhook_file '%s' can be read by other users (mode %04o): its "
+                "URLs may hold tokens; chmod 600 it", o->urls_file, (unsigned)(mode & 07777));
+    return 0;
+}
+
+/* Where the URL at tok came from: the option, or the URLs' file. */
+static const char *url_origin(const struct webhook *w, const struct webhook_opts *o,
+                              const char *tok)
+{
+    return w->urls_split && tok >= w->urls + w->urls_split ? o->urls_file_origin
+                                                           : o->urls_origin;
+}
+
 static int split_urls(struct webhook *w, const struct webhook_opts *o, char *err, size_t errlen)
 {
     char *list[WEBHOOK_URLS_MAX], *tok, *save = NULL, shown[160];
     size_t n = 0;
+    int r;
 
-    if (!(w->urls = strdup(o->urls)))
+    if (!(w->urls = strdup(o->urls ? o->urls : "")))
         goto oom;
+    if (o->urls_file && (r = read_urls_file(w, o, err, errlen)) < 0)
+        return r;
     for (tok = strtok_r(w->urls, " \t\r\n\f\v", &save); tok;
          tok = strtok_r(NULL, " \t\r\n\f\v", &save)) {
         if (n == WEBHOOK_URLS_MAX) {
             snprintf(err, errlen, "too many webhook URLs (from %s): at most %d",
-                     o->urls_origin, WEBHOOK_URLS_MAX);
+                     url_origin(w, o, tok), WEBHOOK_URLS_MAX);
             return -EINVAL;
         }
         list[n++] = tok;
     }
     if (n == 0) {
-        snprintf(err, errlen, "webhook (from %s) names no URL", o->urls_origin);
+        snprintf(err, errlen, "no webhook URL (from %s%s%s)", o->urls ? o->urls_origin : "",
+                 o->urls && o->urls_file ? " and " : "",
+                 o->urls_file ? o->urls_file_origin : "");
         return -EINVAL;
     }
     for (size_t i = 0; i < n; i++) {
@@ -825,7 +933,8 @@ static int split_urls(struct webhook *w, const struct webhook_opts *o, char *err
         url_where(list[i], true, shown, sizeof(shown));
         snprintf(err, errlen, "invalid webhook URL '%s' (URL %zu of %zu, from %s): expected "
                  "http:// or https:// and a host (only its scheme and host are shown: the "
-                 "rest of a webhook URL may hold a token)", shown, i + 1, n, o->urls_origin);
+                 "rest of a webhook URL may hold a token)", shown, i + 1, n,
+                 url_origin(w, o, list[i]));
         return -EINVAL;
     }
     if (!(w->t = calloc(n, sizeof(*w->t))))
@@ -947,60 +1056,20 @@ static int check_template(const struct webhook *w, const struct webhook_opts *o,
 static int read_template(struct webhook *w, const struct webhook_opts *o, char *err,
                          size_t errlen)
 {
-    const char *path = o->template_path;
-    struct stat st;
-    size_t len = 0;
-    int fd, r = -EINVAL;
+    mode_t mode;
+    ssize_t n;
 
-    /* O_NONBLOCK: a FIFO must not hold spotd's start. */
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0) {
-        r = -errno;
-        snprintf(err, errlen, "cannot read webhook_template '%s' (from %s): %s", path,
-                 o->template_origin, strerror(-r));
-        return r;
-    }
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "webhook_template '%s' (from %s) is not a regular file", path,
-                 o->template_origin);
-        goto out;
-    }
     if (!(w->tmpl = malloc(WEBHOOK_TEMPLATE_MAX + 1))) {
         snprintf(err, errlen, "out of memory");
-        r = -ENOMEM;
-        goto out;
+        return -ENOMEM;
     }
-    for (;;) {
-        ssize_t n = read(fd, w->tmpl + len, WEBHOOK_TEMPLATE_MAX + 1 - len);
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            r = -errno;
-            snprintf(err, errlen, "cannot read webhook_template '%s' (from %s): %s", path,
-                     o->template_origin, strerror(-r));
-            goto out;
-        }
-        len += (size_t)n;
-        if (n == 0 || len > WEBHOOK_TEMPLATE_MAX)
-            break;
-    }
-    if (len > WEBHOOK_TEMPLATE_MAX) {
-        snprintf(err, errlen, "webhook_template '%s' (from %s) is larger than %d KiB: a webhook "
-                 "body is a small JSON document", path, o->template_origin,
-                 WEBHOOK_TEMPLATE_MAX / 1024);
-        goto out;
-    }
-    if (memchr(w->tmpl, '\0', len)) {
-        snprintf(err, errlen, "webhook_template '%s' (from %s) holds NUL bytes: it must be JSON "
-                 "text", path, o->template_origin);
-        goto out;
-    }
-    w->tmpl_len = len;
-    r = check_template(w, o, err, errlen);
-out:
-    close(fd);
-    return r;
+    n = read_small_file("webhook_template", o->template_path, o->template_origin,
+                        "a webhook body is a small JSON text", w->tmpl, WEBHOOK_TEMPLATE_MAX,
+                        &mode, err, errlen);
+    if (n < 0)
+        return (int)n;
+    w->tmpl_len = (size_t)n;
+    return check_template(w, o, err, errlen);
 }
 
 struct webhook *webhook_new(const struct webhook_opts *o, char *err, size_t errlen)

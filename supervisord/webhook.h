@@ -19,8 +19,12 @@ struct webhook;
 
 struct webhook_opts {
     struct event_base *base;
-    const char *urls;          /* one or more http(s) URLs, separated by white space */
-    const char *urls_origin;   /* where they came from, for messages ("--webhook") */
+    const char *urls;          /* http(s) URLs separated by white space; may be NULL */
+    const char *urls_origin;   /* where they came from, for messages ("SPOTD_WEBHOOK") */
+    /* A file of more URLs, one a line, '#' starting a comment line; may be
+     * NULL.  At least one URL, from either. */
+    const char *urls_file;
+    const char *urls_file_origin;
     const char *template_path; /* the body's template; NULL: spotd's own document */
     const char *template_origin;
     uint64_t timeout_ms;       /* one delivery's time limit, more than 0 */
@@ -28,10 +32,12 @@ struct webhook_opts {
     long rank;                 /* this node's rank in a world; -1: none */
 };
 
-/* Check the URLs and the template, and start observing events.  Returns
- * NULL with a one-line reason in err (a bad URL, named by its scheme and
- * host only: the rest may hold a token; a template that is missing, over
- * 64 KiB, or not JSON once its placeholders are filled). */
+/* Read the URLs' file, check the URLs and the template, and start
+ * observing events.  Returns NULL with a one-line reason in err (a bad
+ * URL, named by its scheme and host only: the rest may hold a token; a
+ * URLs' file that is not a regular file, over 64 KiB or holds a NUL; a
+ * template that is missing, over 64 KiB, or not JSON once its placeholders
+ * are filled).  A URLs' file others can read is warned about. */
 struct webhook *webhook_new(const struct webhook_opts *o, char *err, size_t errlen);
 
 /* At exit, after the command is gone: run the loop until every queue is

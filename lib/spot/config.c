@@ -62,6 +62,9 @@ const struct config_option config_options[OPT__COUNT] = {
                          "fall back to IMDSv1 when no IMDSv2 token can be had" },
     [OPT_AZURE_ACK] = { "azure_ack", CONFIG_BOOL, "false", NULL, 0, 0, false, NULL,
                         "acknowledge an Azure event for this VM alone once the command stopped" },
+    [OPT_PASS_CREDENTIALS] = { "pass_credentials", CONFIG_BOOL, "false", NULL, 0, 0, false,
+                               NULL, "pass the AWS credentials in spotd's environment on to "
+                               "the command and the hooks (withheld by default)" },
     [OPT_JOB] = { "job", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                   "name of the training run; the key of its checkpoints" },
     [OPT_STORE] = { "store", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
@@ -155,8 +158,11 @@ const struct config_option config_options[OPT__COUNT] = {
                                  "idle for spotd_gpu_idle_seconds" },
     [OPT_WEBHOOK] = { "webhook", CONFIG_STRING, NULL, NULL, 0, 0, true, NULL,
                       "POST a JSON document to this URL at notices, commits, missed deadlines "
-                      "and resumes (several: separated by spaces, or the flag repeated)",
-                      .repeat = true },
+                      "and resumes (several: separated by spaces); from the file or "
+                      "SPOTD_WEBHOOK, never a flag (see webhook_file)" },
+    [OPT_WEBHOOK_FILE] = { "webhook_file", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                           "a file of webhook URLs, one a line ('#' starts a comment line), "
+                           "added to webhook's; keep it chmod 600" },
     [OPT_WEBHOOK_TEMPLATE] = { "webhook_template", CONFIG_STRING, NULL, NULL, 0, 0, false,
                                NULL, "a file holding the webhook body with {placeholders} "
                                "(Slack-style bodies); default: spotd's JSON document" },
@@ -254,29 +260,31 @@ int config_set(struct config *c, enum config_id id, const char *value,
 {
     const struct config_option *o = &config_options[id];
     struct config_value *v = &c->v[id];
-    char what[320], vbuf[128];
+    char what[320], vbuf[128], name[64], flag[64] = "", env[64];
     uint64_t num;
-    char *str = NULL, *org, *joined = NULL;
+    char *str = NULL, *org;
+    int file_id;
 
-    /* A repeated flag adds its value to the one before (--webhook A
-     * --webhook B is "A B"); a flag still replaces the file's and the
-     * environment's. */
-    if (value && o->repeat && source == CONFIG_FLAG && v->source == CONFIG_FLAG && v->str) {
-        if (asprintf(&joined, "%s %s", v->str, value) < 0) {
-            joined = NULL;
-            goto out_nomem;
-        }
-        value = joined;
+    /* The command line is world-readable; the environment and the file
+     * need not be.  world_key_file, webhook_file: where it should be. */
+    if (o->secret && source == CONFIG_FLAG) {
+        snprintf(name, sizeof(name), "%s_file", o->key);
+        if ((file_id = config_find_key(name)) >= 0)
+            config_flag_name((enum config_id)file_id, flag, sizeof(flag));
+        snprintf(err, errlen, "%s cannot be given on the command line: every user of this "
+                 "machine can read a command line (/proc/PID/cmdline); put it in %s%s%s"
+                 "the configuration file (\"%s\") or %s", origin,
+                 flag[0] ? "a file named by " : "", flag, flag[0] ? ", " : "", o->key,
+                 config_env_name(id, env, sizeof(env)));
+        return -EINVAL;
     }
     if (value) {
         if (check_value(o, value, &num, what, sizeof(what)) < 0) {
-            snprintf(err, errlen, "invalid %s '%s' (from %s%s): %s", o->key,
-                     o->secret ? "<redacted>" : shown(value, vbuf, sizeof(vbuf)), origin,
-                     joined ? ", with the values before it" : "", what);
-            free(joined);
+            snprintf(err, errlen, "invalid %s '%s' (from %s): %s", o->key,
+                     o->secret ? "<redacted>" : shown(value, vbuf, sizeof(vbuf)), origin, what);
             return -EINVAL;
         }
-        str = joined ? joined : strdup(value);
+        str = strdup(value);
         if (!str)
             goto out_nomem;
     } else {
@@ -575,11 +583,56 @@ static int apply_members(struct config *c, const char *path, const cJSON *root, 
     return 0;
 }
 
+/* The first string of a JSON text that holds an escaped NUL ("\u0000"),
+ * which cJSON would cut there: NULL when none.  *ret_key is the key it is
+ * (or is the value of, or is inside the array of), as written, and
+ * *ret_klen its length; *ret_is_key says whether the string is the key
+ * itself.  text must be valid JSON. */
+static const char *escaped_nul(const char *text, size_t len, const char **ret_key,
+                               size_t *ret_klen, bool *ret_is_key)
+{
+    const char *key = NULL, *str = NULL, *nul = NULL;
+    size_t klen = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        if (!str) {
+            if (text[i] == '"')
+                str = text + i + 1, nul = NULL;
+            continue;
+        }
+        if (text[i] == '\\') {
+            if (i + 5 < len && memcmp(text + i + 1, "u0000", 5) == 0)
+                nul = text + i;
+            i++;
+            continue;
+        }
+        if (text[i] != '"')
+            continue;
+        /* The string ends: a key when a ':' follows. */
+        size_t j = i + 1;
+        while (j < len && isspace((unsigned char)text[j]))
+            j++;
+        bool is_key = j < len && text[j] == ':';
+        if (is_key)
+            key = str, klen = (size_t)(text + i - str);
+        if (nul) {
+            *ret_key = key;
+            *ret_klen = klen;
+            *ret_is_key = is_key;
+            return nul;
+        }
+        str = NULL;
+    }
+    return NULL;
+}
+
 int config_load_json(struct config *c, const char *path, const char *text, size_t len,
                      char *err, size_t errlen)
 {
-    const char *end = NULL;
+    const char *end = NULL, *nul, *key;
     unsigned line, col;
+    bool is_key;
+    size_t klen;
     cJSON *root;
     int r = -EINVAL;
 
@@ -606,12 +659,31 @@ int config_load_json(struct config *c, const char *path, const char *text, size_
                  path);
         goto out;
     }
+    if ((nul = escaped_nul(text, len, &key, &klen, &is_key))) {
+        char kbuf[96], kcopy[96];
+
+        position(text, nul, &line, &col);
+        snprintf(kcopy, sizeof(kcopy), "%.*s", (int)(klen < sizeof(kcopy) ? klen : sizeof(kcopy) - 1),
+                 key ? key : "");
+        snprintf(err, errlen, "%s:%u:%u: %s '%s' holds a NUL character (\\u0000); spotd refuses "
+                 "it rather than cut the string there", path, line, col,
+                 is_key ? "the key" : "the value of key", shown(kcopy, kbuf, sizeof(kbuf)));
+        goto out;
+    }
     r = apply_members(c, path, root, false, err, errlen);
     if (r == 0)
         r = apply_members(c, path, root, true, err, errlen);
 out:
     cJSON_Delete(root);
     return r;
+}
+
+/* What a file that is not a regular one is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode)
+           ? "a character device" : S_ISBLK(mode) ? "a block device" : S_ISSOCK(mode)
+           ? "a socket" : "not a regular file";
 }
 
 int config_load_file(struct config *c, const char *path, char *err, size_t errlen)
@@ -621,14 +693,28 @@ int config_load_file(struct config *c, const char *path, char *err, size_t errle
     size_t len = 0;
     int fd, r;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    /* Looked at before it is opened: opening a device can do something (a
+     * watchdog starts counting), opening a FIFO waits for a writer. */
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "config file '%s' is %s; --config takes a regular file", path,
+                 file_kind(st.st_mode));
+        return -EINVAL;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         r = -errno;
         snprintf(err, errlen, "cannot open config file '%s': %s", path, strerror(-r));
         return r;
     }
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "config file '%s' is not a regular file", path);
+    /* Again on what was opened: it may have been swapped in between. */
+    if (fstat(fd, &st) < 0) {
+        r = -errno;
+        snprintf(err, errlen, "cannot read config file '%s': %s", path, strerror(-r));
+        goto out_close;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "config file '%s' is %s; --config takes a regular file", path,
+                 file_kind(st.st_mode));
         r = -EINVAL;
         goto out_close;
     }

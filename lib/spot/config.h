@@ -36,6 +36,7 @@ enum config_id {
     OPT_DRILL_AFTER,
     OPT_AWS_IMDSV1,
     OPT_AZURE_ACK,
+    OPT_PASS_CREDENTIALS,
     /* Implemented by later capabilities; refused when set until then. */
     OPT_JOB,
     OPT_STORE,
@@ -71,6 +72,7 @@ enum config_id {
     OPT_METRICS,
     OPT_GPU_IDLE_THRESHOLD,
     OPT_WEBHOOK,
+    OPT_WEBHOOK_FILE,
     OPT_WEBHOOK_TEMPLATE,
     OPT_WEBHOOK_TIMEOUT,
     OPT__COUNT
@@ -86,10 +88,11 @@ struct config_option {
     const char *def;              /* default, in the option's syntax; NULL: unset */
     const char *const *choices;   /* CONFIG_ENUM: NULL-terminated */
     uint64_t min, max;            /* CONFIG_UINT */
-    bool secret;                  /* redacted by config_print(), kept from the child */
+    /* Redacted by config_to_json(), kept from the command, and never taken
+     * from a flag: every user can read a command line (/proc/PID/cmdline). */
+    bool secret;
     const char *later;            /* capability that will implement it, NULL if done */
     const char *help;
-    bool repeat;                  /* a second flag adds its value, space separated */
 };
 
 struct config_value {
@@ -123,9 +126,9 @@ int config_init(struct config *c);
 void config_release(struct config *c);
 
 /* Set option id from text given by origin (for messages).  On a bad value
- * writes the one-line reason into err and returns -EINVAL.  For an option
- * with repeat, a flag after a flag adds its value to the one before,
- * separated by a space (--webhook A --webhook B). */
+ * writes the one-line reason into err and returns -EINVAL; so it does for
+ * a secret option from a flag (source CONFIG_FLAG), saying where else it
+ * can be given. */
 int config_set(struct config *c, enum config_id id, const char *value,
                enum config_source source, const char *origin, char *err, size_t errlen);
 
@@ -143,13 +146,18 @@ char *config_env_name(enum config_id id, char *buf, size_t size);
  * messages.  Unknown keys, duplicate keys, wrong JSON types and bad values
  * are refused.  Besides the options, the key "command" (an array of
  * strings, the first the program) is the command spotd runs when none
- * follows the options; it has no flag or environment spelling.  Returns 0
- * or -EINVAL with err set. */
+ * follows the options; it has no flag or environment spelling.  A string
+ * or key holding a NUL (written "\u0000") is refused, with its key named:
+ * cut there, it would mean something else.  Returns 0 or -EINVAL with err
+ * set. */
 int config_load_json(struct config *c, const char *path, const char *text, size_t len,
                      char *err, size_t errlen);
 
-/* Read and apply the file at path (size-capped).  Returns 0, -errno, or
- * -EINVAL with err set; err is set in every failure. */
+/* Read and apply the file at path (size-capped).  Anything but a regular
+ * file (a FIFO, a device, a directory, a socket) is refused before it is
+ * opened, and again after (opened without blocking): reading a FIFO or a
+ * terminal would hold spotd's start.  Returns 0, -errno, or -EINVAL with
+ * err set; err is set in every failure. */
 int config_load_file(struct config *c, const char *path, char *err, size_t errlen);
 
 /* Apply SPOTD_* variables from envp.  Empty values are skipped.  Unknown

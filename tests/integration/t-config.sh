@@ -154,7 +154,34 @@ SPOTD_CONFIG="$T/nonexistent2.json" run_spotd config
 usage_error "missing SPOTD_CONFIG file: names the path" "$T/nonexistent2.json"
 
 run_spotd config --config "$T"
-usage_error "--config naming a directory: refused" "$T"
+usage_error "--config naming a directory: refused" "config file '$T' is a directory"
+
+# A FIFO or a device is refused before it is read: a FIFO would hold spotd
+# until someone writes to it, a terminal until someone types.
+mkfifo "$T/fifo.json"
+t0=$(now_ms)
+run_spotd run --config "$T/fifo.json" -- touch "$T/ran"
+usage_error "--config naming a FIFO: refused" \
+    "config file '$T/fifo.json' is a FIFO; --config takes a regular file"
+expect_lt "--config naming a FIFO: ... at once, no writer waited for (ms)" 10000 \
+    $(($(now_ms) - t0))
+no_run "--config naming a FIFO: the command does not run"
+SPOTD_CONFIG="$T/fifo.json" run_spotd config
+usage_error "SPOTD_CONFIG naming a FIFO: refused" "is a FIFO"
+run_spotd config --config /dev/zero
+usage_error "--config naming a device: refused" "config file '/dev/zero' is a character device"
+
+# "\u0000" would cut a string short: "3s\u0000junk" would read as 3s.
+printf '{"restart": "on-failure",\n "grace": "3s\\u0000junk"}\n' >"$T/nul.json"
+run_spotd run --config "$T/nul.json" -- touch "$T/ran"
+usage_error "a string holding \\u0000: refused, naming the key and where" \
+    "$T/nul.json:2:14: the value of key 'grace' holds a NUL character"
+no_run "a string holding \\u0000: the command does not run"
+printf '{"command": ["touch", "%s/ran\\u0000x"]}\n' "$T" >"$T/nulcmd.json"
+run_spotd run --config "$T/nulcmd.json"
+usage_error "an argument of the file's command holding \\u0000: refused" \
+    "the value of key 'command' holds a NUL character"
+no_run "an argument holding \\u0000: the command does not run"
 
 # Comments ("_" keys) and null (the default) are accepted.
 printf '{"_comment": "hi", "grace": null, "restart": "on-failure"}\n' >"$T/ok.json"
@@ -263,6 +290,13 @@ SPOTD_WORLD_KEY=s3cr3t-value-x9 run_spotd run --job j --store "file://$T/ws" --r
     --world-size 2 --peers 127.0.0.1:1,127.0.0.1:2 -- true
 check "SPOTD_WORLD_KEY: spotd run's refusal of a short key does not show the secret" \
     eval '[ "$RC" -eq 125 ] && grep -q "invalid world_key" "$T/stderr" && ! grep -q s3cr3t-value-x9 "$T/stdout" "$T/stderr"'
+# Every user can read a command line (/proc/PID/cmdline): no secret from a flag.
+run_spotd run --world-key s3cr3t-value-x9 -- touch "$T/ran"
+usage_error "--world-key on the command line: refused, saying where a key goes" \
+    "--world-key cannot be given on the command line" "--world-key-file" "SPOTD_WORLD_KEY"
+no_run "--world-key on the command line: the command does not run"
+check "--world-key on the command line: the refusal does not show the key" \
+    eval '! grep -q s3cr3t-value-x9 "$T/stdout" "$T/stderr"'
 
 # --- spotd config prints valid JSON: an object, one "key": value a line ---
 run_spotd config

@@ -152,8 +152,11 @@ check "resume GEN: ... saying so" grep -q "no committed generation 999" "$T/stde
 
 # ---- hooks ------------------------------------------------------------------
 mkdir "$T/hooks"
+# The hook reads its own signal mask with builtins only: a forked grep would
+# read the shell's while dash blocks every signal around its vfork (dash
+# does, until the child has exec'd), and see them all blocked.
 for h in on-notice pre-checkpoint post-checkpoint pre-restore post-restore; do
-    printf '#!/bin/sh\nenv | grep "^SPOT_" | sort >"%s/%s.env"\necho "$1" >"%s/%s.argv"\ngrep "^Sig[IB]" /proc/$$/status >"%s/%s.sig"\n' \
+    printf '#!/bin/sh\nenv | grep "^SPOT_" | sort >"%s/%s.env"\necho "$1" >"%s/%s.argv"\nwhile read -r k v; do case $k in SigBlk:|SigIgn:) printf "%%s\\t%%s\\n" "$k" "$v";; esac; done </proc/$$/status >"%s/%s.sig"\n' \
         "$T" "$h" "$T" "$h" "$T" "$h" >"$T/hooks/$h"
     chmod +x "$T/hooks/$h"
 done

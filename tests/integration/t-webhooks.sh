@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Webhooks (--webhook, --webhook-template, --webhook-timeout) against a real
-# HTTP receiver on 127.0.0.1 (tests/servers/webhook_receiver.py) that
-# records every request and fails, stalls, closes or refuses by path:
+# Webhooks (webhook, --webhook-file, --webhook-template, --webhook-timeout)
+# against a real HTTP receiver on 127.0.0.1 (tests/servers/webhook_receiver.py)
+# that records every request and fails, stalls, closes or refuses by path:
 #
 #   1. a drill: the notice and commit webhooks arrive, as JSON, in order, at
 #      a healthy receiver, at one that fails twice (retried) and at one that
-#      closes the first connection (retried); two --webhook flags add up
+#      closes the first connection (retried); SPOTD_WEBHOOK's URL and the
+#      --webhook-file's add up
 #   2. a replacement node with a Slack-style template: resume, notice and
 #      commit as {"text": ...} bodies, in order
 #   3. a stalled receiver (--webhook-timeout 1s): the checkpoint commits and
@@ -13,9 +14,10 @@
 #      closed port is given up at exit
 #   4. missed deadlines: a failed notice checkpoint, a command killed at
 #      the deadline
-#   5. refused at start (exit 125): bad URLs, bad templates
-#   6. the URL is a secret: never in stderr, the event log, spotd config or
-#      the command's environment
+#   5. refused at start (exit 125): bad URLs, bad templates, bad URL files,
+#      and any --webhook URL on the command line
+#   6. the URL is a secret: never in stderr, the event log, spotd config,
+#      the command's environment or spotd's command line
 . "$(dirname "$0")/lib.sh"
 
 TRAINER="$TOP/$O/examples/c-trainer/trainer"
@@ -82,9 +84,13 @@ keep() { cp "$T/stderr" "$T/stderr.$1"; cp "$T/stdout" "$T/stdout.$1"; }
 
 # ---- 1. a drill; healthy, failing and closing receivers ---------------------
 
-run_spotd run --cloud none --job j1 --store "file://$T/store" --state-dir "$T/n1" \
-    --drill-after 1s --events "$T/ev1" --webhook "$RX/ok/$SECRET" \
-    --webhook "$RX/fail/$SECRET $RX/close/$SECRET" -- "$TRAINER" 3000 2
+# The file: one URL a line, comment lines, blank lines, spaces around.
+printf '# the on-call receivers\n%s/fail/%s\n\n  # closes the first connection\n  %s/close/%s  \n' \
+    "$RX" "$SECRET" "$RX" "$SECRET" >"$T/hooks1"
+chmod 600 "$T/hooks1"
+SPOTD_WEBHOOK="$RX/ok/$SECRET" run_spotd run --cloud none --job j1 --store "file://$T/store" \
+    --state-dir "$T/n1" --drill-after 1s --events "$T/ev1" --webhook-file "$T/hooks1" \
+    -- "$TRAINER" 3000 2
 keep 1
 expect_eq "webhooks: the drill's checkpoint is committed and spotd exits 75" 75 "$RC"
 expect_eq "webhooks: the healthy receiver gets the notice, then the commit" \
@@ -122,6 +128,10 @@ import json, sys
 t = [json.loads(l)["t"] for l in open(sys.argv[1]) if "/fail/" in l]
 sys.exit(0 if t[1] - t[0] >= 0.9 and t[2] - t[1] >= 1.9 else 1)' "$T/rx"
 expect_eq "webhooks: nothing was given up" 0 "$(event_count "$T/ev1" webhook_dropped)"
+check "webhooks: a webhook file of mode 600 is not warned about" \
+    eval '! grep -q "can be read by other users" "$T/stderr.1"'
+check "webhooks: the file's URLs come after SPOTD_WEBHOOK's (the failing one is 2 of 3)" \
+    grep -q "(URL 2 of 3): the notice delivery failed (HTTP 500), try 1 of 8" "$T/stderr.1"
 
 # The order checks can fail: the same deliveries reversed do not pass, and
 # a body that is not JSON is seen as such.
@@ -137,8 +147,8 @@ check "webhooks: (the parser refuses a body that is not JSON)" \
 
 printf '{"text": "spot {event} on {host}: {text}", "gen": "{gen}", "kind": "{kind}"}\n' \
     >"$T/slack.json"
-run_spotd run --cloud none --job j1 --store "file://$T/store" --state-dir "$T/n2" \
-    --drill-after 1s --events "$T/ev2" --webhook "$RX/slack/$SECRET" \
+SPOTD_WEBHOOK="$RX/slack/$SECRET" run_spotd run --cloud none --job j1 \
+    --store "file://$T/store" --state-dir "$T/n2" --drill-after 1s --events "$T/ev2" \
     --webhook-template "$T/slack.json" -- "$TRAINER" 3000 2
 keep 2
 expect_eq "webhooks template: the replacement node is preempted again (75)" 75 "$RC"
@@ -164,9 +174,9 @@ sys.exit(0 if ok else 1)' "$T/rx"
 
 dead=$(free_ports 1)
 t0=$(now_ms)
-run_spotd run --cloud none --job j3 --store "file://$T/store" --state-dir "$T/n3" \
-    --drill-after 1s --events "$T/ev3" --webhook-timeout 1s \
-    --webhook "$RX/stall/$SECRET $RX/gone/$SECRET http://$dead/$SECRET" -- "$TRAINER" 3000 2
+SPOTD_WEBHOOK="$RX/stall/$SECRET $RX/gone/$SECRET http://$dead/$SECRET" run_spotd run \
+    --cloud none --job j3 --store "file://$T/store" --state-dir "$T/n3" \
+    --drill-after 1s --events "$T/ev3" --webhook-timeout 1s -- "$TRAINER" 3000 2
 t1=$(now_ms)
 keep 3
 expect_eq "webhooks stall: spotd exits 75 while the receiver stalls" 75 "$RC"
@@ -199,9 +209,9 @@ check "webhooks stall: failures are logged with the scheme and host only" \
 # ---- 4. missed deadlines ----------------------------------------------------
 
 # A command without libckpt: the notice's checkpoint fails.
-run_spotd run --cloud none --job j4 --store "file://$T/store" --state-dir "$T/n4" \
-    --drill-after 1s --signal-deadline 4s --notice-margin 1s --grace 1s --events "$T/ev4" \
-    --webhook "$RX/missed1/$SECRET" -- sleep 30
+SPOTD_WEBHOOK="$RX/missed1/$SECRET" run_spotd run --cloud none --job j4 \
+    --store "file://$T/store" --state-dir "$T/n4" --drill-after 1s --signal-deadline 4s \
+    --notice-margin 1s --grace 1s --events "$T/ev4" -- sleep 30
 keep 4
 expect_eq "webhooks missed: a failed notice checkpoint is a missed deadline" \
     "notice deadline_missed" "$(rx events "$T/rx" /missed1/)"
@@ -211,8 +221,8 @@ doc_check "webhooks missed: ... with the checkpoint_failed record and why" \
      d['text'].startswith('job j4 missed the notice\'s deadline: the checkpoint of generation 1 failed')"
 
 # No checkpoints: a command that ignores SIGTERM is killed at the deadline.
-run_spotd run --cloud none --drill-after 1s --signal-deadline 3s --notice-margin 1s \
-    --grace 1s --events "$T/ev5" --webhook "$RX/missed2/$SECRET" -- \
+SPOTD_WEBHOOK="$RX/missed2/$SECRET" run_spotd run --cloud none --drill-after 1s \
+    --signal-deadline 3s --notice-margin 1s --grace 1s --events "$T/ev5" -- \
     sh -c 'trap "" TERM; sleep 30'
 keep 5
 expect_eq "webhooks missed: a command killed at the deadline is a missed deadline" \
@@ -241,42 +251,91 @@ refused() {
         fail "$name" "exit $RC, stderr: $(head -c 400 "$T/stderr")"
     fi
 }
-refused "webhooks refused: an ftp:// URL, named by scheme and host only" \
-    "invalid webhook URL 'ftp://example.com/...' (URL 1 of 1, from --webhook)" \
-    --webhook "ftp://example.com/hooks/$SECRET"
+refused "webhooks refused: a --webhook URL on the command line (every user can read it)" \
+    "--webhook cannot be given on the command line: every user of this machine can read a command line (/proc/PID/cmdline); put it in a file named by --webhook-file, the configuration file (\"webhook\") or SPOTD_WEBHOOK" \
+    --webhook "$RX/ok/$SECRET"
+refused "webhooks refused: ... --webhook=URL too" "--webhook cannot be given on the command line" \
+    --webhook="$RX/ok/$SECRET"
+SPOTD_WEBHOOK="ftp://example.com/hooks/$SECRET" refused \
+    "webhooks refused: an ftp:// URL, named by scheme and host only" \
+    "invalid webhook URL 'ftp://example.com/...' (URL 1 of 1, from SPOTD_WEBHOOK)"
+printf '%s/ok/%s\n# a comment\nftp://example.com/hooks/%s\n' "$RX" "$SECRET" "$SECRET" >"$T/bad-hooks"
+chmod 600 "$T/bad-hooks"
+refused "webhooks refused: a bad URL in the webhook file, named by the file's option" \
+    "invalid webhook URL 'ftp://example.com/...' (URL 2 of 2, from --webhook-file)" \
+    --webhook-file "$T/bad-hooks"
+refused "webhooks refused: a webhook file that does not exist" \
+    "cannot read webhook_file '$T/none' (from --webhook-file): No such file or directory" \
+    --webhook-file "$T/none"
+printf '# nothing but comments\n\n' >"$T/empty-hooks"
+chmod 600 "$T/empty-hooks"
+refused "webhooks refused: a webhook file that names no URL" \
+    "no webhook URL (from --webhook-file)" --webhook-file "$T/empty-hooks"
+mkfifo "$T/fifo-hooks"
+t0=$(now_ms)
+refused "webhooks refused: a FIFO as the webhook file, at once (no writer is waited for)" \
+    "webhook_file '$T/fifo-hooks' (from --webhook-file) is not a regular file" \
+    --webhook-file "$T/fifo-hooks"
+expect_lt "webhooks refused: ... within 10 s (ms)" 10000 $(($(now_ms) - t0))
 SPOTD_WEBHOOK="$RX/ok/$SECRET https://" refused \
     "webhooks refused: a URL without a host, among several" \
     "invalid webhook URL 'https://' (URL 2 of 2, from SPOTD_WEBHOOK)"
 SPOTD_WEBHOOK="hooks.example.com/services/$SECRET" refused \
     "webhooks refused: a URL without a scheme" \
     "invalid webhook URL 'hooks.example.com/...'"
-refused "webhooks refused: a template that does not exist" \
+SPOTD_WEBHOOK="$RX/x" refused "webhooks refused: a template that does not exist" \
     "cannot read webhook_template '$T/none.json' (from --webhook-template)" \
-    --webhook "$RX/x" --webhook-template "$T/none.json"
+    --webhook-template "$T/none.json"
 printf '{"text": {text}}' >"$T/unquoted.json"
-refused "webhooks refused: a template that is not JSON once filled" \
+SPOTD_WEBHOOK="$RX/x" refused "webhooks refused: a template that is not JSON once filled" \
     "with its placeholders filled it is not JSON (line 1)" \
-    --webhook "$RX/x" --webhook-template "$T/unquoted.json"
+    --webhook-template "$T/unquoted.json"
 printf '{\n  "text": "{text}",\n  "gen": {gen}\n}\n' >"$T/number.json"
-refused "webhooks refused: a placeholder outside a string (empty when an event lacks it)" \
+SPOTD_WEBHOOK="$RX/x" refused \
+    "webhooks refused: a placeholder outside a string (empty when an event lacks it)" \
     "with {gen} empty, as events without that value leave it, it is not JSON (line 3)" \
-    --webhook "$RX/x" --webhook-template "$T/number.json"
+    --webhook-template "$T/number.json"
 { printf '{"text": "'; head -c 70000 /dev/zero | tr '\0' x; printf '"}'; } >"$T/big.json"
-refused "webhooks refused: a template over 64 KiB" "is larger than 64 KiB" \
-    --webhook "$RX/x" --webhook-template "$T/big.json"
+SPOTD_WEBHOOK="$RX/x" refused "webhooks refused: a template over 64 KiB" \
+    "is larger than 64 KiB" --webhook-template "$T/big.json"
 refused "webhooks refused: a template without a webhook" \
-    "webhook_template (from --webhook-template) needs --webhook" \
+    "webhook_template (from --webhook-template) needs webhook or webhook_file" \
     --webhook-template "$T/slack.json"
-refused "webhooks refused: a delivery without a time limit" \
-    "webhook_timeout must be more than 0" --webhook "$RX/x" --webhook-timeout 0
+SPOTD_WEBHOOK="$RX/x" refused "webhooks refused: a delivery without a time limit" \
+    "webhook_timeout must be more than 0" --webhook-timeout 0
 check "webhooks refused: no request was made by a refused spotd" \
     test "$(rx answers "$T/rx" /x)" = ""
 
 # ---- 6. the URL is a secret -------------------------------------------------
 
-"$SPOTD" config --webhook "$RX/ok/$SECRET" --webhook "$RX/fail/$SECRET" >"$T/config" 2>&1
-check "webhooks secret: spotd config redacts the webhook" \
-    grep -q '"webhook":[[:space:]]*"<redacted>"' "$T/config"
+SPOTD_WEBHOOK="$RX/ok/$SECRET" "$SPOTD" config --webhook-file "$T/hooks1" >"$T/config" 2>&1
+check "webhooks secret: spotd config redacts the webhook, names the webhook file" \
+    eval 'grep -q "\"webhook\":[[:space:]]*\"<redacted>\"" "$T/config" &&
+          grep -q "\"webhook_file\":[[:space:]]*\"$T/hooks1\"" "$T/config"'
+printf '{"webhook": "%s/ok/%s"}\n' "$RX" "$SECRET" >"$T/wh.json"
+"$SPOTD" config --config "$T/wh.json" >>"$T/config" 2>&1
+check "webhooks secret: ... the file's too" \
+    test "$(grep -c '"webhook":[[:space:]]*"<redacted>"' "$T/config")" = 2
+
+# Every user can read spotd's command line; its environment only its own
+# user (and root) can.
+chmod 644 "$T/hooks1"
+start_spotd run --cloud none --webhook-file "$T/hooks1" -- sleep 30
+cmd=$(command_pid "$SPOTD_PID")
+cmdline=$(tr '\0' ' ' <"/proc/$SPOTD_PID/cmdline" 2>/dev/null)
+check "webhooks secret: spotd runs with --webhook-file" \
+    eval '[ -n "$cmd" ] && [ "${cmdline#*--webhook-file }" != "$cmdline" ]'
+check "webhooks secret: ... and its /proc/PID/cmdline holds no URL, no token" \
+    eval '[ -n "$cmdline" ] && [ "${cmdline#*$SECRET}" = "$cmdline" ] &&
+          [ "${cmdline#*http}" = "$cmdline" ]'
+expect_eq "webhooks secret: /proc/PID/environ, where SPOTD_WEBHOOK would be, is its user's alone" \
+    400 "$(stat -c %a "/proc/$SPOTD_PID/environ")"
+kill -TERM "$SPOTD_PID"
+wait_exit "$SPOTD_PID"
+cp "$T/stderr" "$T/stderr.7"
+check "webhooks secret: a webhook file others can read is warned about" \
+    grep -q "webhook_file '$T/hooks1' can be read by other users (mode 0644): its URLs may hold tokens; chmod 600 it" \
+    "$T/stderr.7"
 SPOTD_WEBHOOK="$RX/ok/$SECRET" "$SPOTD" config >>"$T/config" 2>&1
 SPOTD_WEBHOOK="$RX/env/$SECRET" run_spotd run --cloud none -- sh -c "env >'$T/env'"
 keep 6

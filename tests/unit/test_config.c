@@ -1,7 +1,10 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "spot/config.h"
@@ -141,6 +144,12 @@ TEST(config_json_errors)
         { "{\"restart\": \"sometimes\"}", "invalid restart 'sometimes' (from key 'restart' in test.json)" },
         { "{\"events\": \"\"}", "expected a non-empty string" },
         { "{\"events\": true}", "expected a JSON string" },
+        /* "\u0000" would cut a string short: "3s\u0000junk" would be 3s. */
+        { "{\"grace\": \"3s\\u0000junk\"}", "test.json:1:14: the value of key 'grace' holds a NUL" },
+        { "{\"events\": \"\\u0000\"}", "the value of key 'events' holds a NUL character" },
+        { "{\"command\": [\"sh\", \"-c\", \"a\\u0000b\"]}", "the value of key 'command' holds" },
+        { "{\n  \"grace\\u0000x\": \"3s\"}", "test.json:2:9: the key 'grace\\u0000x' holds a NUL" },
+        { "{\"_c\": \"x\", \"webhook\": \"http://h/\\u0000\"}", "key 'webhook' holds a NUL" },
     };
     char err[512];
 
@@ -153,6 +162,7 @@ TEST(config_json_errors)
             harness_failed = 1;
         }
         CHECK_INT(config_num(&c, OPT_GRACE), 30000);
+        CHECK(config_str(&c, OPT_EVENTS) == NULL && c.command == NULL);
         config_release(&c);
     }
     {
@@ -215,43 +225,81 @@ TEST(config_later)
     config_release(&c);
 }
 
-/* --webhook A --webhook B: the second flag adds to the first; every other
- * option, and a flag after the file or the environment, replaces. */
-TEST(config_repeat)
+/* A secret option is refused from a flag: every user can read a command
+ * line.  The file and the environment still give it. */
+TEST(config_secret_flag)
 {
     struct config c;
-    char err[512], big[4080];
+    char err[512];
 
     config_init(&c);
-    CHECK(config_options[OPT_WEBHOOK].repeat);
-    CHECK(!config_options[OPT_GRACE].repeat);
+    CHECK_INT(config_set(&c, OPT_WEBHOOK, "http://h/T0KEN", CONFIG_FLAG, "--webhook", err,
+                         sizeof(err)), -EINVAL);
+    CHECK_HAS(err, "--webhook cannot be given on the command line");
+    CHECK_HAS(err, "/proc/PID/cmdline");
+    CHECK_HAS(err, "a file named by --webhook-file, the configuration file (\"webhook\") or "
+                   "SPOTD_WEBHOOK");
+    CHECK(strstr(err, "T0KEN") == NULL);
+    CHECK(config_str(&c, OPT_WEBHOOK) == NULL);
+    CHECK_INT(config_set(&c, OPT_WORLD_KEY, "k3y", CONFIG_FLAG, "--world-key", err,
+                         sizeof(err)), -EINVAL);
+    CHECK_HAS(err, "a file named by --world-key-file, the configuration file (\"world_key\") "
+                   "or SPOTD_WORLD_KEY");
+    CHECK(strstr(err, "k3y") == NULL);
     CHECK_INT(load(&c, "{\"webhook\": \"http://file/x\"}", err, sizeof(err)), 0);
+    CHECK_STR(config_str(&c, OPT_WEBHOOK), "http://file/x");
     CHECK_INT(config_set(&c, OPT_WEBHOOK, "http://env/x", CONFIG_ENV, "SPOTD_WEBHOOK", err,
                          sizeof(err)), 0);
     CHECK_STR(config_str(&c, OPT_WEBHOOK), "http://env/x");
-    CHECK_INT(config_set(&c, OPT_WEBHOOK, "http://a/1", CONFIG_FLAG, "--webhook", err,
-                         sizeof(err)), 0);
-    CHECK_STR(config_str(&c, OPT_WEBHOOK), "http://a/1");
-    CHECK_INT(config_set(&c, OPT_WEBHOOK, "http://b/2", CONFIG_FLAG, "--webhook", err,
-                         sizeof(err)), 0);
-    CHECK_STR(config_str(&c, OPT_WEBHOOK), "http://a/1 http://b/2");
-    CHECK_INT(c.v[OPT_WEBHOOK].source, CONFIG_FLAG);
-    /* Together they must still fit a value, and the refusal redacts them. */
-    memset(big, 'x', sizeof(big) - 1);
-    big[sizeof(big) - 1] = '\0';
-    CHECK_INT(config_set(&c, OPT_WEBHOOK, big, CONFIG_FLAG, "--webhook", err, sizeof(err)),
-              -EINVAL);
-    CHECK_HAS(err, "invalid webhook '<redacted>' (from --webhook, with the values before it)");
-    CHECK(strstr(err, "http://a/1") == NULL);
-    CHECK_STR(config_str(&c, OPT_WEBHOOK), "http://a/1 http://b/2");
-    /* Not repeatable: the last flag wins. */
+    /* The file of URLs is not a secret itself: a flag names it. */
+    CHECK_INT(config_set(&c, OPT_WEBHOOK_FILE, "/etc/spotd/webhooks", CONFIG_FLAG,
+                         "--webhook-file", err, sizeof(err)), 0);
+    CHECK(!config_options[OPT_WEBHOOK_FILE].secret);
+    /* A flag given twice: the last wins. */
     CHECK_INT(config_set(&c, OPT_GRACE, "1s", CONFIG_FLAG, "--grace", err, sizeof(err)), 0);
     CHECK_INT(config_set(&c, OPT_GRACE, "2s", CONFIG_FLAG, "--grace", err, sizeof(err)), 0);
-    CHECK_STR(config_str(&c, OPT_GRACE), "2s");
     CHECK_INT(config_num(&c, OPT_GRACE), 2000);
-    /* Implemented: no longer refused. */
-    CHECK_INT(config_check_implemented(&c, err, sizeof(err)), 0);
+    CHECK_INT(config_num(&c, OPT_PASS_CREDENTIALS), 0);
+    CHECK_INT(config_set(&c, OPT_PASS_CREDENTIALS, "true", CONFIG_FLAG, "--pass-credentials",
+                         err, sizeof(err)), 0);
+    CHECK_INT(config_num(&c, OPT_PASS_CREDENTIALS), 1);
     config_release(&c);
+}
+
+/* "\u0000" in a string would cut it short (config_json_errors has those
+ * refused); an escaped backslash before "u0000" is no NUL. */
+TEST(config_json_nul)
+{
+    struct config c;
+    char err[512];
+
+    config_init(&c);
+    CHECK_INT(load(&c, "{\"events\": \"a\\\\u0000b\"}", err, sizeof(err)), 0);
+    CHECK_STR(config_str(&c, OPT_EVENTS), "a\\u0000b");
+    config_release(&c);
+}
+
+/* --config names a FIFO, a device, a directory: refused at once, a FIFO
+ * without waiting for a writer. */
+TEST(config_file_kinds)
+{
+    char dir[] = "/tmp/spotd-unit.XXXXXX", fifo[64], err[512];
+    struct config c;
+
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    CHECK_INT(mkfifo(fifo, 0600), 0);
+    config_init(&c);
+    CHECK_INT(config_load_file(&c, fifo, err, sizeof(err)), -EINVAL);
+    CHECK_HAS(err, "is a FIFO; --config takes a regular file");
+    CHECK_INT(config_load_file(&c, "/dev/null", err, sizeof(err)), -EINVAL);
+    CHECK_HAS(err, "config file '/dev/null' is a character device");
+    CHECK_INT(config_load_file(&c, dir, err, sizeof(err)), -EINVAL);
+    CHECK_HAS(err, "is a directory");
+    CHECK(c.file == NULL);
+    config_release(&c);
+    unlink(fifo);
+    rmdir(dir);
 }
 
 TEST(config_to_json_redacts)

@@ -1,3 +1,6 @@
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <sys/wait.h>
@@ -59,4 +62,109 @@ TEST(proc_tree)
     /* Gone: no children, no error. */
     CHECK_INT((int)proc_children(child, pids, 64), 0);
     CHECK_INT((int)proc_children(-5, pids, 64), 0);
+}
+
+/* /proc/PID/stat: a COMM with spaces and parentheses ends at the last ')'. */
+TEST(proc_stat_parse)
+{
+    static const char good[] =
+        "4761 (a) b (c)) S 4759 4761 4761 0 -1 4194560 106 0 0 0 0 0 0 0 20 0 1 0 147511 "
+        "2654208 239 18446744073709551615 1 1 0 0 0 0 0 0 65536 0 0 0 17 3 0 0 0 0 0\n";
+    static const char *const bad[] = {
+        "", "4761 (sh", "4761 (sh) S", "4761 (sh) S 1 2", "4761 (sh) 5 1 2 3",
+        "4761 (sh) S 1 2 3 0 -1 4194560 106 0 0 0 0 0 0 0 20 0 1 0",
+        "4761 (sh) S 1 2 3 0 -1 4194560 106 0 0 0 0 0 0 0 20 0 1 0 x",
+        "4761 (sh) S 99999999 2 3 0 -1 4194560 106 0 0 0 0 0 0 0 20 0 1 0 5",
+    };
+    struct proc_stat st;
+
+    CHECK_INT(proc_stat_parse(good, strlen(good), &st), 0);
+    CHECK_INT(st.state, 'S');
+    CHECK_INT(st.ppid, 4759);
+    CHECK_INT(st.pgrp, 4761);
+    CHECK_INT(st.session, 4761);
+    CHECK_INT(st.start, 147511);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        st.start = 42;
+        if (proc_stat_parse(bad[i], strlen(bad[i]), &st) != -EINVAL || st.start != 42) {
+            printf("  accepted '%s'\n", bad[i]);
+            harness_failed = 1;
+        }
+    }
+    /* Our own: running, in our group, started no later than now. */
+    CHECK_INT(proc_stat_read(getpid(), &st), 0);
+    CHECK_INT(st.state, 'R');
+    CHECK_INT(st.pgrp, getpgrp());
+    CHECK_INT(st.ppid, getppid());
+}
+
+/* A child in a group of its own: its members, then none once it is gone. */
+TEST(proc_group_members)
+{
+    struct proc_stat st;
+    uint64_t oldest;
+    pid_t child, pids[4];
+    char boot[PROC_BOOT_ID_LEN + 1];
+
+    child = fork();
+    if (child == 0) {
+        setpgid(0, 0);
+        pause();
+        _exit(0);
+    }
+    CHECK(child > 0);
+    setpgid(child, child);
+    CHECK_INT(proc_group_members(child, pids, 4, &oldest), 1);
+    CHECK_INT(pids[0], child);
+    CHECK_INT(proc_stat_read(child, &st), 0);
+    CHECK(oldest == st.start);
+    kill(child, SIGKILL);
+    /* A zombie is no member. */
+    for (int i = 0; i < 100 && proc_stat_read(child, &st) == 0 && st.state != 'Z'; i++)
+        usleep(10000);
+    CHECK_INT(proc_group_members(child, pids, 4, NULL), 0);
+    waitpid(child, NULL, 0);
+    CHECK_INT(proc_stat_read(child, &st), -ENOENT);
+    CHECK_INT(proc_boot_id(boot, sizeof(boot)), 0);
+    CHECK_INT((int)strlen(boot), PROC_BOOT_ID_LEN);
+}
+
+TEST(proc_grouprec)
+{
+    static const char *const bad[] = {
+        "", "[]", "{}", "{\"pgid\":10,\"start\":5,\"boot_id\":\"84704a04-d157-42e1-87ea-168b8ba69fba\"}",
+        "{\"pgid\":1,\"start\":5,\"boot_id\":\"84704a04-d157-42e1-87ea-168b8ba69fba\",\"spotd_pid\":9}",
+        "{\"pgid\":10.5,\"start\":5,\"boot_id\":\"84704a04-d157-42e1-87ea-168b8ba69fba\",\"spotd_pid\":9}",
+        "{\"pgid\":\"10\",\"start\":5,\"boot_id\":\"84704a04-d157-42e1-87ea-168b8ba69fba\",\"spotd_pid\":9}",
+        "{\"pgid\":10,\"start\":-5,\"boot_id\":\"84704a04-d157-42e1-87ea-168b8ba69fba\",\"spotd_pid\":9}",
+        "{\"pgid\":10,\"start\":5,\"boot_id\":\"84704a04\",\"spotd_pid\":9}",
+        "{\"pgid\":10,\"start\":5,\"boot_id\":\"84704a04-d157-42e1-87ea-168b8ba69fbX\",\"spotd_pid\":9}",
+        "{\"pgid\":10,\"start\":5,\"boot_id\":\"84704a04-d157-42e1-87ea-168b8ba69fba\",\"spotd_pid\":9,\"x\":1}",
+        "{\"pgid\":10,\"pgid\":11,\"start\":5,\"boot_id\":\"84704a04-d157-42e1-87ea-168b8ba69fba\",\"spotd_pid\":9}",
+        "{\"pgid\":10,\"start\":5,\"boot_id\":\"84704a04-d157-42e1-87ea-168b8ba69fba\",\"spotd_pid\":9} x",
+        "{\"pgid\":10,\"start\":5,\"boot_id\":\"84704a04-d157-42e1-87ea-168b8ba69fba\\u0000\",\"spotd_pid\":9}",
+    };
+    struct proc_grouprec r = { .pgid = 4761, .start = 147511, .spotd_pid = 4759 }, back;
+    const char *why;
+    char text[256];
+    int n;
+
+    memcpy(r.boot_id, "84704a04-d157-42e1-87ea-168b8ba69fba", PROC_BOOT_ID_LEN + 1);
+    n = proc_grouprec_format(&r, text, sizeof(text));
+    CHECK(n > 0);
+    CHECK_INT(proc_grouprec_parse(text, (size_t)n, &back, &why), 0);
+    CHECK_INT(back.pgid, 4761);
+    CHECK(back.start == 147511);
+    CHECK_INT(back.spotd_pid, 4759);
+    CHECK_STR(back.boot_id, r.boot_id);
+    CHECK_INT(proc_grouprec_format(&r, text, 20), -ENOSPC);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        back.pgid = 42;
+        why = NULL;
+        if (proc_grouprec_parse(bad[i], strlen(bad[i]), &back, &why) != -EINVAL || !why ||
+            back.pgid != 42) {
+            printf("  accepted '%s'\n", bad[i]);
+            harness_failed = 1;
+        }
+    }
 }
