@@ -128,28 +128,28 @@ static void undo(pid_t pid)
  * checkpoint each; any failure puts all of them back. */
 static int lock_checkpoint(pid_t *pids, size_t n, unsigned timeout_ms)
 {
-    int64_t end = notice_now_ms() + timeout_ms;
+    int64_t end = notice_mono_ms() + timeout_ms;
     size_t done = 0;
     CUresult r;
 
     for (; done < n; done++) {
-        int64_t left = end - notice_now_ms();
+        int64_t left = end - notice_mono_ms();
         CUcheckpointLockArgs la = { .timeoutMs = left > 0 ? (unsigned)left : 1 };
         CUcheckpointArgs ca = { { 0 } };
-        int64_t t0 = notice_now_ms(), t1;
+        int64_t t0 = notice_mono_ms(), t1;
 
         if ((r = cu.lock((int)pids[done], &la)) != 0) {
             fprintf(stderr, "cannot lock CUDA process %d: %s\n", (int)pids[done], cu_error(r));
             break;
         }
-        t1 = notice_now_ms();
+        t1 = notice_mono_ms();
         printf("pid %d lock_ms %lld\n", (int)pids[done], (long long)(t1 - t0));
         if ((r = cu.checkpoint((int)pids[done], &ca)) != 0) {
             fprintf(stderr, "cannot checkpoint CUDA process %d: %s\n", (int)pids[done],
                     cu_error(r));
             break;
         }
-        printf("pid %d checkpoint_ms %lld\n", (int)pids[done], (long long)(notice_now_ms() - t1));
+        printf("pid %d checkpoint_ms %lld\n", (int)pids[done], (long long)(notice_mono_ms() - t1));
         fflush(stdout);
         if (state_of(pids[done]) != CU_PROCESS_STATE_CHECKPOINTED) {
             fprintf(stderr, "CUDA process %d is %s after its checkpoint\n", (int)pids[done],
@@ -170,7 +170,7 @@ static int restore_unlock(pid_t *pids, size_t n)
 
     for (size_t i = 0; i < n; i++) {
         CUcheckpointArgs a = { { 0 } };
-        int64_t t0 = notice_now_ms();
+        int64_t t0 = notice_mono_ms();
         CUresult r;
 
         if (state_of(pids[i]) == CU_PROCESS_STATE_CHECKPOINTED &&
@@ -191,7 +191,7 @@ static int restore_unlock(pid_t *pids, size_t n)
             bad = 1;
             continue;
         }
-        printf("pid %d restore_ms %lld\n", (int)pids[i], (long long)(notice_now_ms() - t0));
+        printf("pid %d restore_ms %lld\n", (int)pids[i], (long long)(notice_mono_ms() - t0));
         fflush(stdout);
     }
     return bad ? -1 : 0;

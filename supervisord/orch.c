@@ -2212,6 +2212,17 @@ static bool busy(const struct orch *r)
            r->collecting || r->claiming;
 }
 
+static void on_withdrawn(void *arg, int err, const char *msg)
+{
+    struct orch *r = arg;
+
+    r->claiming = false;
+    if (err)
+        log_msg(LOGL_DEBUG, "cannot give back generation %llu's claim: %s",
+                (unsigned long long)r->claimed, msg);
+    r->claimed = 0;
+}
+
 void orch_finish(struct orch *r)
 {
     if (!r)
@@ -2240,6 +2251,14 @@ void orch_finish(struct orch *r)
                 (unsigned long long)r->gen);
     while ((busy(r) || rendezvous_stop(r->rv)) && event_base_loop(r->o.base, EVLOOP_ONCE) == 0)
         ;
+    /* The number claimed ahead and never used goes back: no empty
+     * generation is left in the store. */
+    if (r->claimed && !r->claiming) {
+        r->claiming = true;
+        snap_withdraw(r->snap, r->claimed, on_withdrawn, r);
+        while (r->claiming && event_base_loop(r->o.base, EVLOOP_ONCE) == 0)
+            ;
+    }
     hooks_drain(r->hooks);
 }
 

@@ -34,7 +34,7 @@ struct watcher {
     const struct poll_cloud *pc;
     struct watch_ctx ctx;
     char token[256];
-    int64_t token_expiry_ms;     /* 0: no token */
+    int64_t token_expiry_ms;     /* 0: no token; monotonic, as token_got_ms */
     int64_t token_got_ms;
     bool tokenless;              /* IMDSv1 or normal mode */
     struct http_req *token_req;
@@ -106,7 +106,7 @@ static void on_endpoint(void *arg, const struct http_result *res)
         /* The token expired or was revoked: get another one, at once
          * unless this one is brand new (then something else is wrong). */
         w->token_expiry_ms = 0;
-        if (notice_now_ms() - w->token_got_ms > 1000)
+        if (notice_mono_ms() - w->token_got_ms > 1000)
             w->retry_now = true;
         else
             request_failed(w, ep->path, res);
@@ -183,7 +183,7 @@ static void on_token(void *arg, const struct http_result *res)
         !memchr(res->body, '\n', len) && !memchr(res->body, '\r', len)) {
         memcpy(w->token, res->body, len);
         w->token[len] = '\0';
-        w->token_got_ms = notice_now_ms();
+        w->token_got_ms = notice_mono_ms();
         w->token_expiry_ms = w->token_got_ms + TOKEN_TTL_S * 1000LL;
         get_endpoints(w);
         return;
@@ -213,7 +213,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     const char *headers[2] = { hdr, NULL };
 
     if (w->tokenless || !w->pc->token_path ||
-        w->token_expiry_ms - notice_now_ms() > TOKEN_RENEW_MS) {
+        w->token_expiry_ms - notice_mono_ms() > TOKEN_RENEW_MS) {
         get_endpoints(w);
         return;
     }

@@ -276,6 +276,20 @@ void genclaim_claim(struct genclaim *g, uint64_t from, genclaim_fn done, void *a
     store_put_new(g->store, g->key, g->doc, g->doc_len, NULL, on_probe1, g);
 }
 
+void genclaim_withdraw(struct genclaim *g, uint64_t gen, void (*done)(void *arg, int err,
+                                                                       const char *msg),
+                       void *arg)
+{
+    char key[STORE_KEY_MAX + 1];
+
+    if (g->mode == MODE_CONDITIONAL)
+        snprintf(key, sizeof(key), "%s/gens/%08llu/CLAIM.json", g->job, (unsigned long long)gen);
+    else
+        snprintf(key, sizeof(key), "%s/gens/%08llu/claim-%s.json", g->job,
+                 (unsigned long long)gen, g->writer);
+    store_delete(g->store, key, done, arg);
+}
+
 bool genclaim_conditional(const struct genclaim *g)
 {
     return g->mode == MODE_CONDITIONAL;

@@ -45,6 +45,13 @@ struct genclaim *genclaim_free(struct genclaim *g);
  * claim at a time per genclaim. */
 void genclaim_claim(struct genclaim *g, uint64_t from, genclaim_fn done, void *arg);
 
+/* Give back generation gen, claimed by this genclaim and never used: its
+ * claim is deleted (nothing else is stored under it), so that a writer
+ * that ends leaves no empty generation behind.  done as a store's. */
+void genclaim_withdraw(struct genclaim *g, uint64_t gen, void (*done)(void *arg, int err,
+                                                                       const char *msg),
+                       void *arg);
+
 /* Whether this store's conditional create holds (known after the first
  * claim): then commit records are created with it too. */
 bool genclaim_conditional(const struct genclaim *g);

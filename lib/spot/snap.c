@@ -1735,6 +1735,11 @@ void snap_claim(struct snap *s, uint64_t from, snap_claim_fn done, void *arg)
     genclaim_claim(s->claims, from, done, arg);
 }
 
+void snap_withdraw(struct snap *s, uint64_t gen, snap_done_fn done, void *arg)
+{
+    genclaim_withdraw(s->claims, gen, done, arg);
+}
+
 static void early_done(struct early *e)
 {
     e->cb.done(e->arg, e->err, e->msg);

@@ -163,6 +163,8 @@ const char *snap_key_id(const struct snap *s);
  * get the same one.  gen is 0 on error. */
 typedef void (*snap_claim_fn)(void *arg, int err, const char *msg, uint64_t gen);
 void snap_claim(struct snap *s, uint64_t from, snap_claim_fn done, void *arg);
+/* Give back a claimed generation that was never used (genclaim_withdraw). */
+void snap_withdraw(struct snap *s, uint64_t gen, snap_done_fn done, void *arg);
 
 /* Save the directory dir as rank of generation gen: regular files,
  * directories and symbolic links (anything else is refused), then the

@@ -18,7 +18,7 @@ check "the log shows the drill's notice and its commit" \
     eval 'grep -q "event=notice source=drill" "$T/out" && grep -q "event=commit .*reason=notice" "$T/out"'
 check "ls, show and verify describe the generations" \
     eval 'grep -Eq "^[0-9]+ +committed .* notice " "$T/out" && grep -q "^generation " "$T/out" &&
-          grep -q "^verified: .* every hash correct$" "$T/out"'
+          grep -q "^verified: .* every hash correct; unsigned$" "$T/out"'
 check "the resumed run goes on from the saved step" grep -q "^resumed at step " "$T/out"
 hashes=$(grep "^done 4000 hash " "$T/out" | sort -u | wc -l)
 expect_eq "the resumed run and an uninterrupted one end with the same hash" \

@@ -24,7 +24,7 @@ run_with() {
         AWS_CONTAINER_AUTHORIZATION_TOKEN=ecs-t0ken-w1 \
         AWS_CONTAINER_CREDENTIALS_FULL_URI=http://169.254.170.23/v1/credentials \
         AWS_SHARED_CREDENTIALS_FILE="$T/credentials" AWS_WEB_IDENTITY_TOKEN_FILE="$T/token" \
-        SPOTD_WORLD_KEY=w0rld-k3y-w1 \
+        SPOTD_WORLD_KEY=w0rld-k3y-w1-of-the-secrets-test \
         AWS_REGION=eu-west-1 AWS_PROFILE=training CUDA_VISIBLE_DEVICES=0,1 NCCL_DEBUG=INFO \
         PYTHONPATH=/opt/lib MY_OWN_SETTING=kept \
         run_spotd run --cloud none --job sec --store "file://$T/store" --state-dir "$T/$name" \
@@ -55,7 +55,7 @@ for who in cmd hook; do
     done
     check "credentials: $what gets spotd's own (SPOT_JOB)" grep -qx "SPOT_JOB=sec" "$T/$who.env"
     check "credentials: no secret value is in $what's environment" \
-        eval '! grep -qE "s3cr3t-k3y-w1|t0ken-w1|w0rld-k3y-w1" "$T/$who.env"'
+        eval '! grep -qE "s3cr3t-k3y-w1|t0ken-w1|w0rld-k3y-w1-of-the-secrets-test" "$T/$who.env"'
 done
 
 run_with s2 --pass-credentials
