@@ -99,8 +99,15 @@ expect_eq "criu restart: ... and ends with the uninterrupted hash" "$pyref" "$(t
 start_spotd run --job k --store "file://$T/store" --state-dir "$T/k1" --method criu \
     --criu "$CRIU" --cloud none --events "$T/evk" -- "$ZDTM" 100000 "$T/k.file"
 check "criu: the command runs" wait_for 10 grep -q "^step 0$" "$T/stdout"
-outer=$(tr -d ' ' </proc/"$SPOTD_PID"/task/"$SPOTD_PID"/children)
-inner=$(tr -d ' ' </proc/"$outer"/task/"$outer"/children)
+# spotd's one spotd-init and the namespace's init under it, looked up until
+# both are there (a loaded machine, or a sanitized spotd, is slow to fork).
+outer= inner=
+find_inits() {
+    outer=$(children "$SPOTD_PID" | while read -r p; do
+        [ "$(cat /proc/"$p"/comm 2>/dev/null)" = spotd-init ] && echo "$p"; done | head -n 1)
+    [ -n "$outer" ] && inner=$(children "$outer" | head -n 1) && [ -n "$inner" ]
+}
+check "criu: the namespace's init is found under spotd-init" wait_for 10 find_inits
 kill -KILL "$outer"
 check "criu: with the outer spotd-init killed, the namespace ends too" wait_for 5 gone "$inner"
 wait_exit "$SPOTD_PID" 10
