@@ -291,6 +291,32 @@ command_pid() {
     wait_for 10 _cmd_ready && echo "$c"
 }
 
+# reference PROGRAM ARGS...: the last line PROGRAM ARGS prints, as the hash of
+# an uninterrupted run, computed once per build and kept in $O/tests/refs:
+# the key covers the arguments, the TRAINER_* and ZDTM_* environment, and
+# the contents of every argument that is a file (the program itself).  A run
+# that fails is not kept.
+reference() {
+    local dir=$TOP/$O/tests/refs key a out
+    key=$({ printf '%s\n' "$@"; env | grep -E '^(TRAINER|ZDTM)_' | sort
+            for a in "$@"; do [ -f "$a" ] && sha256sum <"$a"; done; } | sha256sum | cut -c1-32)
+    if [ -s "$dir/$key" ]; then
+        cat "$dir/$key"
+        return
+    fi
+    out=$("$@" | tail -n 1; exit "${PIPESTATUS[0]}") || { echo "$out"; return 1; }
+    mkdir -p "$dir" && echo "$out" >"$dir/$key.$$" && mv "$dir/$key.$$" "$dir/$key"
+    echo "$out"
+}
+
+# late MS: how late MS of ideal-machine lateness may be here.  Suites run
+# side by side on a few cores, so a timer, a fork or a poll can be late by
+# several times what it is on an idle machine; a bound on how late something
+# came is written as "on time + late N", never as N alone.  Bounds on how
+# EARLY something came (correctness: a stop never before its time) take no
+# slack.  SPOTD_TEST_SLACK sets the factor (default 5).
+late() { echo $(( $1 * ${SPOTD_TEST_SLACK:-5} )); }
+
 # expect_ge NAME MIN ACTUAL / expect_lt NAME LIMIT ACTUAL: integer bounds.
 expect_ge() {
     if [ -n "$3" ] && [ "$3" -ge "$2" ] 2>/dev/null; then pass "$1"

@@ -58,7 +58,7 @@ expect_eq "at start: source aws" aws "$(jget "$n" source)"
 expect_eq "at start: deadline is the notice's time" "${t%Z}.000Z" "$(jget "$n" deadline)"
 stop=$(ev "$d/ev" stop | head -n 1)
 gap=$(( $(ts_ms "${t%Z}.000Z") - $(ts_ms "$(jget "$stop" ts)") ))
-expect_ge "at start: stop signal about margin + grace (3 s) before the deadline" 2900 "$gap"
+expect_ge "at start: stop signal about margin + grace (3 s) before the deadline" $((3000 - $(late 100))) "$gap"
 expect_lt "at start: ... and not much earlier" 3600 "$gap"
 expect_eq "at start: one notice" 1 "$(event_count "$d/ev" notice)"
 mock_reset
@@ -79,8 +79,12 @@ wait_exit "$SPOTD_PID" 20
 expect_eq "stop action: the command stopped" 0 "$RC"
 n=$(ev "$d/ev" notice | grep '"kind":"stop"' | head -n 1)
 check "stop action: a notice of kind stop" [ -n "$n" ]
-lat=$(( $(ts_ms "$(jget "$n" detected)") - $(mock_flip_ms) ))
-expect_lt "stop action: detected within the 1 s poll (+ slack)" 1600 "$lat"
+# In order, not in milliseconds: the notice is seen from the first poll that
+# served it, before the one after (a loaded machine makes both later).
+det=$(ts_ms "$(jget "$n" detected)") flip=$(mock_flip_ms)
+after=($(mock_request_ms /latest/meta-data/spot/instance-action GET | awk -v f="$flip" '$1 >= f'))
+check "stop action: detected at the first poll after the flip, not a later one" \
+    eval '[ ${#after[@]} -ge 1 ] && [ "$det" -ge "${after[0]}" ] && { [ ${#after[@]} -lt 2 ] || [ "$det" -le "${after[1]}" ]; }'
 mock_reset
 
 # 4. Scheduled maintenance (the AWS date format) and the lifecycle state.

@@ -25,7 +25,7 @@ expect_eq "e2e: the bucket is created" 200 \
 
 TRAINER="$TOP/$O/examples/c-trainer/trainer"
 STORE=s3://bkt/e2e
-ref=$("$TRAINER" 3000 2 | tail -n 1)
+ref=$(reference "$TRAINER" 3000 2)
 export TRAINER_STEP_US=1000
 
 # ---- helpers ----------------------------------------------------------------
@@ -204,7 +204,7 @@ mock_stop
 # upload to Swift takes a second or more).  A rebalance drill 1 to 2 s after
 # the trainer connected; once its files are saved (checkpoint_saved), a
 # terminate drill while they upload: that checkpoint is the last one.
-ref_big=$(TRAINER_STEP_US=0 "$TRAINER" 100 128 | tail -n 1)
+ref_big=$(TRAINER_STEP_US=0 reference "$TRAINER" 100 128)
 TRAINER_STEP_US=0 start_spotd run --cloud none --job e2e-big --store "$STORE" \
     --state-dir "$T/big1" --events "$T/big1.ev" -- "$TRAINER" 100 128
 wait_for 30 connected "$T/big1" || fail "upload: the trainer connects to spotd"

@@ -29,7 +29,7 @@
 TRAINER="$TOP/$O/examples/c-trainer/trainer"
 S="file://$T/store"
 mkdir -p "$T/store"
-REF=$("$TRAINER" 6000 2 | tail -n 1)
+REF=$(reference "$TRAINER" 6000 2)
 KEEP=3
 
 # gens STORE JOB: the committed generations, oldest first, one a line.

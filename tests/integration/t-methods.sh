@@ -10,7 +10,7 @@
 TRAINER="$TOP/$O/examples/c-trainer/trainer"
 mkdir -p "$T/store"
 S="file://$T/store"
-ref=$("$TRAINER" 3000 2 | tail -n 1)
+ref=$(reference "$TRAINER" 3000 2)
 export TRAINER_STEP_US=1000
 
 # ---- signal -----------------------------------------------------------------

@@ -30,7 +30,7 @@ stop=$(ev "$d/ev" stop | head -n 1)
 check "drill: the stop names the drill" has '"reason":"notice: drill terminate (drill)"' "$d/ev"
 gap=$(( $(ts_ms "$(jget "$stop" ts)") - det ))
 expect_ge "drill: stop signal not before deadline - margin - grace (3 s)" 2950 "$gap"
-expect_lt "drill: stop signal soon after deadline - margin - grace" 4500 "$gap"
+expect_lt "drill: stop signal soon after deadline - margin - grace" $((3000 + $(late 300))) "$gap"
 expect_eq "drill: one notice" 1 "$(event_count "$d/ev" notice)"
 
 # 2. Advisory: the command is left alone.
@@ -56,7 +56,7 @@ kill -TERM "$SPOTD_PID"
 wait_exit "$SPOTD_PID" 10
 t1=$(now_ms)
 expect_eq "SIGTERM: the command's code" 0 "$RC"
-expect_lt "SIGTERM: forwarded at once, not at the deadline" 3000 "$((t1 - t0))"
+expect_lt "SIGTERM: forwarded at once, not at the 10 s grace" $(late 1000) "$((t1 - t0))"
 n=$(notice_line "$d/ev")
 expect_eq "SIGTERM: a notice from source signal" signal "$(jget "$n" source)"
 expect_eq "SIGTERM: of kind signal" signal "$(jget "$n" kind)"
@@ -101,7 +101,7 @@ check "notice file: nothing before it appears" sh -c "! grep -q '\"event\":\"not
 echo later >"$d/run/.tmp" && mv "$d/run/.tmp" "$d/run/preempt"
 t0=$(now_ms)
 wait_for 10 has '"event":"notice"' "$d/ev"
-expect_lt "notice file: seen within 1 s of appearing" 1000 "$(( $(now_ms) - t0 ))"
+expect_lt "notice file: seen soon after it appears" $(late 300) "$(( $(now_ms) - t0 ))"
 wait_exit "$SPOTD_PID" 10
 expect_eq "notice file: the command stopped" 0 "$RC"
 

@@ -7,7 +7,7 @@
 
 TRAINER="$TOP/$O/examples/c-trainer/trainer"
 mkdir -p "$T/store"
-ref=$("$TRAINER" 3000 2 | tail -n 1)
+ref=$(reference "$TRAINER" 3000 2)
 
 run_spotd run --cloud none --job j --store "file://$T/store" --state-dir "$T/node1" \
     --drill-after 1s --events "$T/ev1" -- "$TRAINER" 3000 2
@@ -53,7 +53,7 @@ expect_eq "orch periodic: the run finishes" 0 "$RC"
 n=$(ev "$T/ev4" commit | wc -l)
 expect_ge "orch periodic: generations were committed while it trained" 2 "$n"
 expect_eq "orch periodic: ... with the uninterrupted run's hash" \
-    "$("$TRAINER" 4000 2 | tail -n 1)" "$(tail -n 1 "$T/stdout")"
+    "$(reference "$TRAINER" 4000 2)" "$(tail -n 1 "$T/stdout")"
 "$SPOTCTL" ls --json --store "file://$T/store" --job p >"$T/ls" 2>&1
 check "orch periodic: their reason is periodic" grep -q '"reason":"periodic"' "$T/ls"
 check "orch periodic: retention keeps at most 3 committed generations" \

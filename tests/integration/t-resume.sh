@@ -17,7 +17,7 @@
 TRAINER="$TOP/$O/examples/c-trainer/trainer"
 S="file://$T/store"
 mkdir -p "$T/store"
-ref=$("$TRAINER" 6000 2 | tail -n 1)
+ref=$(reference "$TRAINER" 6000 2)
 
 # committed JOB: the committed generations, oldest first.
 committed() {
@@ -172,7 +172,7 @@ expect_eq "restart dir: the restarted run finishes" 0 "$RC"
 check "restart dir: the restart resumed from the committed step, in spotd's copy" \
     grep -q "^resumed at step 500 from $T/d1/restore/gen-00000001" "$T/stdout"
 expect_eq "restart dir: the final state equals an uninterrupted run's" \
-    "$("$TRAINER" 2000 2 | tail -n 1)" "$(tail -n 1 "$T/stdout")"
+    "$(reference "$TRAINER" 2000 2)" "$(tail -n 1 "$T/stdout")"
 
 # signal: the trainer died in the middle of its second save, in place, in
 # the live folder (and so in spotd's links to the committed files).
@@ -186,7 +186,7 @@ check "restart signal: spotd's copy no longer matched, and was restored from the
 check "restart signal: the restart resumed from the committed step" \
     grep -q "^resumed at step $(( $(jget "$c" step) + 1 )) from $T/s1/restore/gen-00000001" "$T/stdout"
 expect_eq "restart signal: the final state equals an uninterrupted run's" \
-    "$("$TRAINER" 3000 2 | tail -n 1)" "$(tail -n 1 "$T/stdout")"
+    "$(reference "$TRAINER" 3000 2)" "$(tail -n 1 "$T/stdout")"
 
 # app: the committed copy changed in place before the crash.
 TRAINER_CRASH_AT=900 TRAINER_CRASH_FLAG="$T/a.crashed" TRAINER_CRASH_WAIT="$T/a.go" \
@@ -203,4 +203,4 @@ check "restart app: the changed copy was found out" \
 check "restart app: the restart resumed from the committed step" \
     grep -q "^resumed at step $(( $(jget "$c" step) + 1 )) " "$T/stdout"
 expect_eq "restart app: the final state equals an uninterrupted run's" \
-    "$("$TRAINER" 2000 2 | tail -n 1)" "$(tail -n 1 "$T/stdout")"
+    "$(reference "$TRAINER" 2000 2)" "$(tail -n 1 "$T/stdout")"

@@ -173,7 +173,6 @@ sys.exit(0 if ok else 1)' "$T/rx"
 # ---- 3. a stalled receiver does not hold spotd ------------------------------
 
 dead=$(free_ports 1)
-t0=$(now_ms)
 SPOTD_WEBHOOK="$RX/stall/$SECRET $RX/gone/$SECRET http://$dead/$SECRET" run_spotd run \
     --cloud none --job j3 --store "file://$T/store" --state-dir "$T/n3" \
     --drill-after 1s --events "$T/ev3" --webhook-timeout 1s -- "$TRAINER" 3000 2
@@ -184,12 +183,12 @@ notice_ms=$(ts_ms "$(jget "$(ev "$T/ev3" notice)" ts)")
 commit_ms=$(ts_ms "$(jget "$(ev "$T/ev3" commit)" ts)")
 first_stall_ms=$(python3 -c 'import json, sys
 print(min(int(json.loads(l)["t"] * 1000) for l in open(sys.argv[1]) if "/stall/" in l))' "$T/rx")
-expect_lt "webhooks stall: the commit comes within 3 s of the notice" 3000 \
+expect_lt "webhooks stall: the commit comes soon after the notice" $(late 1000) \
     $((commit_ms - notice_ms))
 expect_lt "webhooks stall: ... long before the stall (20 s) ends" $((first_stall_ms + 10000)) \
     "$commit_ms"
-expect_lt "webhooks stall: spotd is gone within 12 s (the exit waits 5 s at most)" 12000 \
-    $((t1 - t0))
+expect_lt "webhooks stall: spotd is gone soon after the commit (the exit waits 5 s at most)" \
+    $((5000 + $(late 300))) $((t1 - commit_ms))
 expect_ge "webhooks stall: a delivery that gets no answer in 1 s is tried again" 2 \
     "$(rx answers "$T/rx" /stall/ | wc -w)"
 expect_eq "webhooks stall: the 404 receiver is asked once per delivery, never again" \

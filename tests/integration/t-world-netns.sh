@@ -94,7 +94,7 @@ check "world-netns: each node has its own hostname and hosts file" \
 TRAINER="$TOP/$O/examples/c-trainer/trainer"
 STEPS=4000 MIB=1
 export TRAINER_STEP_US=1500
-ref=$(TRAINER_STEP_US=0 "$TRAINER" $STEPS $MIB | tail -n 1)
+ref=$(TRAINER_STEP_US=0 reference "$TRAINER" $STEPS $MIB)
 openssl rand -hex 32 >"$T/key" 2>/dev/null ||
     head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/key"
 chmod 600 "$T/key"

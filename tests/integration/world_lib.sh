@@ -56,7 +56,7 @@ c_trainer_world() {
     TRAINER="$TOP/$O/examples/c-trainer/trainer"
     STEPS=4000 MIB=1
     export TRAINER_STEP_US=1500
-    ref=$(TRAINER_STEP_US=0 "$TRAINER" $STEPS $MIB | tail -n 1)
+    ref=$(TRAINER_STEP_US=0 reference "$TRAINER" $STEPS $MIB)
     KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
     printf '%s\n' "$KEY" >"$T/key"
     chmod 600 "$T/key"

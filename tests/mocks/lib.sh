@@ -90,6 +90,15 @@ mock_wait_requests() {
         --timeout "${4:-10}" >/dev/null
 }
 
+# mock_request_ms PATH-PREFIX [METHOD]: the wall-clock ms at which each
+# matching request arrived, one a line, oldest first; to put an event-log
+# record in order among them (ordering, not latency, so a loaded machine
+# cannot fail it).
+mock_request_ms() {
+    mock_requests "$1" "${2:-}" |
+        python3 -c 'import json,sys; [print(int(q["time"] * 1000)) for q in json.load(sys.stdin)]'
+}
+
 # mock_flips: the flips that took effect, as JSON.
 mock_flips() { _mockctl flips; }
 
