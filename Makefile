@@ -1,7 +1,10 @@
 # spotd: plain GNU make.  See README.md.
 #
 #   make                      spotd, spotctl, libckpt.{a,so}
-#   make check                build and run the whole test suite
+#   make check                build and run the whole test suite, suites side
+#                             by side (SPOTD_TEST_JOBS at a time)
+#   make check TESTS="unit t-world.sh"   only those suites (unit, mocks, fuzz,
+#                             integration scripts)
 #   make demo                 checkpoint the C trainer at a drill notice, resume it
 #   make install              PREFIX=/usr/local DESTDIR= (also MANDIR, UNITDIR, SYSCONFDIR)
 #   make uninstall            the same variables
@@ -211,7 +214,7 @@ $(CLOCKSTEP): tests/clockstep/clockstep.c $(O)/config.mk
 	    -fvisibility=hidden -o $@ $< -ldl $(LDFLAGS)
 
 check: all $(O)/tests/unit/run $(FUZZ_BINS) $(O)/tests/criu/zdtm $(FAKE_NVML) $(CLOCKSTEP)
-	@O=$(O) SANITIZE=$(SANITIZE) tests/run
+	@O=$(O) SANITIZE=$(SANITIZE) tests/run $(TESTS)
 
 demo: all
 	@O=$(O) examples/c-trainer/demo.sh

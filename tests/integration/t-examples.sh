@@ -83,7 +83,7 @@ runs_ok() {
     [ -z "$why" ] && ! alive "$pid" && why="it exited"
     kill_tree "$pid"
     wait "$pid" 2>/dev/null
-    if [ -z "$why" ]; then pass "$name"; else fail "$name" "$why: $(head -c 300 "$T/run$n/err")"; fi
+    if [ -z "$why" ]; then pass "$name"; else fail "$name" "$why: $(tail -c 600 "$T/run$n/err")"; fi
 }
 runs=0
 

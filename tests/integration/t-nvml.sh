@@ -68,7 +68,7 @@ LD_LIBRARY_PATH="$FAKE" "$SPOTD" run --cloud none --metrics "$addr" --gpu-idle-t
     -- python3 -c "$lister" 20 >"$T/m.out" 2>"$T/m.err" &
 pid=$!
 _bg_pids+=("$pid")
-wait_for 5 eval 'scrape "$addr" >"$T/m1" 2>/dev/null'
+wait_for 15 eval 'scrape "$addr" >"$T/m1" 2>/dev/null'
 g0='gpu="0",uuid="GPU-00000000-1111-2222-3333-444444444444",name="NVIDIA H100 80GB HBM3"'
 g1='gpu="1",uuid="'$uuid1'",name="Fake?GPU ?1? ? 24GB"'
 row() { grep -F "$1{$2} " "$T/m1" | sed 's/.*} //'; }
@@ -88,7 +88,7 @@ idle_grows() {
     scrape "$addr" >"$T/m2" 2>/dev/null &&
         python3 -c 'import sys; assert float(sys.argv[1]) > 1' "$(idle "$T/m2" "$g1")" 2>/dev/null
 }
-wait_for 5 idle_grows
+wait_for 15 idle_grows
 check "nvml: /metrics: GPU 0 (87 %) is not idle, GPU 1 (3 %, under 30 %) has been for a while" \
     python3 -c 'import sys; assert float(sys.argv[1]) == 0 and float(sys.argv[2]) > 1' \
     "$(idle "$T/m2" "$g0")" "$(idle "$T/m2" "$g1")"
@@ -104,7 +104,7 @@ check "nvml: ... and spotd said nothing above info" \
 if ! real_nvml; then
     addr=$(free_ports 1)
     start_spotd run --cloud none --metrics "$addr" -- sleep 3
-    wait_for 5 eval 'scrape "$addr" >"$T/m3" 2>/dev/null'
+    wait_for 15 eval 'scrape "$addr" >"$T/m3" 2>/dev/null'
     check "nvml: without NVML, /metrics has no GPU rows" eval '! grep -q "^spotd_gpu_" "$T/m3"'
     wait_exit "$SPOTD_PID" 10
     check "nvml: ... and spotd says nothing above info" \

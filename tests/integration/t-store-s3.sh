@@ -125,12 +125,13 @@ expect_eq "s3: ... the role's credentials were read twice" 2 \
     "$(mock_count /latest/meta-data/iam/security-credentials/trainer GET)"
 expect_eq "s3: ... with a session token each time" 2 "$(mock_count /latest/api/token PUT)"
 
-# Credentials five minutes and six seconds from expiring are fetched again
-# six seconds later, before they expire, in the middle of a push (a request
-# stalled for 8 s makes it last longer than that).  The seconds to spare
-# keep the credentials' lifetime over five minutes when spotctl fetches them
-# (a slower start would make them short-lived ones, kept for a minute).
-exp=$(python3 -c 'import time; print(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 306)))')
+# Credentials five minutes and twelve seconds from expiring are fetched
+# again twelve seconds later, before they expire, in the middle of a push (a
+# request stalled for 16 s makes it last longer than that).  The seconds to
+# spare keep the credentials' lifetime over five minutes when spotctl
+# fetches them on a loaded machine (a slower start would make them
+# short-lived ones, kept for a minute).
+exp=$(python3 -c 'import time; print(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 312)))')
 mock_reset
 mock_state '{"role":{"name":"trainer","AccessKeyId":"'"$AWS_ACCESS_KEY_ID"'","SecretAccessKey":"'"$AWS_SECRET_ACCESS_KEY"'","Token":"t2","Expiration":"'"$exp"'"}}' >/dev/null
 fault_reset
@@ -138,7 +139,7 @@ fault_rules '[{"method":"PUT","path":"/chunks/","nth":1,"action":"stall","second
 echo "another change" >>"$T/fck/a.bin"
 env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_EC2_METADATA_DISABLED \
     AWS_EC2_METADATA_SERVICE_ENDPOINT="$MOCK_URL" \
-    "$SPOTCTL" push --store "$URL" --job "$JOB" --s3-endpoint "$FAULT_URL" --s3-timeout 8s \
+    "$SPOTCTL" push --store "$URL" --job "$JOB" --s3-endpoint "$FAULT_URL" --s3-timeout 16s \
     --chunk-size 256KiB "$T/fck" >"$T/out" 2>"$T/err"
 expect_eq "s3: a push outliving its role credentials' refresh point succeeds" "0 " \
     "$? $(cat "$T/err")"
