@@ -51,143 +51,14 @@
 #include "spot/store.h"
 #include "spot/zipgrid.h"
 
-#define MSG_MAX (PATH_MAX + 512)
+#include "snap_impl.h"
+
 #define COMMIT_MAX (1024 * 1024)
 #define REFETCH_MAX 2             /* a chunk that arrives corrupt is fetched again */
 #define SCAN_DEPTH_MAX 64
 #define SCAN_FILES_MAX 1000000
 
-/* ---- hash sets ------------------------------------------------------------ */
-
-enum { SLOT_EMPTY, SLOT_KNOWN, SLOT_STORING };
-
-struct task;
-
-struct slot {
-    uint8_t key[CHUNK_HASH_LEN];
-    uint8_t state;
-    struct task *waiters;        /* SLOT_STORING: tasks of the same chunk */
-};
-
-/* Open addressing over SHA-256 hashes, which are uniform already. */
-struct hset {
-    struct slot *slots;
-    size_t cap, n;
-};
-
-static size_t hpos(const uint8_t *key, size_t cap)
-{
-    uint64_t h;
-
-    memcpy(&h, key, sizeof(h));
-    return (size_t)(h & (cap - 1));
-}
-
-static struct slot *hset_find(const struct hset *h, const uint8_t *key)
-{
-    if (!h->cap)
-        return NULL;
-    for (size_t i = hpos(key, h->cap);; i = (i + 1) & (h->cap - 1)) {
-        struct slot *s = &h->slots[i];
-        if (s->state == SLOT_EMPTY)
-            return NULL;
-        if (memcmp(s->key, key, CHUNK_HASH_LEN) == 0)
-            return s;
-    }
-}
-
-/* Insert key (or find it).  NULL when out of memory. */
-static struct slot *hset_add(struct hset *h, const uint8_t *key, uint8_t state)
-{
-    struct slot *s;
-
-    if ((s = hset_find(h, key)))
-        return s;
-    if ((h->n + 1) * 4 > h->cap * 3) {
-        size_t cap = h->cap ? h->cap * 2 : 1024;
-        struct slot *old = h->slots, *ns = calloc(cap, sizeof(*ns));
-
-        if (!ns)
-            return NULL;
-        for (size_t i = 0; i < h->cap; i++) {
-            if (old[i].state == SLOT_EMPTY)
-                continue;
-            size_t j = hpos(old[i].key, cap);
-            while (ns[j].state != SLOT_EMPTY)
-                j = (j + 1) & (cap - 1);
-            ns[j] = old[i];
-        }
-        free(old);
-        h->slots = ns;
-        h->cap = cap;
-    }
-    for (size_t i = hpos(key, h->cap);; i = (i + 1) & (h->cap - 1)) {
-        s = &h->slots[i];
-        if (s->state == SLOT_EMPTY)
-            break;
-    }
-    memcpy(s->key, key, CHUNK_HASH_LEN);
-    s->state = state;
-    s->waiters = NULL;
-    h->n++;
-    return s;
-}
-
-/* Removing from open addressing: reinsert the rest of the cluster. */
-static void hset_remove(struct hset *h, struct slot *s)
-{
-    size_t i = (size_t)(s - h->slots);
-
-    s->state = SLOT_EMPTY;
-    h->n--;
-    for (i = (i + 1) & (h->cap - 1); h->slots[i].state != SLOT_EMPTY;
-         i = (i + 1) & (h->cap - 1)) {
-        struct slot tmp = h->slots[i];
-        size_t j;
-
-        h->slots[i].state = SLOT_EMPTY;
-        for (j = hpos(tmp.key, h->cap); h->slots[j].state != SLOT_EMPTY; j = (j + 1) & (h->cap - 1))
-            ;
-        h->slots[j] = tmp;
-    }
-}
-
-static void hset_clear(struct hset *h)
-{
-    free(h->slots);
-    memset(h, 0, sizeof(*h));
-}
-
 /* ---- the engine ----------------------------------------------------------- */
-
-struct save;
-
-struct snap {
-    struct event_base *base;
-    struct pool *pool;
-    struct store *store;
-    char job[MANIFEST_NAME_MAX + 1];
-    uint32_t chunk_size;
-    unsigned max_tasks;
-    int level;
-    double min_saving;
-    bool sign;                   /* the store wants payload hashes */
-    struct jobkey key;           /* signs and checks commit records, when keyed */
-    bool keyed;
-    bool preserve_special_modes; /* restore: modes exactly as stored */
-    struct genclaim *claims;     /* generation numbers, and whether records are
-                                    created conditionally */
-    struct hset known;           /* chunks of generation known_gen */
-    uint64_t known_gen;
-    bool known_loading;
-    struct save *known_waiters;  /* saves waiting for known to load */
-    struct hset stored;          /* chunks stored for generation stored_gen */
-    uint64_t stored_gen;
-    unsigned alive;              /* save tasks of every save, against max_tasks */
-    struct save *active;         /* saves with chunks left to start */
-    uint8_t **free_bufs;         /* chunk buffers kept for reuse */
-    unsigned n_free;
-};
 
 /* Chunk buffers (a whole chunk and room for its trailer) are reused: a fresh
  * multi-megabyte allocation costs a page fault per 4 KiB, and memory
@@ -221,7 +92,7 @@ static void fail_msg(int *err, char *msg, int e, const char *fmt, ...)
     va_end(ap);
 }
 
-static void chunk_key(const struct snap *s, const uint8_t *hash, char *key, size_t size)
+void snap_chunk_key(const struct snap *s, const uint8_t *hash, char *key, size_t size)
 {
     char hex[2 * CHUNK_HASH_LEN + 1];
 
@@ -229,7 +100,7 @@ static void chunk_key(const struct snap *s, const uint8_t *hash, char *key, size
     snprintf(key, size, "%s/chunks/%.2s/%s", s->job, hex, hex);
 }
 
-static int64_t now_ms(void)
+int64_t snap_now_ms(void)
 {
     struct timespec ts;
 
@@ -314,7 +185,7 @@ struct snap *snap_free(struct snap *s)
 /* ---- listing generations -------------------------------------------------- */
 
 /* Parse "<job>/gens/<8 digits>/<name>": the generation and the name. */
-static bool gen_key(const struct snap *s, const char *key, uint64_t *gen, const char **name)
+bool snap_gen_key(const struct snap *s, const char *key, uint64_t *gen, const char **name)
 {
     size_t jl = strlen(s->job);
     uint64_t g = 0;
@@ -352,22 +223,6 @@ static bool rank_name(const char *name, uint32_t *rank)
     *rank = (uint32_t)r;
     return true;
 }
-
-struct gens_op {
-    struct snap *s;
-    struct snap_gen *gens;
-    size_t n;
-    struct store_entry *entries;   /* the listing, kept for GC */
-    size_t n_entries;
-    size_t pending;
-    int err;
-    char msg[MSG_MAX];
-    void (*next)(struct gens_op *g);   /* called once the commits are read */
-    void *owner;
-    uint64_t below;                    /* the generation a save dedups for */
-    snap_gens_fn done;
-    void *arg;
-};
 
 static int cmp_gen(const void *a, const void *b)
 {
@@ -441,7 +296,7 @@ static void on_gens_listed(void *arg, int err, const char *msg, struct store_ent
         struct snap_gen *sg = NULL;
         uint32_t rank;
 
-        if (!gen_key(s, e[i].key, &gen, &name))
+        if (!snap_gen_key(s, e[i].key, &gen, &name))
             continue;
         for (size_t j = 0; j < g->n; j++)
             if (g->gens[j].gen == gen)
@@ -493,7 +348,7 @@ static void on_gens_listed(void *arg, int err, const char *msg, struct store_ent
         g->next(g);
 }
 
-static void gens_free(struct gens_op *g)
+void snap_gens_op_free(struct gens_op *g)
 {
     snap_gens_free(g->gens, g->n);
     store_entries_free(g->entries, g->n_entries);
@@ -501,7 +356,7 @@ static void gens_free(struct gens_op *g)
 }
 
 /* List and read commit records, then call next(g) on the loop. */
-static struct gens_op *gens_start(struct snap *s, void (*next)(struct gens_op *), void *owner)
+struct gens_op *snap_gens_op_start(struct snap *s, void (*next)(struct gens_op *), void *owner)
 {
     struct gens_op *g = calloc(1, sizeof(*g));
     char prefix[STORE_KEY_MAX + 1];
@@ -523,24 +378,6 @@ void snap_gens_free(struct snap_gen *gens, size_t n)
     free(gens);
 }
 
-/* Report an error found before any work, from the loop. */
-union snap_cb {
-    snap_done_fn done;
-    snap_saved_fn saved;
-    snap_gens_fn gens;
-    snap_verify_fn verified;
-    snap_gc_fn gc;
-    snap_manifests_fn shown;
-};
-
-struct early {
-    int err;
-    char msg[MSG_MAX];
-    void (*report)(struct early *e);
-    union snap_cb cb;
-    void *arg;
-};
-
 static void on_early(evutil_socket_t fd, short what, void *arg)
 {
     struct early *e = arg;
@@ -549,10 +386,8 @@ static void on_early(evutil_socket_t fd, short what, void *arg)
     free(e);
 }
 
-static void early(struct snap *s, void (*report)(struct early *), union snap_cb cb, void *arg,
-                  int err, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static void early(struct snap *s, void (*report)(struct early *), union snap_cb cb, void *arg,
-                  int err, const char *fmt, ...)
+void snap_early(struct snap *s, void (*report)(struct early *), union snap_cb cb, void *arg,
+                int err, const char *fmt, ...)
 {
     struct early *e = calloc(1, sizeof(*e));
     struct timeval now = { 0, 0 };
@@ -583,7 +418,7 @@ static void gens_report(struct gens_op *g)
         g->n = 0;
         g->done(g->arg, 0, "", gens, n);
     }
-    gens_free(g);
+    snap_gens_op_free(g);
 }
 
 static void early_gens(struct early *e)
@@ -593,10 +428,10 @@ static void early_gens(struct early *e)
 
 void snap_gens(struct snap *s, snap_gens_fn done, void *arg)
 {
-    struct gens_op *g = gens_start(s, gens_report, NULL);
+    struct gens_op *g = snap_gens_op_start(s, gens_report, NULL);
 
     if (!g) {
-        early(s, early_gens, (union snap_cb){ .gens = done }, arg, -ENOMEM, "out of memory");
+        snap_early(s, early_gens, (union snap_cb){ .gens = done }, arg, -ENOMEM, "out of memory");
         return;
     }
     g->done = done;
@@ -604,21 +439,6 @@ void snap_gens(struct snap *s, snap_gens_fn done, void *arg)
 }
 
 /* ---- fetching and checking manifests --------------------------------------- */
-
-/* Get the manifests of ranks [0, c->world_size) of a committed generation,
- * each checked against the digest in the commit record. */
-struct mf_fetch {
-    struct snap *s;
-    const struct commit *c;
-    struct manifest *mfs;         /* world_size, filled */
-    uint8_t (*digests)[CHUNK_HASH_LEN];
-    size_t pending;
-    int err;
-    char msg[MSG_MAX];
-    void (*next)(struct mf_fetch *f);
-    void *owner;
-    bool parse;                   /* false: digests only (commit) */
-};
 
 struct mf_get {
     struct mf_fetch *f;
@@ -665,7 +485,7 @@ static void on_manifest_got(void *arg, int err, const char *msg, void *data, siz
         f->next(f);
 }
 
-static void mf_fetch_free(struct mf_fetch *f)
+void snap_mf_fetch_free(struct mf_fetch *f)
 {
     if (f->mfs)
         for (uint32_t i = 0; i < f->c->world_size; i++)
@@ -683,8 +503,8 @@ static void on_mf_none(evutil_socket_t fd, short what, void *arg)
 }
 
 /* only: fetch this rank alone (UINT32_MAX: all). */
-static struct mf_fetch *mf_fetch_start(struct snap *s, const struct commit *c, uint32_t only,
-                                       bool parse, void (*next)(struct mf_fetch *), void *owner)
+struct mf_fetch *snap_mf_fetch_start(struct snap *s, const struct commit *c, uint32_t only,
+                                     bool parse, void (*next)(struct mf_fetch *), void *owner)
 {
     struct mf_fetch *f = calloc(1, sizeof(*f));
 
@@ -1280,7 +1100,7 @@ static void task_done(struct pool_job *job)
     if (t->stage == 2) {
         sv->c->cpu_encode_ns += t->cpu_ns;
         sv->c->bytes_compressed += t->enc.len;
-        chunk_key(s, t->hash, t->key, sizeof(t->key));
+        snap_chunk_key(s, t->hash, t->key, sizeof(t->key));
         store_put_hashed(s->store, t->key, t->enc.data, t->enc.len,
                          s->sign ? t->payload_sha : NULL, on_put, t);
         return;
@@ -1350,7 +1170,7 @@ static void save_manifest(struct save *sv)
     m->rank = sv->req.rank;
     m->step = sv->req.step;
     snprintf(m->method, sizeof(m->method), "%s", sv->method);
-    m->created_ms = now_ms();
+    m->created_ms = snap_now_ms();
     snprintf(m->version, sizeof(m->version), "%s", SPOT_VERSION);
     m->chunk_size = s->chunk_size;
     sv->json = manifest_to_json(m, &sv->json_len);
@@ -1547,8 +1367,8 @@ static void on_known_manifests(struct mf_fetch *f)
         else
             s->known_gen = f->c->gen;
     }
-    mf_fetch_free(f);
-    gens_free(g);
+    snap_mf_fetch_free(f);
+    snap_gens_op_free(g);
     known_loaded(s);
 }
 
@@ -1567,15 +1387,15 @@ static void on_known_gens(struct gens_op *g)
             hset_clear(&s->known);
             s->known_gen = 0;
         }
-        gens_free(g);
+        snap_gens_op_free(g);
         known_loaded(s);
         return;
     }
     hset_clear(&s->known);
     s->known_gen = 0;
-    f = mf_fetch_start(s, newest, UINT32_MAX, true, on_known_manifests, g);
+    f = snap_mf_fetch_start(s, newest, UINT32_MAX, true, on_known_manifests, g);
     if (!f) {
-        gens_free(g);
+        snap_gens_op_free(g);
         known_loaded(s);
     }
 }
@@ -1595,9 +1415,9 @@ void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_coun
     if (req->gen == 0 || req->gen > GEN_MAX || req->rank >= WORLD_MAX || !req->dir ||
         !*req->dir || strlen(method) > MANIFEST_NAME_MAX ||
         (req->share_count > 1 && (req->share_index >= req->share_count || !req->split))) {
-        early(s, early_saved, (union snap_cb){ .saved = done }, arg, -EINVAL,
-              "invalid save request (generation 1..%llu, rank below %d, a directory)",
-              GEN_MAX, WORLD_MAX);
+        snap_early(s, early_saved, (union snap_cb){ .saved = done }, arg, -EINVAL,
+                   "invalid save request (generation 1..%llu, rank below %d, a directory)",
+                   GEN_MAX, WORLD_MAX);
         return;
     }
     sv = calloc(1, sizeof(*sv));
@@ -1605,7 +1425,7 @@ void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_coun
         if (sv)
             free(sv->dir);
         free(sv);
-        early(s, early_saved, (union snap_cb){ .saved = done }, arg, -ENOMEM, "out of memory");
+        snap_early(s, early_saved, (union snap_cb){ .saved = done }, arg, -ENOMEM, "out of memory");
         return;
     }
     sv->s = s;
@@ -1626,7 +1446,7 @@ void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_coun
     if (s->known_loading)
         return;
     s->known_loading = true;
-    g = gens_start(s, on_known_gens, NULL);
+    g = snap_gens_op_start(s, on_known_gens, NULL);
     if (!g) {
         known_loaded(s);
         return;
@@ -1707,11 +1527,11 @@ static void on_commit_checked(struct mf_fetch *f)
         char msg[MSG_MAX];
 
         snprintf(msg, sizeof(msg), "cannot commit: %.4000s", f->msg);
-        mf_fetch_free(f);
+        snap_mf_fetch_free(f);
         commit_op_end(op, -EBADMSG, msg);
         return;
     }
-    mf_fetch_free(f);
+    snap_mf_fetch_free(f);
     op->c.has_mac = false;
     if (op->s->keyed && jobkey_sign(&op->s->key, &op->c) < 0) {
         commit_op_end(op, -EIO, "cannot sign the commit record (out of memory, or OpenSSL "
@@ -1740,7 +1560,7 @@ void snap_withdraw(struct snap *s, uint64_t gen, snap_done_fn done, void *arg)
     genclaim_withdraw(s->claims, gen, done, arg);
 }
 
-static void early_done(struct early *e)
+void snap_early_done(struct early *e)
 {
     e->cb.done(e->arg, e->err, e->msg);
 }
@@ -1751,13 +1571,14 @@ void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void
 
     if (strcmp(c->job, s->job) != 0 || c->gen == 0 || c->gen > GEN_MAX || c->world_size == 0 ||
         c->world_size > WORLD_MAX) {
-        early(s, early_done, (union snap_cb){ .done = done }, arg, -EINVAL, "invalid commit record");
+        snap_early(s, snap_early_done, (union snap_cb){ .done = done }, arg, -EINVAL,
+                   "invalid commit record");
         return;
     }
     for (uint32_t i = 0; i < c->world_size; i++)
         if (c->ranks[i].rank != i) {
-            early(s, early_done, (union snap_cb){ .done = done }, arg, -EINVAL,
-                  "invalid commit record: rank %u at index %u", c->ranks[i].rank, i);
+            snap_early(s, snap_early_done, (union snap_cb){ .done = done }, arg, -EINVAL,
+                       "invalid commit record: rank %u at index %u", c->ranks[i].rank, i);
             return;
         }
     op = calloc(1, sizeof(*op));
@@ -1767,17 +1588,19 @@ void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void
     }
     if (!op || !op->c.ranks) {
         free(op);
-        early(s, early_done, (union snap_cb){ .done = done }, arg, -ENOMEM, "out of memory");
+        snap_early(s, snap_early_done, (union snap_cb){ .done = done }, arg, -ENOMEM,
+                   "out of memory");
         return;
     }
     memcpy(op->c.ranks, c->ranks, c->world_size * sizeof(*c->ranks));
     op->s = s;
     op->done = done;
     op->arg = arg;
-    if (!mf_fetch_start(s, &op->c, UINT32_MAX, false, on_commit_checked, op)) {
+    if (!snap_mf_fetch_start(s, &op->c, UINT32_MAX, false, on_commit_checked, op)) {
         commit_release(&op->c);
         free(op);
-        early(s, early_done, (union snap_cb){ .done = done }, arg, -ENOMEM, "out of memory");
+        snap_early(s, snap_early_done, (union snap_cb){ .done = done }, arg, -ENOMEM,
+                   "out of memory");
     }
 }
 
@@ -1874,7 +1697,7 @@ static void fetch_report(struct fetch *fe)
         fe->done(fe->arg, fe->err, fe->err ? fe->msg : "");
     }
     if (fe->f)
-        mf_fetch_free(fe->f);
+        snap_mf_fetch_free(fe->f);
     commit_release(&fe->commit);
     hset_clear(&fe->seen);
     if (fe->tmpfd >= 0)
@@ -2194,7 +2017,7 @@ static void fetch_pump(struct fetch *fe)
         t->off = fe->next_off;
         t->job.work = ftask_work;
         t->job.done = ftask_done;
-        chunk_key(s, t->ch->hash, t->key, sizeof(t->key));
+        snap_chunk_key(s, t->ch->hash, t->key, sizeof(t->key));
         fe->next_chunk++;
         fe->next_off += t->ch->len;
         fe->alive++;
@@ -2492,7 +2315,7 @@ static void on_fetch_gens(struct gens_op *g)
     fe->g = NULL;
     if (g->err) {
         fetch_fail(fe, g->err, "%s", g->msg);
-        gens_free(g);
+        snap_gens_op_free(g);
         fetch_report(fe);
         return;
     }
@@ -2512,7 +2335,7 @@ static void on_fetch_gens(struct gens_op *g)
 
         snap_refusal(fe->s, found, why, sizeof(why));
         fetch_fail(fe, -EKEYREJECTED, "%s", why);
-        gens_free(g);
+        snap_gens_op_free(g);
         fetch_report(fe);
         return;
     }
@@ -2529,22 +2352,22 @@ static void on_fetch_gens(struct gens_op *g)
         else
             fetch_fail(fe, -ENOENT, "generation %llu was never committed (no commit record): "
                                     "it cannot be restored", (unsigned long long)fe->gen);
-        gens_free(g);
+        snap_gens_op_free(g);
         fetch_report(fe);
         return;
     }
     fe->gen = found->gen;
     fe->commit = found->commit;
     memset(&found->commit, 0, sizeof(found->commit));
-    gens_free(g);
+    snap_gens_op_free(g);
     if (!fe->verify && fe->rank >= fe->commit.world_size) {
         fetch_fail(fe, -ENOENT, "generation %llu has ranks 0 to %u, not %u",
                    (unsigned long long)fe->gen, fe->commit.world_size - 1, fe->rank);
         fetch_report(fe);
         return;
     }
-    if (!mf_fetch_start(fe->s, &fe->commit, fe->verify ? UINT32_MAX : fe->rank, true,
-                        on_fetch_manifests, fe)) {
+    if (!snap_mf_fetch_start(fe->s, &fe->commit, fe->verify ? UINT32_MAX : fe->rank, true,
+                             on_fetch_manifests, fe)) {
         fetch_fail(fe, -ENOMEM, "out of memory");
         fetch_report(fe);
     }
@@ -2576,18 +2399,19 @@ void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
         if (fe)
             free(fe->dest);
         free(fe);
-        early(s, early_done, (union snap_cb){ .done = done }, arg, len ? -ENOMEM : -EINVAL,
-              len ? "out of memory" : "no destination directory");
+        snap_early(s, snap_early_done, (union snap_cb){ .done = done }, arg,
+                   len ? -ENOMEM : -EINVAL, len ? "out of memory" : "no destination directory");
         return;
     }
     fe->rank = rank;
     fe->done = done;
     fe->arg = arg;
-    if (!(fe->g = gens_start(s, on_fetch_gens, fe))) {
+    if (!(fe->g = snap_gens_op_start(s, on_fetch_gens, fe))) {
         free(fe->dest);
         free(fe->tmp);
         free(fe);
-        early(s, early_done, (union snap_cb){ .done = done }, arg, -ENOMEM, "out of memory");
+        snap_early(s, snap_early_done, (union snap_cb){ .done = done }, arg, -ENOMEM,
+                   "out of memory");
     }
 }
 
@@ -2598,17 +2422,19 @@ void snap_check(struct snap *s, uint64_t gen, uint32_t rank, const char *dir,
 
     if (!fe || !(fe->dest = strdup(dir))) {
         free(fe);
-        early(s, early_done, (union snap_cb){ .done = done }, arg, -ENOMEM, "out of memory");
+        snap_early(s, snap_early_done, (union snap_cb){ .done = done }, arg, -ENOMEM,
+                   "out of memory");
         return;
     }
     fe->check = true;
     fe->rank = rank;
     fe->done = done;
     fe->arg = arg;
-    if (!(fe->g = gens_start(s, on_fetch_gens, fe))) {
+    if (!(fe->g = snap_gens_op_start(s, on_fetch_gens, fe))) {
         free(fe->dest);
         free(fe);
-        early(s, early_done, (union snap_cb){ .done = done }, arg, -ENOMEM, "out of memory");
+        snap_early(s, snap_early_done, (union snap_cb){ .done = done }, arg, -ENOMEM,
+                   "out of memory");
     }
 }
 
@@ -2625,15 +2451,17 @@ void snap_verify(struct snap *s, uint64_t gen, struct snap_counters *c, snap_ver
     struct fetch *fe = fetch_new(s, gen, c);
 
     if (!fe) {
-        early(s, early_verified, (union snap_cb){ .verified = done }, arg, -ENOMEM, "out of memory");
+        snap_early(s, early_verified, (union snap_cb){ .verified = done }, arg, -ENOMEM,
+                   "out of memory");
         return;
     }
     fe->verify = true;
     fe->verified = done;
     fe->arg = arg;
-    if (!(fe->g = gens_start(s, on_fetch_gens, fe))) {
+    if (!(fe->g = snap_gens_op_start(s, on_fetch_gens, fe))) {
         free(fe);
-        early(s, early_verified, (union snap_cb){ .verified = done }, arg, -ENOMEM, "out of memory");
+        snap_early(s, early_verified, (union snap_cb){ .verified = done }, arg, -ENOMEM,
+                   "out of memory");
     }
 }
 
@@ -2647,15 +2475,15 @@ void snap_manifests(struct snap *s, uint64_t gen, snap_manifests_fn done, void *
     struct fetch *fe = fetch_new(s, gen, NULL);
 
     if (!fe) {
-        early(s, early_shown, (union snap_cb){ .shown = done }, arg, -ENOMEM, "out of memory");
+        snap_early(s, early_shown, (union snap_cb){ .shown = done }, arg, -ENOMEM, "out of memory");
         return;
     }
     fe->verify = true;            /* every rank, nothing written */
     fe->shown = done;
     fe->arg = arg;
-    if (!(fe->g = gens_start(s, on_fetch_gens, fe))) {
+    if (!(fe->g = snap_gens_op_start(s, on_fetch_gens, fe))) {
         free(fe);
-        early(s, early_shown, (union snap_cb){ .shown = done }, arg, -ENOMEM, "out of memory");
+        snap_early(s, early_shown, (union snap_cb){ .shown = done }, arg, -ENOMEM, "out of memory");
     }
 }
 
@@ -2698,7 +2526,7 @@ static void gc_end(struct gc_op *gc)
     hset_clear(&gc->refs);
     store_entries_free(gc->chunks, gc->n_chunks);
     if (gc->g)
-        gens_free(gc->g);
+        snap_gens_op_free(gc->g);
     free(gc);
 }
 
@@ -2800,7 +2628,7 @@ static void on_gc_chunks(void *arg, int err, const char *msg, struct store_entry
             const char *name;
             bool is_commit;
 
-            if (!gen_key(gc->s, g->entries[i].key, &gen, &name))
+            if (!snap_gen_key(gc->s, g->entries[i].key, &gen, &name))
                 continue;
             is_commit = strcmp(name, "COMMIT.json") == 0;
             if (is_commit != (pass == 0))
@@ -2854,7 +2682,7 @@ static void on_gc_manifests(struct mf_fetch *f)
         /* Never delete on a partial view of what is referenced. */
         gc->err = f->err;
         snprintf(gc->msg, sizeof(gc->msg), "nothing deleted: %.4000s", f->msg);
-        mf_fetch_free(f);
+        snap_mf_fetch_free(f);
         gc_end(gc);
         return;
     }
@@ -2866,7 +2694,7 @@ static void on_gc_manifests(struct mf_fetch *f)
                     !hset_add(&gc->refs, m->files[i].chunks[j].hash, SLOT_KNOWN))
                     gc->err = -ENOMEM;
     }
-    mf_fetch_free(f);
+    snap_mf_fetch_free(f);
     if (gc->err) {
         snprintf(gc->msg, sizeof(gc->msg), "out of memory");
         gc_end(gc);
@@ -2886,8 +2714,8 @@ static void gc_next_kept(struct gc_op *gc)
     for (; gc->cur < g->n; gc->cur++) {
         if (gc->drop[gc->cur] || !(g->gens[gc->cur].committed || g->gens[gc->cur].unauthentic))
             continue;
-        if (!mf_fetch_start(gc->s, &g->gens[gc->cur].commit, UINT32_MAX, true, on_gc_manifests,
-                            gc)) {
+        if (!snap_mf_fetch_start(gc->s, &g->gens[gc->cur].commit, UINT32_MAX, true, on_gc_manifests,
+                                 gc)) {
             gc->err = -ENOMEM;
             snprintf(gc->msg, sizeof(gc->msg), "out of memory");
             gc_end(gc);
@@ -2951,21 +2779,22 @@ void snap_gc(struct snap *s, const struct snap_gc_opts *o, snap_gc_fn done, void
     struct gc_op *gc;
 
     if (o->keep == 0 || o->grace_ms < 0) {
-        early(s, early_gc, (union snap_cb){ .gc = done }, arg, -EINVAL,
-              "garbage collection keeps at least one generation");
+        snap_early(s, early_gc, (union snap_cb){ .gc = done }, arg, -EINVAL,
+                   "garbage collection keeps at least one generation");
         return;
     }
     if (!(gc = calloc(1, sizeof(*gc)))) {
-        early(s, early_gc, (union snap_cb){ .gc = done }, arg, -ENOMEM, "out of memory");
+        snap_early(s, early_gc, (union snap_cb){ .gc = done }, arg, -ENOMEM, "out of memory");
         return;
     }
     gc->s = s;
     gc->o = *o;
-    gc->now = now_ms();
+    gc->now = snap_now_ms();
     gc->done = done;
     gc->arg = arg;
-    if (!gens_start(s, on_gc_gens, gc)) {
+    if (!snap_gens_op_start(s, on_gc_gens, gc)) {
         free(gc);
-        early(s, early_gc, (union snap_cb){ .gc = done }, arg, -ENOMEM, "out of memory");
+        snap_early(s, early_gc, (union snap_cb){ .gc = done }, arg, -ENOMEM, "out of memory");
     }
 }
+
