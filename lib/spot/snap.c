@@ -26,36 +26,6 @@
 
 /* ---- the engine ----------------------------------------------------------- */
 
-static void fail_msg(int *err, char *msg, int e, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void fail_msg(int *err, char *msg, int e, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (*err)
-        return; /* the first error is the one reported */
-    *err = e;
-    va_start(ap, fmt);
-    vsnprintf(msg, MSG_MAX, fmt, ap);
-    va_end(ap);
-}
-
-void snap_chunk_key(const struct snap *s, const uint8_t *hash, char *key, size_t size)
-{
-    char hex[2 * CHUNK_HASH_LEN + 1];
-
-    chunk_hex(hash, hex);
-    snprintf(key, size, "%s/chunks/%.2s/%s", s->job, hex, hex);
-}
-
-int64_t snap_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 struct snap *snap_new(const struct snap_opts *o, char *err, size_t errlen)
 {
     struct snap *s;
@@ -105,16 +75,6 @@ struct snap *snap_new(const struct snap_opts *o, char *err, size_t errlen)
     return s;
 }
 
-const char *snap_key_id(const struct snap *s)
-{
-    return s->keyed ? s->key.id : NULL;
-}
-
-void snap_refusal(const struct snap *s, const struct snap_gen *g, char *buf, size_t size)
-{
-    jobkey_refusal(buf, size, s->keyed ? &s->key : NULL, &g->commit, g->auth);
-}
-
 struct snap *snap_free(struct snap *s)
 {
     if (!s)
@@ -130,99 +90,150 @@ struct snap *snap_free(struct snap *s)
     return NULL;
 }
 
+const char *snap_key_id(const struct snap *s)
+{
+    return s->keyed ? s->key.id : NULL;
+}
+
+void snap_refusal(const struct snap *s, const struct snap_gen *g, char *buf, size_t size)
+{
+    jobkey_refusal(buf, size, s->keyed ? &s->key : NULL, &g->commit, g->auth);
+}
+
+void snap_chunk_key(const struct snap *s, const uint8_t *hash, char *key, size_t size)
+{
+    char hex[2 * CHUNK_HASH_LEN + 1];
+
+    chunk_hex(hash, hex);
+    snprintf(key, size, "%s/chunks/%.2s/%s", s->job, hex, hex);
+}
+
+int64_t snap_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void fail_msg(int *err, char *msg, int e, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void fail_msg(int *err, char *msg, int e, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (*err)
+        return; /* the first error is the one reported */
+    *err = e;
+    va_start(ap, fmt);
+    vsnprintf(msg, MSG_MAX, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- errors found before any work ----------------------------------------- */
+
+static void on_early(evutil_socket_t fd, short what, void *arg);
+
+void snap_early(struct snap *s, void (*report)(struct early *), union snap_cb cb, void *arg,
+                int err, const char *fmt, ...)
+{
+    struct early *e = calloc(1, sizeof(*e));
+    struct timeval now = { 0, 0 };
+    va_list ap;
+
+    if (!e)
+        return;
+    e->err = err;
+    e->report = report;
+    e->cb = cb;
+    e->arg = arg;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+    va_end(ap);
+    if (event_base_once(s->base, -1, EV_TIMEOUT, on_early, e, &now) < 0)
+        free(e);
+}
+
+static void on_early(evutil_socket_t fd, short what, void *arg)
+{
+    struct early *e = arg;
+
+    e->report(e);
+    free(e);
+}
+
+void snap_early_done(struct early *e)
+{
+    e->cb.done(e->arg, e->err, e->msg);
+}
+
 /* ---- listing generations -------------------------------------------------- */
-
-/* Parse "<job>/gens/<8 digits>/<name>": the generation and the name. */
-bool snap_gen_key(const struct snap *s, const char *key, uint64_t *gen, const char **name)
-{
-    size_t jl = strlen(s->job);
-    uint64_t g = 0;
-
-    if (strncmp(key, s->job, jl) != 0 || strncmp(key + jl, "/gens/", 6) != 0)
-        return false;
-    key += jl + 6;
-    for (int i = 0; i < 8; i++) {
-        if (key[i] < '0' || key[i] > '9')
-            return false;
-        g = g * 10 + (uint64_t)(key[i] - '0');
-    }
-    if (key[8] != '/' || strchr(key + 9, '/'))
-        return false;
-    *gen = g;
-    *name = key + 9;
-    return true;
-}
-
-/* A rank manifest's name: "rank-<r>.json", r without leading zeros. */
-static bool rank_name(const char *name, uint32_t *rank)
-{
-    uint64_t r = 0;
-    const char *p = name + 5;
-
-    if (strncmp(name, "rank-", 5) != 0 || *p < '0' || *p > '9' || (*p == '0' && p[1] != '.'))
-        return false;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        r = r * 10 + (uint64_t)(*p - '0');
-        if (r >= WORLD_MAX)
-            return false;
-    }
-    if (strcmp(p, ".json") != 0)
-        return false;
-    *rank = (uint32_t)r;
-    return true;
-}
-
-static int cmp_gen(const void *a, const void *b)
-{
-    uint64_t x = ((const struct snap_gen *)a)->gen, y = ((const struct snap_gen *)b)->gen;
-
-    return x < y ? -1 : x > y;
-}
 
 struct commit_get {
     struct gens_op *g;
     size_t idx;
 };
 
-static void on_commit_got(void *arg, int err, const char *msg, void *data, size_t len)
+static void gens_report(struct gens_op *g);
+static void early_gens(struct early *e);
+static void on_gens_listed(void *arg, int err, const char *msg, struct store_entry *e, size_t n);
+static void on_commit_got(void *arg, int err, const char *msg, void *data, size_t len);
+static bool rank_name(const char *name, uint32_t *rank);
+static int cmp_gen(const void *a, const void *b);
+
+void snap_gens(struct snap *s, snap_gens_fn done, void *arg)
 {
-    struct commit_get *cg = arg;
-    struct gens_op *g = cg->g;
-    struct snap_gen *sg = &g->gens[cg->idx];
-    const char *why = NULL;
+    struct gens_op *g = snap_gens_op_start(s, gens_report, NULL);
 
-    free(cg);
-    if (err == -ENOENT) {
-        /* Deleted since the listing (GC): not committed. */
-    } else if (err) {
-        fail_msg(&g->err, g->msg, err, "%s", msg);
-    } else {
-        struct commit c;
-        int r = commit_parse(data, len, &c, &why);
-
-        if (r == 0 && (c.gen != sg->gen || strcmp(c.job, g->s->job) != 0)) {
-            commit_release(&c);
-            r = -EINVAL;
-            why = "it names another job or generation";
-        }
-        if (r == 0 && (r = jobkey_check(g->s->keyed ? &g->s->key : NULL, &c, &sg->auth)) < 0)
-            commit_release(&c);
-        if (r == 0) {
-            /* With a key, only what it signed is committed. */
-            sg->commit = c;
-            sg->committed = !g->s->keyed || sg->auth == JOBKEY_AUTHENTIC;
-            sg->unauthentic = !sg->committed;
-        } else if (r == -ENOMEM || r == -EIO) {
-            fail_msg(&g->err, g->msg, r, "%s", r == -ENOMEM ? "out of memory"
-                                                            : "cannot check a commit record's "
-                                                              "signature (OpenSSL failed)");
-        } else {
-            sg->corrupt = true;
-        }
+    if (!g) {
+        snap_early(s, early_gens, (union snap_cb){ .gens = done }, arg, -ENOMEM, "out of memory");
+        return;
     }
-    free(data);
-    if (--g->pending == 0)
-        g->next(g);
+    g->done = done;
+    g->arg = arg;
+}
+
+static void gens_report(struct gens_op *g)
+{
+    if (g->err) {
+        g->done(g->arg, g->err, g->msg, NULL, 0);
+    } else {
+        struct snap_gen *gens = g->gens;
+        size_t n = g->n;
+
+        g->gens = NULL;
+        g->n = 0;
+        g->done(g->arg, 0, "", gens, n);
+    }
+    snap_gens_op_free(g);
+}
+
+static void early_gens(struct early *e)
+{
+    e->cb.gens(e->arg, e->err, e->msg, NULL, 0);
+}
+
+void snap_gens_free(struct snap_gen *gens, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        commit_release(&gens[i].commit);
+    free(gens);
+}
+
+/* List and read commit records, then call next(g) on the loop. */
+struct gens_op *snap_gens_op_start(struct snap *s, void (*next)(struct gens_op *), void *owner)
+{
+    struct gens_op *g = calloc(1, sizeof(*g));
+    char prefix[STORE_KEY_MAX + 1];
+
+    if (!g)
+        return NULL;
+    g->s = s;
+    g->next = next;
+    g->owner = owner;
+    snprintf(prefix, sizeof(prefix), "%s/gens/", s->job);
+    store_list(s->store, prefix, on_gens_listed, g);
+    return g;
 }
 
 static void on_gens_listed(void *arg, int err, const char *msg, struct store_entry *e, size_t n)
@@ -296,6 +307,47 @@ static void on_gens_listed(void *arg, int err, const char *msg, struct store_ent
         g->next(g);
 }
 
+static void on_commit_got(void *arg, int err, const char *msg, void *data, size_t len)
+{
+    struct commit_get *cg = arg;
+    struct gens_op *g = cg->g;
+    struct snap_gen *sg = &g->gens[cg->idx];
+    const char *why = NULL;
+
+    free(cg);
+    if (err == -ENOENT) {
+        /* Deleted since the listing (GC): not committed. */
+    } else if (err) {
+        fail_msg(&g->err, g->msg, err, "%s", msg);
+    } else {
+        struct commit c;
+        int r = commit_parse(data, len, &c, &why);
+
+        if (r == 0 && (c.gen != sg->gen || strcmp(c.job, g->s->job) != 0)) {
+            commit_release(&c);
+            r = -EINVAL;
+            why = "it names another job or generation";
+        }
+        if (r == 0 && (r = jobkey_check(g->s->keyed ? &g->s->key : NULL, &c, &sg->auth)) < 0)
+            commit_release(&c);
+        if (r == 0) {
+            /* With a key, only what it signed is committed. */
+            sg->commit = c;
+            sg->committed = !g->s->keyed || sg->auth == JOBKEY_AUTHENTIC;
+            sg->unauthentic = !sg->committed;
+        } else if (r == -ENOMEM || r == -EIO) {
+            fail_msg(&g->err, g->msg, r, "%s", r == -ENOMEM ? "out of memory"
+                                                            : "cannot check a commit record's "
+                                                              "signature (OpenSSL failed)");
+        } else {
+            sg->corrupt = true;
+        }
+    }
+    free(data);
+    if (--g->pending == 0)
+        g->next(g);
+}
+
 void snap_gens_op_free(struct gens_op *g)
 {
     snap_gens_free(g->gens, g->n);
@@ -303,87 +355,51 @@ void snap_gens_op_free(struct gens_op *g)
     free(g);
 }
 
-/* List and read commit records, then call next(g) on the loop. */
-struct gens_op *snap_gens_op_start(struct snap *s, void (*next)(struct gens_op *), void *owner)
+/* Parse "<job>/gens/<8 digits>/<name>": the generation and the name. */
+bool snap_gen_key(const struct snap *s, const char *key, uint64_t *gen, const char **name)
 {
-    struct gens_op *g = calloc(1, sizeof(*g));
-    char prefix[STORE_KEY_MAX + 1];
+    size_t jl = strlen(s->job);
+    uint64_t g = 0;
 
-    if (!g)
-        return NULL;
-    g->s = s;
-    g->next = next;
-    g->owner = owner;
-    snprintf(prefix, sizeof(prefix), "%s/gens/", s->job);
-    store_list(s->store, prefix, on_gens_listed, g);
-    return g;
-}
-
-void snap_gens_free(struct snap_gen *gens, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        commit_release(&gens[i].commit);
-    free(gens);
-}
-
-static void on_early(evutil_socket_t fd, short what, void *arg)
-{
-    struct early *e = arg;
-
-    e->report(e);
-    free(e);
-}
-
-void snap_early(struct snap *s, void (*report)(struct early *), union snap_cb cb, void *arg,
-                int err, const char *fmt, ...)
-{
-    struct early *e = calloc(1, sizeof(*e));
-    struct timeval now = { 0, 0 };
-    va_list ap;
-
-    if (!e)
-        return;
-    e->err = err;
-    e->report = report;
-    e->cb = cb;
-    e->arg = arg;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-    va_end(ap);
-    if (event_base_once(s->base, -1, EV_TIMEOUT, on_early, e, &now) < 0)
-        free(e);
-}
-
-static void gens_report(struct gens_op *g)
-{
-    if (g->err) {
-        g->done(g->arg, g->err, g->msg, NULL, 0);
-    } else {
-        struct snap_gen *gens = g->gens;
-        size_t n = g->n;
-
-        g->gens = NULL;
-        g->n = 0;
-        g->done(g->arg, 0, "", gens, n);
+    if (strncmp(key, s->job, jl) != 0 || strncmp(key + jl, "/gens/", 6) != 0)
+        return false;
+    key += jl + 6;
+    for (int i = 0; i < 8; i++) {
+        if (key[i] < '0' || key[i] > '9')
+            return false;
+        g = g * 10 + (uint64_t)(key[i] - '0');
     }
-    snap_gens_op_free(g);
+    if (key[8] != '/' || strchr(key + 9, '/'))
+        return false;
+    *gen = g;
+    *name = key + 9;
+    return true;
 }
 
-static void early_gens(struct early *e)
+/* A rank manifest's name: "rank-<r>.json", r without leading zeros. */
+static bool rank_name(const char *name, uint32_t *rank)
 {
-    e->cb.gens(e->arg, e->err, e->msg, NULL, 0);
-}
+    uint64_t r = 0;
+    const char *p = name + 5;
 
-void snap_gens(struct snap *s, snap_gens_fn done, void *arg)
-{
-    struct gens_op *g = snap_gens_op_start(s, gens_report, NULL);
-
-    if (!g) {
-        snap_early(s, early_gens, (union snap_cb){ .gens = done }, arg, -ENOMEM, "out of memory");
-        return;
+    if (strncmp(name, "rank-", 5) != 0 || *p < '0' || *p > '9' || (*p == '0' && p[1] != '.'))
+        return false;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        r = r * 10 + (uint64_t)(*p - '0');
+        if (r >= WORLD_MAX)
+            return false;
     }
-    g->done = done;
-    g->arg = arg;
+    if (strcmp(p, ".json") != 0)
+        return false;
+    *rank = (uint32_t)r;
+    return true;
+}
+
+static int cmp_gen(const void *a, const void *b)
+{
+    uint64_t x = ((const struct snap_gen *)a)->gen, y = ((const struct snap_gen *)b)->gen;
+
+    return x < y ? -1 : x > y;
 }
 
 /* ---- fetching and checking manifests --------------------------------------- */
@@ -393,62 +409,8 @@ struct mf_get {
     uint32_t rank;
 };
 
-static void on_manifest_got(void *arg, int err, const char *msg, void *data, size_t len)
-{
-    struct mf_get *mg = arg;
-    struct mf_fetch *f = mg->f;
-    uint32_t rank = mg->rank;
-    uint8_t sha[CHUNK_HASH_LEN];
-    const char *why = NULL;
-
-    free(mg);
-    if (err == -ENOENT) {
-        fail_msg(&f->err, f->msg, -ENOENT,
-                 "generation %llu: the manifest of rank %u is missing from the store",
-                 (unsigned long long)f->c->gen, rank);
-    } else if (err) {
-        fail_msg(&f->err, f->msg, err, "%s", msg);
-    } else if (chunk_sha256(data, len, sha) < 0) {
-        fail_msg(&f->err, f->msg, -EIO, "cannot hash a manifest");
-    } else if (memcmp(sha, f->digests[rank], CHUNK_HASH_LEN) != 0) {
-        fail_msg(&f->err, f->msg, -EBADMSG,
-                 "generation %llu: the manifest of rank %u does not match the digest the "
-                 "commit record holds (damaged or replaced in the store)",
-                 (unsigned long long)f->c->gen, rank);
-    } else if (f->parse) {
-        int r = manifest_parse(data, len, &f->mfs[rank], &why);
-
-        if (r < 0)
-            fail_msg(&f->err, f->msg, r == -ENOMEM ? r : -EBADMSG,
-                     "generation %llu: the manifest of rank %u is invalid: %s",
-                     (unsigned long long)f->c->gen, rank, why ? why : "out of memory");
-        else if (f->mfs[rank].rank != rank || f->mfs[rank].gen != f->c->gen ||
-                 strcmp(f->mfs[rank].job, f->s->job) != 0)
-            fail_msg(&f->err, f->msg, -EBADMSG,
-                     "generation %llu: the manifest of rank %u names another job, generation "
-                     "or rank", (unsigned long long)f->c->gen, rank);
-    }
-    free(data);
-    if (--f->pending == 0)
-        f->next(f);
-}
-
-void snap_mf_fetch_free(struct mf_fetch *f)
-{
-    if (f->mfs)
-        for (uint32_t i = 0; i < f->c->world_size; i++)
-            manifest_release(&f->mfs[i]);
-    free(f->mfs);
-    free(f->digests);
-    free(f);
-}
-
-static void on_mf_none(evutil_socket_t fd, short what, void *arg)
-{
-    struct mf_fetch *f = arg;
-
-    f->next(f);
-}
+static void on_mf_none(evutil_socket_t fd, short what, void *arg);
+static void on_manifest_got(void *arg, int err, const char *msg, void *data, size_t len);
 
 /* only: fetch this rank alone (UINT32_MAX: all). */
 struct mf_fetch *snap_mf_fetch_start(struct snap *s, const struct commit *c, uint32_t only,
@@ -502,6 +464,63 @@ struct mf_fetch *snap_mf_fetch_start(struct snap *s, const struct commit *c, uin
     return f;
 }
 
+static void on_mf_none(evutil_socket_t fd, short what, void *arg)
+{
+    struct mf_fetch *f = arg;
+
+    f->next(f);
+}
+
+static void on_manifest_got(void *arg, int err, const char *msg, void *data, size_t len)
+{
+    struct mf_get *mg = arg;
+    struct mf_fetch *f = mg->f;
+    uint32_t rank = mg->rank;
+    uint8_t sha[CHUNK_HASH_LEN];
+    const char *why = NULL;
+
+    free(mg);
+    if (err == -ENOENT) {
+        fail_msg(&f->err, f->msg, -ENOENT,
+                 "generation %llu: the manifest of rank %u is missing from the store",
+                 (unsigned long long)f->c->gen, rank);
+    } else if (err) {
+        fail_msg(&f->err, f->msg, err, "%s", msg);
+    } else if (chunk_sha256(data, len, sha) < 0) {
+        fail_msg(&f->err, f->msg, -EIO, "cannot hash a manifest");
+    } else if (memcmp(sha, f->digests[rank], CHUNK_HASH_LEN) != 0) {
+        fail_msg(&f->err, f->msg, -EBADMSG,
+                 "generation %llu: the manifest of rank %u does not match the digest the "
+                 "commit record holds (damaged or replaced in the store)",
+                 (unsigned long long)f->c->gen, rank);
+    } else if (f->parse) {
+        int r = manifest_parse(data, len, &f->mfs[rank], &why);
+
+        if (r < 0)
+            fail_msg(&f->err, f->msg, r == -ENOMEM ? r : -EBADMSG,
+                     "generation %llu: the manifest of rank %u is invalid: %s",
+                     (unsigned long long)f->c->gen, rank, why ? why : "out of memory");
+        else if (f->mfs[rank].rank != rank || f->mfs[rank].gen != f->c->gen ||
+                 strcmp(f->mfs[rank].job, f->s->job) != 0)
+            fail_msg(&f->err, f->msg, -EBADMSG,
+                     "generation %llu: the manifest of rank %u names another job, generation "
+                     "or rank", (unsigned long long)f->c->gen, rank);
+    }
+    free(data);
+    if (--f->pending == 0)
+        f->next(f);
+}
+
+void snap_mf_fetch_free(struct mf_fetch *f)
+{
+    if (f->mfs)
+        for (uint32_t i = 0; i < f->c->world_size; i++)
+            manifest_release(&f->mfs[i]);
+    free(f->mfs);
+    free(f->digests);
+    free(f);
+}
+
 /* ---- commit --------------------------------------------------------------- */
 
 struct commit_op {
@@ -513,89 +532,10 @@ struct commit_op {
     size_t json_len;
 };
 
-static void commit_op_end(struct commit_op *op, int err, const char *msg)
-{
-    op->done(op->arg, err, msg);
-    free(op->json);
-    commit_release(&op->c);
-    free(op);
-}
-
-/* A record already there: the same generation of the same manifests
- * (authentic, with a key) is this commit; anything else is another's. */
-static void on_commit_there(void *arg, int err, const char *msg, void *data, size_t len)
-{
-    struct commit_op *op = arg;
-    const struct commit *c = &op->c;
-    enum jobkey_auth auth = JOBKEY_UNSIGNED;
-    const char *why = NULL;
-    struct commit old;
-    bool same = false;
-
-    if (!err && commit_parse(data, len, &old, &why) == 0) {
-        same = strcmp(old.job, c->job) == 0 && old.gen == c->gen &&
-               old.world_size == c->world_size &&
-               (!op->s->keyed ||
-                (jobkey_check(&op->s->key, &old, &auth) == 0 && auth == JOBKEY_AUTHENTIC));
-        for (uint32_t r = 0; same && r < c->world_size; r++)
-            same = memcmp(old.ranks[r].sha256, c->ranks[r].sha256, CHUNK_HASH_LEN) == 0;
-        commit_release(&old);
-    }
-    free(data);
-    if (same)
-        commit_op_end(op, 0, "");
-    else if (err && err != -ENOENT)
-        commit_op_end(op, err, msg);
-    else
-        commit_op_end(op, -EEXIST, err ? "cannot commit: its commit record came and went"
-                                       : "cannot commit: another writer committed this "
-                                         "generation number first; nothing was overwritten");
-}
-
-static void on_commit_put(void *arg, int err, const char *msg)
-{
-    struct commit_op *op = arg;
-    char key[STORE_KEY_MAX + 1];
-
-    if (err == -EEXIST) {
-        commit_key(key, sizeof(key), op->s->job, op->c.gen);
-        store_get(op->s->store, key, COMMIT_MAX, on_commit_there, op);
-        return;
-    }
-    commit_op_end(op, err, msg);
-}
-
-static void on_commit_checked(struct mf_fetch *f)
-{
-    struct commit_op *op = f->owner;
-    char key[STORE_KEY_MAX + 1];
-
-    if (f->err) {
-        char msg[MSG_MAX];
-
-        snprintf(msg, sizeof(msg), "cannot commit: %.4000s", f->msg);
-        snap_mf_fetch_free(f);
-        commit_op_end(op, -EBADMSG, msg);
-        return;
-    }
-    snap_mf_fetch_free(f);
-    op->c.has_mac = false;
-    if (op->s->keyed && jobkey_sign(&op->s->key, &op->c) < 0) {
-        commit_op_end(op, -EIO, "cannot sign the commit record (out of memory, or OpenSSL "
-                      "failed)");
-        return;
-    }
-    op->json = commit_to_json(&op->c, &op->json_len);
-    if (!op->json) {
-        commit_op_end(op, -ENOMEM, "out of memory");
-        return;
-    }
-    commit_key(key, sizeof(key), op->s->job, op->c.gen);
-    if (genclaim_conditional(op->s->claims))
-        store_put_new(op->s->store, key, op->json, op->json_len, NULL, on_commit_put, op);
-    else
-        store_put(op->s->store, key, op->json, op->json_len, on_commit_put, op);
-}
+static void on_commit_checked(struct mf_fetch *f);
+static void on_commit_put(void *arg, int err, const char *msg);
+static void on_commit_there(void *arg, int err, const char *msg, void *data, size_t len);
+static void commit_op_end(struct commit_op *op, int err, const char *msg);
 
 void snap_claim(struct snap *s, uint64_t from, snap_claim_fn done, void *arg)
 {
@@ -605,11 +545,6 @@ void snap_claim(struct snap *s, uint64_t from, snap_claim_fn done, void *arg)
 void snap_withdraw(struct snap *s, uint64_t gen, snap_done_fn done, void *arg)
 {
     genclaim_withdraw(s->claims, gen, done, arg);
-}
-
-void snap_early_done(struct early *e)
-{
-    e->cb.done(e->arg, e->err, e->msg);
 }
 
 void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void *arg)
@@ -649,4 +584,88 @@ void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void
         snap_early(s, snap_early_done, (union snap_cb){ .done = done }, arg, -ENOMEM,
                    "out of memory");
     }
+}
+
+static void on_commit_checked(struct mf_fetch *f)
+{
+    struct commit_op *op = f->owner;
+    char key[STORE_KEY_MAX + 1];
+
+    if (f->err) {
+        char msg[MSG_MAX];
+
+        snprintf(msg, sizeof(msg), "cannot commit: %.4000s", f->msg);
+        snap_mf_fetch_free(f);
+        commit_op_end(op, -EBADMSG, msg);
+        return;
+    }
+    snap_mf_fetch_free(f);
+    op->c.has_mac = false;
+    if (op->s->keyed && jobkey_sign(&op->s->key, &op->c) < 0) {
+        commit_op_end(op, -EIO, "cannot sign the commit record (out of memory, or OpenSSL "
+                      "failed)");
+        return;
+    }
+    op->json = commit_to_json(&op->c, &op->json_len);
+    if (!op->json) {
+        commit_op_end(op, -ENOMEM, "out of memory");
+        return;
+    }
+    commit_key(key, sizeof(key), op->s->job, op->c.gen);
+    if (genclaim_conditional(op->s->claims))
+        store_put_new(op->s->store, key, op->json, op->json_len, NULL, on_commit_put, op);
+    else
+        store_put(op->s->store, key, op->json, op->json_len, on_commit_put, op);
+}
+
+static void on_commit_put(void *arg, int err, const char *msg)
+{
+    struct commit_op *op = arg;
+    char key[STORE_KEY_MAX + 1];
+
+    if (err == -EEXIST) {
+        commit_key(key, sizeof(key), op->s->job, op->c.gen);
+        store_get(op->s->store, key, COMMIT_MAX, on_commit_there, op);
+        return;
+    }
+    commit_op_end(op, err, msg);
+}
+
+/* A record already there: the same generation of the same manifests
+ * (authentic, with a key) is this commit; anything else is another's. */
+static void on_commit_there(void *arg, int err, const char *msg, void *data, size_t len)
+{
+    struct commit_op *op = arg;
+    const struct commit *c = &op->c;
+    enum jobkey_auth auth = JOBKEY_UNSIGNED;
+    const char *why = NULL;
+    struct commit old;
+    bool same = false;
+
+    if (!err && commit_parse(data, len, &old, &why) == 0) {
+        same = strcmp(old.job, c->job) == 0 && old.gen == c->gen &&
+               old.world_size == c->world_size &&
+               (!op->s->keyed ||
+                (jobkey_check(&op->s->key, &old, &auth) == 0 && auth == JOBKEY_AUTHENTIC));
+        for (uint32_t r = 0; same && r < c->world_size; r++)
+            same = memcmp(old.ranks[r].sha256, c->ranks[r].sha256, CHUNK_HASH_LEN) == 0;
+        commit_release(&old);
+    }
+    free(data);
+    if (same)
+        commit_op_end(op, 0, "");
+    else if (err && err != -ENOENT)
+        commit_op_end(op, err, msg);
+    else
+        commit_op_end(op, -EEXIST, err ? "cannot commit: its commit record came and went"
+                                       : "cannot commit: another writer committed this "
+                                         "generation number first; nothing was overwritten");
+}
+
+static void commit_op_end(struct commit_op *op, int err, const char *msg)
+{
+    op->done(op->arg, err, msg);
+    free(op->json);
+    commit_release(&op->c);
+    free(op);
 }
