@@ -1,0 +1,235 @@
+/* snap_impl: what the parts of the snapshot engine share.  snap.c holds
+ * the engine, the listing of generations, the fetching of manifests and
+ * the commit; snap_save.c, snap_fetch.c and snap_gc.c the operations
+ * built on them. */
+#ifndef SPOT_SNAP_IMPL_H
+#define SPOT_SNAP_IMPL_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spot/snap.h"
+#include "spot/store.h"
+
+struct genclaim;
+
+#define MSG_MAX (PATH_MAX + 512)
+
+/* ---- hash sets ------------------------------------------------------------ */
+
+enum { SLOT_EMPTY, SLOT_KNOWN, SLOT_STORING };
+
+struct task;
+
+struct slot {
+    uint8_t key[CHUNK_HASH_LEN];
+    uint8_t state;
+    struct task *waiters;        /* SLOT_STORING: tasks of the same chunk */
+};
+
+/* Open addressing over SHA-256 hashes, which are uniform already. */
+struct hset {
+    struct slot *slots;
+    size_t cap, n;
+};
+
+static inline size_t hpos(const uint8_t *key, size_t cap)
+{
+    uint64_t h;
+
+    memcpy(&h, key, sizeof(h));
+    return (size_t)(h & (cap - 1));
+}
+
+static inline struct slot *hset_find(const struct hset *h, const uint8_t *key)
+{
+    if (!h->cap)
+        return NULL;
+    for (size_t i = hpos(key, h->cap);; i = (i + 1) & (h->cap - 1)) {
+        struct slot *s = &h->slots[i];
+        if (s->state == SLOT_EMPTY)
+            return NULL;
+        if (memcmp(s->key, key, CHUNK_HASH_LEN) == 0)
+            return s;
+    }
+}
+
+/* Insert key (or find it).  NULL when out of memory. */
+static inline struct slot *hset_add(struct hset *h, const uint8_t *key, uint8_t state)
+{
+    struct slot *s;
+
+    if ((s = hset_find(h, key)))
+        return s;
+    if ((h->n + 1) * 4 > h->cap * 3) {
+        size_t cap = h->cap ? h->cap * 2 : 1024;
+        struct slot *old = h->slots, *ns = calloc(cap, sizeof(*ns));
+
+        if (!ns)
+            return NULL;
+        for (size_t i = 0; i < h->cap; i++) {
+            if (old[i].state == SLOT_EMPTY)
+                continue;
+            size_t j = hpos(old[i].key, cap);
+            while (ns[j].state != SLOT_EMPTY)
+                j = (j + 1) & (cap - 1);
+            ns[j] = old[i];
+        }
+        free(old);
+        h->slots = ns;
+        h->cap = cap;
+    }
+    for (size_t i = hpos(key, h->cap);; i = (i + 1) & (h->cap - 1)) {
+        s = &h->slots[i];
+        if (s->state == SLOT_EMPTY)
+            break;
+    }
+    memcpy(s->key, key, CHUNK_HASH_LEN);
+    s->state = state;
+    s->waiters = NULL;
+    h->n++;
+    return s;
+}
+
+/* Removing from open addressing: reinsert the rest of the cluster. */
+static inline void hset_remove(struct hset *h, struct slot *s)
+{
+    size_t i = (size_t)(s - h->slots);
+
+    s->state = SLOT_EMPTY;
+    h->n--;
+    for (i = (i + 1) & (h->cap - 1); h->slots[i].state != SLOT_EMPTY;
+         i = (i + 1) & (h->cap - 1)) {
+        struct slot tmp = h->slots[i];
+        size_t j;
+
+        h->slots[i].state = SLOT_EMPTY;
+        for (j = hpos(tmp.key, h->cap); h->slots[j].state != SLOT_EMPTY; j = (j + 1) & (h->cap - 1))
+            ;
+        h->slots[j] = tmp;
+    }
+}
+
+static inline void hset_clear(struct hset *h)
+{
+    free(h->slots);
+    memset(h, 0, sizeof(*h));
+}
+
+/* ---- the engine ----------------------------------------------------------- */
+
+struct save;
+
+struct snap {
+    struct event_base *base;
+    struct pool *pool;
+    struct store *store;
+    char job[MANIFEST_NAME_MAX + 1];
+    uint32_t chunk_size;
+    unsigned max_tasks;
+    int level;
+    double min_saving;
+    bool sign;                   /* the store wants payload hashes */
+    struct jobkey key;           /* signs and checks commit records, when keyed */
+    bool keyed;
+    bool preserve_special_modes; /* restore: modes exactly as stored */
+    struct genclaim *claims;     /* generation numbers, and whether records are
+                                    created conditionally */
+    struct hset known;           /* chunks of generation known_gen */
+    uint64_t known_gen;
+    bool known_loading;
+    struct save *known_waiters;  /* saves waiting for known to load */
+    struct hset stored;          /* chunks stored for generation stored_gen */
+    uint64_t stored_gen;
+    unsigned alive;              /* save tasks of every save, against max_tasks */
+    struct save *active;         /* saves with chunks left to start */
+    uint8_t **free_bufs;         /* chunk buffers kept for reuse */
+    unsigned n_free;
+};
+
+/* "<job>/chunks/<2 hex>/<hex>": where the chunk of that hash is stored. */
+void snap_chunk_key(const struct snap *s, const uint8_t *hash, char *key, size_t size);
+/* The wall clock in milliseconds since 1970. */
+int64_t snap_now_ms(void);
+
+/* ---- listing generations -------------------------------------------------- */
+
+struct gens_op {
+    struct snap *s;
+    struct snap_gen *gens;
+    size_t n;
+    struct store_entry *entries;   /* the listing, kept for GC */
+    size_t n_entries;
+    size_t pending;
+    int err;
+    char msg[MSG_MAX];
+    void (*next)(struct gens_op *g);   /* called once the commits are read */
+    void *owner;
+    uint64_t below;                    /* the generation a save dedups for */
+    snap_gens_fn done;
+    void *arg;
+};
+
+/* Parse "<job>/gens/<8 digits>/<name>": the generation and the name. */
+bool snap_gen_key(const struct snap *s, const char *key, uint64_t *gen, const char **name);
+/* List and read commit records, then call next(g) on the loop.  NULL when
+ * out of memory (nothing started). */
+struct gens_op *snap_gens_op_start(struct snap *s, void (*next)(struct gens_op *), void *owner);
+/* Frees g with its generations and its listing. */
+void snap_gens_op_free(struct gens_op *g);
+
+/* ---- errors found before any work ----------------------------------------- */
+
+/* Report an error found before any work, from the loop. */
+union snap_cb {
+    snap_done_fn done;
+    snap_saved_fn saved;
+    snap_gens_fn gens;
+    snap_verify_fn verified;
+    snap_gc_fn gc;
+    snap_manifests_fn shown;
+};
+
+struct early {
+    int err;
+    char msg[MSG_MAX];
+    void (*report)(struct early *e);
+    union snap_cb cb;
+    void *arg;
+};
+
+/* Report err and the formatted message through report(), from the loop. */
+void snap_early(struct snap *s, void (*report)(struct early *), union snap_cb cb, void *arg,
+                int err, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* The report() of an operation whose callback is a snap_done_fn. */
+void snap_early_done(struct early *e);
+
+/* ---- fetching and checking manifests --------------------------------------- */
+
+/* Get the manifests of ranks [0, c->world_size) of a committed generation,
+ * each checked against the digest in the commit record. */
+struct mf_fetch {
+    struct snap *s;
+    const struct commit *c;
+    struct manifest *mfs;         /* world_size, filled */
+    uint8_t (*digests)[CHUNK_HASH_LEN];
+    size_t pending;
+    int err;
+    char msg[MSG_MAX];
+    void (*next)(struct mf_fetch *f);
+    void *owner;
+    bool parse;                   /* false: digests only (commit) */
+};
+
+/* Fetch c's manifests, then call next(f) on the loop; f->err is the first
+ * error (one missing, not matching its digest, or, with parse, invalid).
+ * only: this rank alone (UINT32_MAX: all); parse: false to check the
+ * digests alone.  NULL when out of memory (nothing started). */
+struct mf_fetch *snap_mf_fetch_start(struct snap *s, const struct commit *c, uint32_t only,
+                                     bool parse, void (*next)(struct mf_fetch *), void *owner);
+/* Frees f and the manifests it holds. */
+void snap_mf_fetch_free(struct mf_fetch *f);
+
+#endif
