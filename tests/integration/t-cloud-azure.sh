@@ -38,8 +38,11 @@ check "api-version 2020-07-01" sh -c "python3 '$TOP/tests/mocks/mockctl.py' --ur
 expect_eq "a neighbour's event is no notice" 0 "$(event_count "$d/ev" notice)"
 check "a neighbour's event leaves the command alone" alive "$SPOTD_PID"
 
-# 2. Our Preempt: deadline from NotBefore; seen once across polls.
-nb=$(rfc1123_in 5)
+# 2. Our Preempt: deadline from NotBefore; seen once across polls.  Each
+# NotBefore here leaves seconds beyond margin + grace (a date has whole
+# seconds, and a loaded machine starts spotd and the mock's client slowly),
+# so that the command always gets its grace and exits on its own.
+nb=$(rfc1123_in 8)
 mock_state "{\"events\":[$(event A1 Preempt '["spot-vm-1"]' "$(rfc1123_in 30)"),$(event B2 Preempt '["SPOT-VM-0"]' "$nb")]}" >/dev/null
 wait_for 10 has '"event":"notice"' "$d/ev"
 n=$(ev "$d/ev" notice | head -n 1)
@@ -66,7 +69,7 @@ mock_reset
 
 # 4. --azure-ack: our event alone is acknowledged after the command stopped.
 d="$T/ack"; mkdir "$d"
-mock_state "{\"events\":[$(event C3 Preempt '["spot-vm-0"]' "$(rfc1123_in 4)")]}" >/dev/null
+mock_state "{\"events\":[$(event C3 Preempt '["spot-vm-0"]' "$(rfc1123_in 8)")]}" >/dev/null
 spotd_az "$d" --poll-interval 200ms --azure-ack true --notice-margin 1s --grace 1s
 wait_exit "$SPOTD_PID" 20
 expect_eq "ack: the command stopped" 0 "$RC"
@@ -79,7 +82,7 @@ mock_reset
 
 # 5. --azure-ack with an event that lists other VMs too: no acknowledgment.
 d="$T/noack"; mkdir "$d"
-mock_state "{\"events\":[$(event D4 Preempt '["spot-vm-0","spot-vm-1"]' "$(rfc1123_in 3)")]}" >/dev/null
+mock_state "{\"events\":[$(event D4 Preempt '["spot-vm-0","spot-vm-1"]' "$(rfc1123_in 8)")]}" >/dev/null
 spotd_az "$d" --poll-interval 200ms --azure-ack true --notice-margin 1s --grace 500ms
 wait_exit "$SPOTD_PID" 20
 expect_eq "shared event: the command stopped" 0 "$RC"
