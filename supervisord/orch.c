@@ -6,16 +6,17 @@
  * the upload, the commit, then finish (or the stop, after a terminating
  * notice).
  *
- * After it, until they have files of their own: the figures, the plan and
- * spotctl's commands; resume at start and after a crash, gc; a world's
- * rounds and the rendezvous. */
-#include "orch.h"
+ * After it, until they have files of their own: resume at start and after a
+ * crash, gc; a world's rounds and the rendezvous.
+ *
+ * The other parts share struct orch through orch_impl.h: orch_plan.c (the
+ * figures, the plan, spotctl's commands). */
+#include "orch_impl.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
-#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,9 +28,7 @@
 #include "child.h"
 #include "control.h"
 #include "hooks.h"
-#include "libckpt/jsonl.h"
 #include "method.h"
-#include "notices.h"
 #include "spot/log.h"
 #include "spot/parse.h"
 #include "spot/pool.h"
@@ -38,123 +37,16 @@
 #include "rendezvous.h"
 #include "world.h"
 
-enum state { RESUMING, IDLE, SAVING, UPLOADING, COMMITTING, DRAINING, WAITING };
-
-static const char *const state_name[] = { "resuming", "idle",     "saving", "uploading",
-                                          "committing", "draining", "waiting" };
-
-/* Where a world's checkpoint is, in SAVING. */
-enum saving { SV_HOOK, SV_METHOD, SV_PREPARE };
-
-/* Without a notice's deadline, how long a trainer may take to save. */
-#define SAVE_LIMIT_MS (30 * 60 * 1000)
 /* A world's periodic round has at least this long (see on_tick). */
 #define WORLD_PERIODIC_MIN_MS (60 * 1000)
-/* A notice's checkpoint is given up this long before the fallback stop. */
-#define GIVE_UP_MS 250
-/* The figures file's size cap. */
-#define FIGURES_MAX 4096
 
-/* What the last checkpoints measured, for the next notice's plan. */
-struct figures {
-    int64_t save_ms, upload_ms, commit_ms;
-    uint64_t bytes, bytes_sent;
-    int64_t step, at_ms;           /* of the last commit */
-    int64_t prev_step, prev_at_ms; /* of the one before */
-};
-
-/* A committed generation the start may resume from, and, once tried,
- * why it did not restore. */
-struct cand {
-    uint64_t gen;
-    int64_t step;
-    int err;
-    char why[512];
-};
-
-struct orch {
-    struct orch_opts o;
-    char *job, *store_url, *state_dir;
-    const struct method_ops *mops;
-    struct method *method;
-    struct pool *pool;
-    struct store *store;
-    struct snap *snap;
-    struct control *control;
-    struct hooks *hooks;
-    enum state state;
-    uint64_t newest_gen;           /* the highest generation number seen */
-    uint64_t resume_gen;           /* the newest committed: what a restart resumes from */
-    /* World: whose shard resume_dir holds, of how many, and the trainer
-     * rank this node had then (an elastic world renumbers its trainers). */
-    uint32_t restore_rank, restore_size, restored_as;
-    int64_t resume_step;
-    char resume_dir[4096];
-    struct figures fig;
-    char last_notice[256];
-    /* the checkpoint under way */
-    uint64_t gen;
-    int64_t step;
-    char dir[4096];                /* where the method put its files */
-    char reason[160];
-    const char *why;               /* "notice", "periodic", "request", "manual", "dir" */
-    bool terminating;
-    int64_t deadline_ms;
-    int64_t t_begin, t_saved, t_uploaded;   /* monotonic */
-    int64_t t_restore;             /* the restore at start began */
-    struct snap_counters counters;
-    struct snap_saved saved;
-    int exit_code;
-    bool finishing;                /* spotd is ending: start nothing new */
-    bool collecting;               /* snap_gc under way */
-    bool collect_again;            /* a commit came meanwhile: once more after it */
-    struct event *tick;            /* periodic checkpoints */
-    /* a world */
-    struct world *world;
-    struct rendezvous *rv;         /* --rendezvous store */
-    enum saving saving;
-    bool aborted;                  /* the world gave the checkpoint under way up */
-    char abort_reason[128];
-    bool want_stop;                /* a terminating notice for this node */
-    bool pausing, parked;          /* the command is being stopped / is stopped */
-    bool ending;                   /* this node goes once the command is not running */
-    bool resumed_once;             /* --resume applies to the first resume only */
-    /* The start (and a restart's resume): what the store holds, what was
-     * tried.  gc runs only once the job's generations were read, and
-     * spares what this spotd neither resumed from nor wrote. */
-    enum { RESUME_AUTO, RESUME_FRESH, RESUME_GEN } resume_mode;
-    uint64_t resume_want;          /* RESUME_GEN */
-    bool gens_read;
-    uint64_t resumed_from;         /* 0: started fresh */
-    uint64_t *own;                 /* generations this spotd committed, ascending */
-    size_t n_own, cap_own;
-    struct cand *cands;            /* newest first */
-    size_t n_cands, next_cand;
-    int64_t wait_from;             /* monotonic ms the store first failed; 0: it did not */
-    unsigned store_tries;
-    struct event *retry;           /* the next try of a store that could not be read */
-    void (*retry_fn)(struct orch *r);
-    bool restarting;               /* a restart of the command waits for its resume */
-    /* Generation numbers are claimed (snap_claim), the next one ahead of
-     * time: a notice's checkpoint does not wait for the store. */
-    uint64_t claimed;              /* claimed and not used yet; 0: none */
-    bool claiming;
-    bool claim_waits;              /* the checkpoint under way waits for it */
-    uint64_t world_want;           /* the generation the world resumes from */
-    uint64_t commit_gen;           /* coordinator: the commit record being written */
-    struct snap_split *split;      /* the upload waits for the world's split */
-    bool split_upload;             /* the round's prepare said split */
-    char master_addr[64];
-    unsigned master_port;
-    char **argv;                   /* the command, substituted */
-    size_t argc;
-};
+const char *const orch_state_name[] = { "resuming", "idle",     "saving", "uploading",
+                                        "committing", "draining", "waiting" };
 
 static void on_tick(evutil_socket_t fd, short what, void *arg);
 static void on_request(void *arg);
 static void on_trainer_saved(void *arg, int64_t step);
 static void on_found(void *arg);
-static void begin_checkpoint(struct orch *r, const struct notice *n, const char *why);
 static void start_checkpoint(struct orch *r);
 static void claim_next(struct orch *r);
 static void on_claimed(void *arg, int err, const char *msg, uint64_t gen);
@@ -174,16 +66,10 @@ static void hook_env_now(const struct orch *r, struct hook_env *e, const char *r
 static void notice_reason(const struct notice *n, char *buf, size_t size);
 static bool busy(const struct orch *r);
 static void on_withdrawn(void *arg, int err, const char *msg);
-static void set_state(struct orch *r, enum state s);
+static void set_state(struct orch *r, enum orch_state s);
 static int make_dirs(const char *path);
 static void remove_tree(const char *path);
 static void prune_local(struct orch *r, const char *sub, const char *keep);
-static void figures_load(struct orch *r);
-static void figures_save(struct orch *r);
-static bool plan_fits(struct orch *r);
-static int64_t notice_deadline(const struct orch *r, const struct notice *n);
-static void on_command(void *arg, const char *cmd, const struct jsonl_msg *m, char *reply,
-                       size_t len);
 static void start_listing(struct orch *r);
 static void list_gens(struct orch *r);
 static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n);
@@ -230,7 +116,6 @@ static void w_write_commit(void *arg, const struct commit *c);
 static void on_world_written(void *arg, int err, const char *msg);
 static void w_pick_resume(void *arg);
 static void on_pick(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n);
-static void world_want(struct orch *r, const char *why, int64_t deadline_ms);
 static void world_notice(struct orch *r, const struct notice *n);
 static void world_end(struct orch *r, int code);
 static void maybe_ready(struct orch *r);
@@ -289,7 +174,7 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
                  strerror(-e));
         return orch_free(r);
     }
-    figures_load(r);
+    orch_figures_load(r);
     r->tick = event_new(o->base, -1, EV_PERSIST, on_tick, r);
     r->retry = evtimer_new(o->base, on_retry, r);
     r->hooks = hooks_new(o->base, o->child, o->hooks_dir, o->hook_timeout_ms);
@@ -427,7 +312,7 @@ static void run_command(struct orch *r)
         .flat = r->mops != &method_app,
         .on_request = on_request,
         .on_saved = on_trainer_saved,
-        .on_command = on_command,
+        .on_command = orch_on_command,
         .arg = r,
     };
     struct method_ctx mc = {
@@ -527,7 +412,7 @@ void orch_notice(void *arg, const struct notice *n)
         return;
     }
     if (r->state == IDLE) {
-        begin_checkpoint(r, n, "notice");
+        orch_begin_checkpoint(r, n, "notice");
         return;
     }
     /* A terminating notice during a periodic or advisory checkpoint: that
@@ -539,7 +424,7 @@ void orch_notice(void *arg, const struct notice *n)
          * method keeps the one it was given (an earlier one fails the
          * checkpoint sooner; the fallback stop bounds a later one). */
         if (n->deadline_ms > 0)
-            r->deadline_ms = notice_deadline(r, n);
+            r->deadline_ms = orch_notice_deadline(r, n);
     }
 }
 
@@ -555,11 +440,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         uint64_t limit = r->o.interval_ms > WORLD_PERIODIC_MIN_MS ? r->o.interval_ms
                                                                    : WORLD_PERIODIC_MIN_MS;
         if (world_is_coordinator(r->world))
-            world_want(r, "periodic", notice_now_ms() + (int64_t)limit);
+            orch_world_want(r, "periodic", notice_now_ms() + (int64_t)limit);
         return;
     }
     if (r->state == IDLE && (strcmp(r->mops->name, "app") != 0 || control_workers(r->control)))
-        begin_checkpoint(r, NULL, "periodic");
+        orch_begin_checkpoint(r, NULL, "periodic");
 }
 
 /* A trainer called ckpt_request_save(). */
@@ -568,9 +453,9 @@ static void on_request(void *arg)
     struct orch *r = arg;
 
     if (r->world)
-        world_want(r, "request", 0);
+        orch_world_want(r, "request", 0);
     else if (r->state == IDLE)
-        begin_checkpoint(r, NULL, "request");
+        orch_begin_checkpoint(r, NULL, "request");
 }
 
 /* A trainer's ckpt_saved() with no save open (the signal method). */
@@ -588,12 +473,12 @@ static void on_found(void *arg)
     struct orch *r = arg;
 
     if (r->state == IDLE)
-        begin_checkpoint(r, NULL, "dir");
+        orch_begin_checkpoint(r, NULL, "dir");
 }
 
 /* ---- one checkpoint: claim, hook, method, upload, commit, finish --------- */
 
-static void begin_checkpoint(struct orch *r, const struct notice *n, const char *why)
+void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *why)
 {
     /* What it will be, for the plan's message: the claim says for sure. */
     r->gen = r->claimed ? r->claimed : r->newest_gen + 1;
@@ -605,14 +490,14 @@ static void begin_checkpoint(struct orch *r, const struct notice *n, const char 
     else
         snprintf(r->reason, sizeof(r->reason), "%s", why);
     if (n && n->deadline_ms > 0)
-        r->deadline_ms = notice_deadline(r, n);
+        r->deadline_ms = orch_notice_deadline(r, n);
     else if (!n && strcmp(why, "periodic") == 0)
         r->deadline_ms = notice_now_ms() + (int64_t)r->o.interval_ms;
     else
         r->deadline_ms = notice_now_ms() + SAVE_LIMIT_MS;
     snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
              (unsigned long long)r->gen);
-    if (r->terminating && n->deadline_ms > 0 && !plan_fits(r)) {
+    if (r->terminating && n->deadline_ms > 0 && !orch_plan_fits(r)) {
         stop_command(r, false);
         return;
     }
@@ -922,7 +807,7 @@ static void on_committed(void *arg, int err, const char *msg)
     r->fig.prev_at_ms = r->fig.at_ms;
     r->fig.step = r->step;
     r->fig.at_ms = now;
-    figures_save(r);
+    orch_figures_save(r);
     e = log_event_new("commit");
     cJSON_AddNumberToObject(e, "gen", (double)r->gen);
     cJSON_AddNumberToObject(e, "step", (double)r->step);
@@ -974,11 +859,11 @@ static void finish_checkpoint(struct orch *r, int err, const char *msg)
             r->newest_gen = r->gen;
         e = log_event_new("checkpoint_failed");
         cJSON_AddNumberToObject(e, "gen", (double)r->gen);
-        cJSON_AddStringToObject(e, "phase", state_name[r->state]);
+        cJSON_AddStringToObject(e, "phase", orch_state_name[r->state]);
         cJSON_AddStringToObject(e, "error", msg);
         log_event(LOGL_ERROR, e, "checkpoint of generation %llu failed while %s: %s; generation "
-                  "%llu stays the newest", (unsigned long long)r->gen, state_name[r->state], msg,
-                  (unsigned long long)r->resume_gen);
+                  "%llu stays the newest", (unsigned long long)r->gen,
+                  orch_state_name[r->state], msg, (unsigned long long)r->resume_gen);
     }
     hook_env_now(r, &he, err ? "failed" : "committed");
     hooks_run(r->hooks, "post-checkpoint", &he, NULL, NULL);
@@ -1062,10 +947,11 @@ static void on_withdrawn(void *arg, int err, const char *msg)
     r->claimed = 0;
 }
 
-static void set_state(struct orch *r, enum state s)
+static void set_state(struct orch *r, enum orch_state s)
 {
     if (r->state != s)
-        log_msg(LOGL_DEBUG, "orchestrator: %s -> %s", state_name[r->state], state_name[s]);
+        log_msg(LOGL_DEBUG, "orchestrator: %s -> %s", orch_state_name[r->state],
+                orch_state_name[s]);
     r->state = s;
 }
 
@@ -1120,281 +1006,6 @@ static void prune_local(struct orch *r, const char *sub, const char *keep)
             remove_tree(path);
     }
     closedir(dp);
-}
-
-/* ---- figures: what the last checkpoints measured ------------------------- */
-
-static void figures_path(const struct orch *r, char *buf, size_t size)
-{
-    snprintf(buf, size, "%s/figures.json", r->state_dir);
-}
-
-static int64_t json_i64(const cJSON *o, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-
-    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 9e15
-               ? (int64_t)v->valuedouble
-               : -1;
-}
-
-/* Read STATE/figures.json when there is one; anything odd in it is
- * ignored (the figures are a prediction, never a decision on their own). */
-static void figures_load(struct orch *r)
-{
-    char path[4200], buf[FIGURES_MAX + 1];
-    struct figures f;
-    cJSON *o;
-    ssize_t n;
-    int fd;
-
-    figures_path(r, path, sizeof(path));
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return;
-    n = read(fd, buf, FIGURES_MAX);
-    close(fd);
-    if (n <= 0 || n == FIGURES_MAX)
-        return;
-    buf[n] = '\0';
-    if (!(o = cJSON_Parse(buf)))
-        return;
-    f = (struct figures){
-        .save_ms = json_i64(o, "save_ms"),
-        .upload_ms = json_i64(o, "upload_ms"),
-        .commit_ms = json_i64(o, "commit_ms"),
-        .bytes = (uint64_t)json_i64(o, "bytes"),
-        .bytes_sent = (uint64_t)json_i64(o, "bytes_sent"),
-        .step = json_i64(o, "step"),
-        .at_ms = json_i64(o, "at_ms"),
-        .prev_step = json_i64(o, "prev_step"),
-        .prev_at_ms = json_i64(o, "prev_at_ms"),
-    };
-    cJSON_Delete(o);
-    if (f.save_ms >= 0 && f.upload_ms >= 0 && f.commit_ms >= 0)
-        r->fig = f;
-}
-
-static void figures_save(struct orch *r)
-{
-    char path[4200], tmp[4300], *text;
-    cJSON *o = cJSON_CreateObject();
-    FILE *f;
-
-    if (!o)
-        return;
-    cJSON_AddNumberToObject(o, "save_ms", (double)r->fig.save_ms);
-    cJSON_AddNumberToObject(o, "upload_ms", (double)r->fig.upload_ms);
-    cJSON_AddNumberToObject(o, "commit_ms", (double)r->fig.commit_ms);
-    cJSON_AddNumberToObject(o, "bytes", (double)r->fig.bytes);
-    cJSON_AddNumberToObject(o, "bytes_sent", (double)r->fig.bytes_sent);
-    cJSON_AddNumberToObject(o, "step", (double)r->fig.step);
-    cJSON_AddNumberToObject(o, "at_ms", (double)r->fig.at_ms);
-    cJSON_AddNumberToObject(o, "prev_step", (double)r->fig.prev_step);
-    cJSON_AddNumberToObject(o, "prev_at_ms", (double)r->fig.prev_at_ms);
-    text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!text)
-        return;
-    figures_path(r, path, sizeof(path));
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    if ((f = fopen(tmp, "we"))) {
-        bool ok = fprintf(f, "%s\n", text) > 0;
-        if (fclose(f) == 0 && ok)
-            rename(tmp, path);
-    }
-    free(text);
-}
-
-/* Steps per second between the last two commits, 0 when unknown. */
-static double steps_per_s(const struct orch *r)
-{
-    const struct figures *f = &r->fig;
-
-    if (f->prev_at_ms <= 0 || f->at_ms <= f->prev_at_ms || f->step <= f->prev_step ||
-        f->prev_step < 0)
-        return 0;
-    return (double)(f->step - f->prev_step) * 1000.0 / (double)(f->at_ms - f->prev_at_ms);
-}
-
-/* ---- the plan at a terminating notice ------------------------------------ */
-
-/* A terminating notice: will a new checkpoint fit before its deadline?
- * Returns false after logging the plan when it will not, so that the
- * newest committed generation is kept and the command stopped now. */
-static bool plan_fits(struct orch *r)
-{
-    int64_t left = r->deadline_ms - notice_now_ms();
-    int64_t need = r->fig.save_ms + r->fig.upload_ms + r->fig.commit_ms;
-    bool known = r->fig.at_ms > 0, fits = !known || need <= left;
-    double rate = steps_per_s(r);
-    cJSON *e = log_event_new("plan");
-
-    cJSON_AddNumberToObject(e, "gen", (double)r->gen);
-    cJSON_AddNumberToObject(e, "left_ms", (double)left);
-    if (known) {
-        cJSON_AddNumberToObject(e, "predicted_ms", (double)need);
-        cJSON_AddNumberToObject(e, "save_ms", (double)r->fig.save_ms);
-        cJSON_AddNumberToObject(e, "upload_ms", (double)r->fig.upload_ms);
-        cJSON_AddNumberToObject(e, "commit_ms", (double)r->fig.commit_ms);
-    }
-    cJSON_AddBoolToObject(e, "fits", fits);
-    if (!known)
-        log_event(LOGL_INFO, e, "plan: %lld ms left before the deadline, no figures measured "
-                  "yet: checkpointing", (long long)left);
-    else if (fits)
-        log_event(LOGL_INFO, e, "plan: a checkpoint takes about %lld ms (save %lld, upload "
-                  "%lld, commit %lld), %lld ms are left: checkpointing", (long long)need,
-                  (long long)r->fig.save_ms, (long long)r->fig.upload_ms,
-                  (long long)r->fig.commit_ms, (long long)left);
-    else if (r->resume_gen == 0)
-        log_event(LOGL_WARN, e, "plan: a checkpoint takes about %lld ms, only %lld ms are "
-                  "left, and there is no committed generation: trying all the same",
-                  (long long)need, (long long)left);
-    else {
-        double steps = rate * (double)(notice_now_ms() - r->fig.at_ms) / 1000.0;
-        char lost[96] = "";
-
-        /* The trainers' own progress says it best; else the rate. */
-        if (r->control && control_step(r->control) > r->resume_step) {
-            steps = (double)(control_step(r->control) - r->resume_step);
-            rate = 1;
-        }
-        cJSON_AddNumberToObject(e, "kept_gen", (double)r->resume_gen);
-        if (rate > 0) {
-            cJSON_AddNumberToObject(e, "steps_lost", (double)(int64_t)steps);
-            snprintf(lost, sizeof(lost), ", about %.0f steps", steps);
-        }
-        log_event(LOGL_WARN, e, "plan: a checkpoint takes about %lld ms, only %lld ms are left: "
-                  "keeping generation %llu (step %lld); the work since is lost%s",
-                  (long long)need, (long long)left, (unsigned long long)r->resume_gen,
-                  (long long)r->resume_step, lost);
-    }
-    return fits || r->resume_gen == 0;
-}
-
-/* A notice's checkpoint is given up (and says why) a little before
- * notices.c's fallback stop begins. */
-static int64_t notice_deadline(const struct orch *r, const struct notice *n)
-{
-    uint64_t grace = r->o.grace_ms < NOTICE_FALLBACK_GRACE_MS ? r->o.grace_ms
-                                                               : NOTICE_FALLBACK_GRACE_MS;
-
-    return n->deadline_ms - (int64_t)r->o.margin_ms - (int64_t)grace - GIVE_UP_MS;
-}
-
-/* ---- spotctl's commands -------------------------------------------------- */
-
-static void reply_json(cJSON *o, char *reply, size_t len)
-{
-    char *text = cJSON_PrintUnformatted(o);
-
-    if (!text || strlen(text) >= len)
-        snprintf(reply, len, "{\"v\":1,\"type\":\"result\",\"ok\":false,\"error\":\"out of "
-                 "memory\"}");
-    else
-        snprintf(reply, len, "%s", text);
-    free(text);
-    cJSON_Delete(o);
-}
-
-/* What `spotctl status` shows and the metrics read: added to o. */
-void orch_status(struct orch *r, cJSON *o)
-{
-    double rate = r->control && control_rate(r->control) > 0 ? control_rate(r->control)
-                                                              : steps_per_s(r);
-
-    cJSON_AddStringToObject(o, "job", r->job);
-    cJSON_AddStringToObject(o, "store", r->store_url);
-    cJSON_AddNumberToObject(o, "rank", r->world ? world_rank(r->world) : 0);
-    if (r->world) {
-        cJSON_AddNumberToObject(o, "world_size", world_size(r->world));
-        cJSON_AddNumberToObject(o, "trainer_rank", world_trainer_rank(r->world));
-        cJSON_AddNumberToObject(o, "trainers_size", world_trainer_size(r->world));
-        cJSON_AddNumberToObject(o, "coordinator", world_coordinator(r->world));
-        cJSON_AddNumberToObject(o, "alive", world_alive(r->world));
-    }
-    cJSON_AddStringToObject(o, "method", r->mops->name);
-    cJSON_AddStringToObject(o, "state", state_name[r->state]);
-    cJSON_AddNumberToObject(o, "workers", r->control ? control_workers(r->control) : 0);
-    cJSON_AddNumberToObject(o, "step", r->control ? (double)control_step(r->control) : -1);
-    cJSON_AddNumberToObject(o, "committed_gen", (double)r->resume_gen);
-    cJSON_AddNumberToObject(o, "committed_step", (double)r->resume_step);
-    if (rate > 0)
-        cJSON_AddNumberToObject(o, "steps_per_s", rate);
-    if (r->last_notice[0])
-        cJSON_AddStringToObject(o, "last_notice", r->last_notice);
-    if (r->state >= SAVING && r->state <= COMMITTING) {
-        cJSON *p = cJSON_AddObjectToObject(o, "in_progress");
-        cJSON_AddNumberToObject(p, "gen", (double)r->gen);
-        cJSON_AddStringToObject(p, "reason", r->reason);
-        cJSON_AddStringToObject(p, "phase", state_name[r->state]);
-        cJSON_AddNumberToObject(p, "bytes_total", (double)r->counters.bytes_total);
-        cJSON_AddNumberToObject(p, "bytes_read", (double)r->counters.bytes_read);
-        cJSON_AddNumberToObject(p, "bytes_sent", (double)r->counters.bytes_sent);
-        cJSON_AddNumberToObject(p, "ms", (double)(notice_mono_ms() - r->t_begin));
-    }
-}
-
-static void on_command(void *arg, const char *cmd, const struct jsonl_msg *m, char *reply,
-                       size_t len)
-{
-    struct orch *r = arg;
-    cJSON *o = cJSON_CreateObject();
-
-    cJSON_AddNumberToObject(o, "v", 1);
-    cJSON_AddStringToObject(o, "type", "result");
-    if (strcmp(cmd, "status") == 0) {
-        cJSON_AddBoolToObject(o, "ok", 1);
-        orch_status(r, o);
-    } else if (strcmp(cmd, "checkpoint") == 0) {
-        bool idle = r->state == IDLE;
-        bool nobody = r->mops == &method_app && r->control && !control_workers(r->control);
-        if (idle && !nobody && r->world)
-            world_want(r, "manual", 0);
-        else if (idle && !nobody)
-            begin_checkpoint(r, NULL, "manual");
-        cJSON_AddBoolToObject(o, "ok", idle && !nobody);
-        if (idle && nobody) {
-            cJSON_AddStringToObject(o, "error", "no trainer is connected to the control "
-                                    "socket (yet): is it linked with libckpt?");
-        } else if (idle && r->world) {
-            cJSON_AddStringToObject(o, "note", "asked the world's coordinator");
-        } else if (idle) {
-            cJSON_AddNumberToObject(o, "gen", (double)r->gen);
-        } else {
-            char why[160];
-            snprintf(why, sizeof(why), "spotd is %s%s", state_name[r->state],
-                     r->state >= SAVING && r->state <= COMMITTING
-                         ? " (a checkpoint is under way): try again when it is done" : "");
-            cJSON_AddStringToObject(o, "error", why);
-        }
-    } else if (strcmp(cmd, "drill") == 0) {
-        const struct jsonl_value *kind = jsonl_get(m, "kind"), *in = jsonl_get(m, "in_ms");
-        int k = NOTICE_TERMINATE;
-        bool ok = r->o.drill != NULL;
-
-        if (kind && kind->type == JSONL_STRING) {
-            k = -1;
-            for (int i = 0; i < NOTICE__COUNT; i++)
-                if (strcmp(kind->str, notice_kind_name((enum notice_kind)i)) == 0)
-                    k = i;
-            ok = ok && k >= 0;
-        }
-        if (in && (in->type != JSONL_INT || in->num < 0))
-            ok = false;
-        if (ok)
-            r->o.drill(r->o.drill_arg, k,
-                       in ? (uint64_t)in->num : r->o.drill_window_ms);
-        cJSON_AddBoolToObject(o, "ok", ok);
-        if (!ok)
-            cJSON_AddStringToObject(o, "error", "expected kind terminate, stop, hibernate, "
-                                    "rebalance or maintenance, and in_ms >= 0");
-    } else {
-        cJSON_AddBoolToObject(o, "ok", 0);
-        cJSON_AddStringToObject(o, "error", "unknown command; commands: status, checkpoint, "
-                                "drill");
-    }
-    reply_json(o, reply, len);
 }
 
 /* ---- resume: what the command starts from -------------------------------- */
@@ -2077,7 +1688,7 @@ static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, const char *re
     if (r->state != IDLE || r->pausing || r->parked) {
         char why[96];
         snprintf(why, sizeof(why), "rank %u is %s", world_rank(r->world),
-                 r->pausing || r->parked ? "stopping its command" : state_name[r->state]);
+                 r->pausing || r->parked ? "stopping its command" : orch_state_name[r->state]);
         world_failed(r->world, gen, why);
         return;
     }
@@ -2334,7 +1945,7 @@ static void on_pick(void *arg, int err, const char *msg, struct snap_gen *gens, 
 /* ---- what this node asks of the world ------------------------------------ */
 
 /* A checkpoint wanted here: the world's coordinator runs it. */
-static void world_want(struct orch *r, const char *why, int64_t deadline_ms)
+void orch_world_want(struct orch *r, const char *why, int64_t deadline_ms)
 {
     if (r->state != IDLE || r->pausing || r->parked)
         return;
@@ -2350,14 +1961,14 @@ static void world_notice(struct orch *r, const struct notice *n)
         r->gen = r->newest_gen + 1;
         notice_reason(n, r->reason, sizeof(r->reason));
         if (n->terminating && n->deadline_ms > 0) {
-            r->deadline_ms = notice_deadline(r, n);
-            if (!plan_fits(r)) {
+            r->deadline_ms = orch_notice_deadline(r, n);
+            if (!orch_plan_fits(r)) {
                 stop_command(r, false);
                 return;
             }
         }
         world_trigger(r->world, notice_kind_name(n->kind), "notice", n->terminating,
-                      n->deadline_ms > 0 ? notice_deadline(r, n) : 0);
+                      n->deadline_ms > 0 ? orch_notice_deadline(r, n) : 0);
         return;
     }
     if (!n->terminating)
