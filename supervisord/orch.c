@@ -6,11 +6,12 @@
  * the upload, the commit, then finish (or the stop, after a terminating
  * notice).
  *
- * After it, until they have files of their own: resume at start and after a
- * crash, gc; a world's rounds and the rendezvous.
+ * After it, until they have files of their own: a world's rounds and the
+ * rendezvous.
  *
  * The other parts share struct orch through orch_impl.h: orch_plan.c (the
- * figures, the plan, spotctl's commands). */
+ * figures, the plan, spotctl's commands), orch_resume.c (resume at start
+ * and after a crash, gc). */
 #include "orch_impl.h"
 
 #include <cjson/cJSON.h>
@@ -23,7 +24,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "child.h"
 #include "control.h"
@@ -48,7 +48,6 @@ static void on_request(void *arg);
 static void on_trainer_saved(void *arg, int64_t step);
 static void on_found(void *arg);
 static void start_checkpoint(struct orch *r);
-static void claim_next(struct orch *r);
 static void on_claimed(void *arg, int err, const char *msg, uint64_t gen);
 static void go_checkpoint(struct orch *r);
 static void on_pre_checkpoint(void *arg, int code, const char *msg);
@@ -66,39 +65,6 @@ static void hook_env_now(const struct orch *r, struct hook_env *e, const char *r
 static void notice_reason(const struct notice *n, char *buf, size_t size);
 static bool busy(const struct orch *r);
 static void on_withdrawn(void *arg, int err, const char *msg);
-static void set_state(struct orch *r, enum orch_state s);
-static int make_dirs(const char *path);
-static void remove_tree(const char *path);
-static void prune_local(struct orch *r, const char *sub, const char *keep);
-static void start_listing(struct orch *r);
-static void list_gens(struct orch *r);
-static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n);
-static int make_cands(struct orch *r, const struct snap_gen *gens, size_t n);
-static void resume_next(struct orch *r);
-static void restore_pick(struct orch *r, uint64_t gen, int64_t step);
-static void on_pre_restore(void *arg, int code, const char *msg);
-static void restore(struct orch *r);
-static void on_checked(void *arg, int err, const char *msg);
-static void on_restored(void *arg, int err, const char *msg);
-static void unrestorable(struct orch *r);
-static void resumed(struct orch *r);
-static void start_fresh(struct orch *r);
-static void on_before_restart(void *arg);
-static void set_resume(struct orch *r, uint64_t gen, int64_t step, const char *dir);
-static void own_copy(struct orch *r, char *buf, size_t size);
-static int link_tree(const char *src, const char *dst, int depth);
-static void store_retry(struct orch *r, void (*again)(struct orch *), const char *what,
-                        const char *msg);
-static void on_retry(evutil_socket_t fd, short what, void *arg);
-static void store_ok(struct orch *r);
-static bool damaged(int err);
-static void tried_list(const struct orch *r, char *buf, size_t size);
-static void refuse_start(struct orch *r);
-static void add_own(struct orch *r, uint64_t gen);
-static void collect(struct orch *r);
-static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g);
-static bool spare(void *arg, uint64_t gen);
-static int cmp_u64(const void *a, const void *b);
 static int make_world(struct orch *r, uint32_t rank, char *err, size_t errlen);
 static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, const char *reason);
 static void w_prepare(void *arg, uint64_t gen, int64_t step, bool split);
@@ -118,7 +84,6 @@ static void w_pick_resume(void *arg);
 static void on_pick(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n);
 static void world_notice(struct orch *r, const struct notice *n);
 static void world_end(struct orch *r, int code);
-static void maybe_ready(struct orch *r);
 static int world_command(struct orch *r);
 static char *substitute(const struct orch *r, const char *arg);
 static void free_argv(struct orch *r);
@@ -169,14 +134,14 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return orch_free(r);
     }
-    if ((e = make_dirs(r->state_dir)) < 0) {
+    if ((e = orch_make_dirs(r->state_dir)) < 0) {
         snprintf(err, errlen, "cannot create the state directory '%s': %s", r->state_dir,
                  strerror(-e));
         return orch_free(r);
     }
     orch_figures_load(r);
     r->tick = event_new(o->base, -1, EV_PERSIST, on_tick, r);
-    r->retry = evtimer_new(o->base, on_retry, r);
+    r->retry = evtimer_new(o->base, orch_on_retry, r);
     r->hooks = hooks_new(o->base, o->child, o->hooks_dir, o->hook_timeout_ms);
     if (!r->tick || !r->retry || !r->hooks) {
         snprintf(err, errlen, "out of memory");
@@ -244,13 +209,13 @@ struct orch *orch_free(struct orch *r)
 
 void orch_start(struct orch *r)
 {
-    set_state(r, RESUMING);
+    orch_set_state(r, RESUMING);
     if (r->o.world_size > 1 && !r->world) {
         /* A rank first, from the coordinator. */
         rendezvous_join(r->rv, r->o.listen);
         return;
     }
-    start_listing(r);
+    orch_start_listing(r);
 }
 
 void orch_finish(struct orch *r)
@@ -301,7 +266,7 @@ int orch_exit_code(const struct orch *r)
 
 /* Resumed (or afresh): the command starts, with a control socket and a
  * method of its own, its environment, and the --interval tick. */
-static void run_command(struct orch *r)
+void orch_run_command(struct orch *r)
 {
     struct control_opts co = {
         .base = r->o.base,
@@ -332,11 +297,11 @@ static void run_command(struct orch *r)
     char path[4200], err[512];
 
     if (r->finishing) {
-        set_state(r, IDLE);
+        orch_set_state(r, IDLE);
         return;
     }
     if (r->ending) {
-        set_state(r, DRAINING);
+        orch_set_state(r, DRAINING);
         child_end(r->o.child, r->exit_code, "preempted while the world waited");
         return;
     }
@@ -349,7 +314,7 @@ static void run_command(struct orch *r)
         r->parked = false;
         if (world_command(r) < 0) {
             log_msg(LOGL_ERROR, "out of memory: the command is not started");
-            refuse_start(r);
+            orch_refuse_start(r);
             return;
         }
     }
@@ -369,19 +334,19 @@ static void run_command(struct orch *r)
     r->method = r->mops->open(&mc, err, sizeof(err));
     if (!r->method) {
         log_msg(LOGL_ERROR, "%s", err);
-        refuse_start(r);
+        orch_refuse_start(r);
         return;
     }
     setenv("SPOT_JOB", r->job, 1);
-    set_resume(r, r->resume_gen, r->resume_step, r->resume_dir[0] ? r->resume_dir : NULL);
-    set_state(r, IDLE);
+    orch_set_resume(r, r->resume_gen, r->resume_step, r->resume_dir[0] ? r->resume_dir : NULL);
+    orch_set_state(r, IDLE);
     if (r->o.interval_ms > 0) {
         struct timeval tv = { (time_t)(r->o.interval_ms / 1000),
                               (suseconds_t)(r->o.interval_ms % 1000) * 1000 };
         event_add(r->tick, &tv);
     }
     if (!r->world)
-        child_before_restart(r->o.child, on_before_restart, r);
+        child_before_restart(r->o.child, orch_on_before_restart, r);
     if (child_start(r->o.child) < 0)
         log_msg(LOGL_ERROR, "cannot schedule the command's start: out of memory");
 }
@@ -400,7 +365,7 @@ void orch_notice(void *arg, const struct notice *n)
         /* Still asking the coordinator for a rank: nothing runs yet. */
         if (n->terminating) {
             log_msg(LOGL_INFO, "a terminating notice before this node had a rank: exiting");
-            set_state(r, IDLE);
+            orch_set_state(r, IDLE);
             r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
             child_end(r->o.child, ORCH_EXIT_PREEMPTED_SAVED, "preempted before joining");
         }
@@ -512,12 +477,12 @@ static void start_checkpoint(struct orch *r)
     r->t_begin = notice_mono_ms();
     r->aborted = false;
     r->saving = SV_HOOK;
-    set_state(r, SAVING);
+    orch_set_state(r, SAVING);
     if (!r->world && (!r->claimed || r->claimed <= r->newest_gen)) {
         /* None held (or one made stale by a world's number). */
         r->claimed = 0;
         r->claim_waits = true;
-        claim_next(r);
+        orch_claim_next(r);
         return;
     }
     go_checkpoint(r);
@@ -525,7 +490,7 @@ static void start_checkpoint(struct orch *r)
 
 /* Claim the number after the newest seen, unless one is held, being
  * claimed, or spotd is on its way out. */
-static void claim_next(struct orch *r)
+void orch_claim_next(struct orch *r)
 {
     if (r->world || !r->gens_read || r->claimed || r->claiming || r->finishing)
         return;
@@ -610,7 +575,7 @@ static void ask_method(struct orch *r)
         ask_world(r);
         return;
     }
-    err = make_dirs(r->dir);
+    err = orch_make_dirs(r->dir);
     if (err == 0 && r->terminating && r->mops->last)
         r->mops->last(r->method);
     if (err == 0)
@@ -624,8 +589,8 @@ static void ask_method(struct orch *r)
                       "save", (unsigned long long)r->resume_gen, (long long)r->resume_step);
         else
             log_event(LOGL_WARN, e, "no checkpoint to save: the trainer has written none yet");
-        remove_tree(r->dir);
-        set_state(r, IDLE);
+        orch_remove_tree(r->dir);
+        orch_set_state(r, IDLE);
         if (r->terminating)
             stop_command(r, r->resume_gen > 0);
         return;
@@ -642,7 +607,7 @@ static void ask_method(struct orch *r)
 static void ask_world(struct orch *r)
 {
     char msg[4400];
-    int err = make_dirs(r->dir);
+    int err = orch_make_dirs(r->dir);
 
     if (err == 0 && r->mops->query) {
         r->saving = SV_METHOD;
@@ -691,7 +656,7 @@ static void on_method_saved(void *arg, int err, const char *msg, int64_t step, c
     cJSON_AddNumberToObject(e, "ms", (double)(r->t_saved - r->t_begin));
     log_event(LOGL_INFO, e, "trainers saved step %lld for generation %llu", (long long)step,
               (unsigned long long)r->gen);
-    set_state(r, UPLOADING);
+    orch_set_state(r, UPLOADING);
     req.dir = r->dir;
     req.step = (uint64_t)step;
     if (r->world && world_trainer_size(r->world) > 1 && r->split_upload) {
@@ -761,7 +726,7 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     cJSON_AddNumberToObject(e, "encode_ms", (double)(r->counters.cpu_encode_ns / 1000000));
     log_event(LOGL_INFO, e, "generation %llu uploaded: %llu bytes sent",
               (unsigned long long)r->gen, (unsigned long long)r->counters.bytes_sent);
-    set_state(r, COMMITTING);
+    orch_set_state(r, COMMITTING);
     if (r->world) {
         /* The coordinator commits once every rank's shard is in. */
         world_saved(r->world, r->gen, r->step, s->sha256, s->bytes);
@@ -797,7 +762,7 @@ static void on_committed(void *arg, int err, const char *msg)
         return;
     }
     r->newest_gen = r->gen;
-    add_own(r, r->gen);
+    orch_add_own(r, r->gen);
     r->fig.save_ms = r->t_saved - r->t_begin;
     r->fig.upload_ms = r->t_uploaded - r->t_saved;
     r->fig.commit_ms = mono - r->t_uploaded;
@@ -829,18 +794,18 @@ static void on_committed(void *arg, int err, const char *msg)
         r->restore_rank = r->restored_as = world_trainer_rank(r->world);
         r->restore_size = world_trainer_size(r->world);
     }
-    own_copy(r, copy, sizeof(copy));
-    set_resume(r, r->gen, r->step, copy);
+    orch_own_copy(r, copy, sizeof(copy));
+    orch_set_resume(r, r->gen, r->step, copy);
     if (r->mops->committed && r->method)
         r->mops->committed(r->method, copy);
-    prune_local(r, "work", r->dir);
-    prune_local(r, "restore", copy);
+    orch_prune_local(r, "work", r->dir);
+    orch_prune_local(r, "restore", copy);
     /* Retention: what the newest generations do not need goes, in the
      * background (snap_gc never deletes what they reference).  Also when
      * this commit finished an upload after the command ended (spotd waits
      * for it then), but not after a preemption's: spotd should be gone. */
     if (!(r->finishing && r->terminating) && (!r->world || world_is_coordinator(r->world)))
-        collect(r);
+        orch_collect(r);
     finish_checkpoint(r, 0, "");
 }
 
@@ -867,13 +832,13 @@ static void finish_checkpoint(struct orch *r, int err, const char *msg)
     }
     hook_env_now(r, &he, err ? "failed" : "committed");
     hooks_run(r->hooks, "post-checkpoint", &he, NULL, NULL);
-    set_state(r, IDLE);
+    orch_set_state(r, IDLE);
     if (!r->terminating)
-        claim_next(r);
+        orch_claim_next(r);
     if (r->terminating)
         stop_command(r, err == 0);
     else if (r->world)
-        maybe_ready(r);
+        orch_maybe_ready(r);
 }
 
 /* After a terminating notice: the method's stop when the checkpoint was
@@ -882,7 +847,7 @@ static void stop_command(struct orch *r, bool saved)
 {
     if (r->world)
         world_leave(r->world, saved ? "preempted" : "preempted without a new checkpoint");
-    set_state(r, DRAINING);
+    orch_set_state(r, DRAINING);
     if (r->world && (r->parked || r->pausing)) {
         /* A world's pause stopped the command already, or is stopping it. */
         world_end(r, saved ? ORCH_EXIT_PREEMPTED_SAVED : child_exit_code(r->o.child));
@@ -947,7 +912,7 @@ static void on_withdrawn(void *arg, int err, const char *msg)
     r->claimed = 0;
 }
 
-static void set_state(struct orch *r, enum orch_state s)
+void orch_set_state(struct orch *r, enum orch_state s)
 {
     if (r->state != s)
         log_msg(LOGL_DEBUG, "orchestrator: %s -> %s", orch_state_name[r->state],
@@ -956,7 +921,7 @@ static void set_state(struct orch *r, enum orch_state s)
 }
 
 /* mkdir -p */
-static int make_dirs(const char *path)
+int orch_make_dirs(const char *path)
 {
     char buf[4096];
 
@@ -983,13 +948,13 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
 }
 
 /* rm -rf path */
-static void remove_tree(const char *path)
+void orch_remove_tree(const char *path)
 {
     nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Remove the entries "gen-*" of STATE/sub except keep (a path or NULL). */
-static void prune_local(struct orch *r, const char *sub, const char *keep)
+void orch_prune_local(struct orch *r, const char *sub, const char *keep)
 {
     char dir[4200], path[4500];
     struct dirent *d;
@@ -1003,634 +968,9 @@ static void prune_local(struct orch *r, const char *sub, const char *keep)
             continue;
         snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
         if (!keep || strcmp(path, keep) != 0)
-            remove_tree(path);
+            orch_remove_tree(path);
     }
     closedir(dp);
-}
-
-/* ---- resume: what the command starts from -------------------------------- */
-
-static void start_listing(struct orch *r)
-{
-    char work[4200];
-
-    /* What an earlier spotd left half-saved here is of no use. */
-    snprintf(work, sizeof(work), "%s/work", r->state_dir);
-    remove_tree(work);
-    list_gens(r);
-}
-
-static void list_gens(struct orch *r)
-{
-    snap_gens(r->snap, on_gens, r);
-}
-
-static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
-{
-    struct orch *r = arg;
-    char what[256];
-
-    if (err) {
-        snprintf(what, sizeof(what), "cannot list the checkpoints of job '%s' in %s", r->job,
-                 r->store_url);
-        store_retry(r, list_gens, what, msg);
-        return;
-    }
-    store_ok(r);
-    r->gens_read = true;
-    for (size_t i = 0; i < n; i++)
-        if (gens[i].gen > r->newest_gen)
-            r->newest_gen = gens[i].gen;
-    /* The first checkpoint's number, while the command starts. */
-    claim_next(r);
-    if (r->world) {
-        /* The world decides when, and from what, the command starts. */
-        for (size_t i = 0; i < n; i++)
-            if (gens[i].committed && gens[i].gen > r->resume_gen) {
-                r->resume_gen = gens[i].gen;
-                r->resume_step = (int64_t)gens[i].commit.step;
-            }
-        snap_gens_free(gens, n);
-        r->parked = true;
-        maybe_ready(r);
-        return;
-    }
-    if (make_cands(r, gens, n) < 0) {
-        snap_gens_free(gens, n);
-        log_msg(LOGL_ERROR, "out of memory: not starting the command");
-        refuse_start(r);
-        return;
-    }
-    snap_gens_free(gens, n);
-    if (r->resume_mode == RESUME_GEN && !r->n_cands) {
-        log_msg(LOGL_ERROR, "--resume %llu: job '%s' has no committed generation %llu (see "
-                "spotctl ls); not starting the command", (unsigned long long)r->resume_want,
-                r->job, (unsigned long long)r->resume_want);
-        refuse_start(r);
-        return;
-    }
-    if (r->resume_mode == RESUME_FRESH) {
-        if (r->newest_gen)
-            log_msg(LOGL_INFO, "--resume fresh: starting fresh; the committed generations "
-                    "stay, and new ones follow %llu", (unsigned long long)r->newest_gen);
-        free(r->cands);
-        r->cands = NULL;
-        r->n_cands = 0;
-    }
-    if (!r->n_cands) {
-        start_fresh(r);
-        return;
-    }
-    resume_next(r);
-}
-
-/* What the start may resume from: every committed generation newest
- * first (auto), or the one asked for.  A commit record that cannot be
- * read is a generation that does not restore. */
-static int make_cands(struct orch *r, const struct snap_gen *gens, size_t n)
-{
-    free(r->cands);
-    r->cands = NULL;
-    r->n_cands = r->next_cand = 0;
-    if (!n)
-        return 0;
-    if (!(r->cands = calloc(n, sizeof(*r->cands))))
-        return -ENOMEM;
-    for (size_t i = n; i-- > 0;) {
-        struct cand *c = &r->cands[r->n_cands];
-
-        if (!gens[i].committed && !gens[i].corrupt && !gens[i].unauthentic)
-            continue;
-        if (r->resume_mode == RESUME_GEN && gens[i].gen != r->resume_want)
-            continue;
-        c->gen = gens[i].gen;
-        c->step = gens[i].committed ? (int64_t)gens[i].commit.step : -1;
-        if (gens[i].unauthentic) {
-            /* A record the job key did not sign: perhaps forged. */
-            c->err = -EKEYREJECTED;
-            snap_refusal(r->snap, &gens[i], c->why, sizeof(c->why));
-        } else if (!gens[i].committed) {
-            c->err = -EBADMSG;
-            snprintf(c->why, sizeof(c->why), "its commit record is unreadable");
-        }
-        r->n_cands++;
-    }
-    return 0;
-}
-
-/* The next candidate, newest first; what is left untried when none is. */
-static void resume_next(struct orch *r)
-{
-    while (r->next_cand < r->n_cands && r->cands[r->next_cand].err)
-        r->next_cand++;
-    if (r->next_cand == r->n_cands) {
-        unrestorable(r);
-        return;
-    }
-    restore_pick(r, r->cands[r->next_cand].gen, r->cands[r->next_cand].step);
-}
-
-/* Restore gen (holding step) and start the command from it. */
-static void restore_pick(struct orch *r, uint64_t gen, int64_t step)
-{
-    struct hook_env he;
-    int err;
-
-    r->resume_gen = gen;
-    r->resume_step = step;
-    r->t_restore = notice_mono_ms();
-    /* A world's node may restore another rank's shard of gen later. */
-    if (r->world)
-        snprintf(r->resume_dir, sizeof(r->resume_dir), "%s/restore/gen-%08llu-rank-%u",
-                 r->state_dir, (unsigned long long)r->resume_gen, r->restore_rank);
-    else
-        snprintf(r->resume_dir, sizeof(r->resume_dir), "%s/restore/gen-%08llu", r->state_dir,
-                 (unsigned long long)r->resume_gen);
-    he = (struct hook_env){ .job = r->job, .dir = r->resume_dir, .gen = r->resume_gen,
-                            .step = r->resume_step, .reason = "resume" };
-    err = hooks_run(r->hooks, "pre-restore", &he, on_pre_restore, r);
-    if (err == -ENOENT)
-        restore(r);
-    else if (err < 0)
-        on_pre_restore(r, -1, "cannot run it");
-}
-
-static void on_pre_restore(void *arg, int code, const char *msg)
-{
-    struct orch *r = arg;
-
-    if (code != 0) {
-        log_msg(LOGL_ERROR, "the pre-restore hook refused the restore of generation %llu "
-                "(%s): not starting the command", (unsigned long long)r->resume_gen, msg);
-        refuse_start(r);
-        return;
-    }
-    restore(r);
-}
-
-static void restore(struct orch *r)
-{
-    char dir[4200];
-
-    /* Restores go beside their destination, then into place. */
-    snprintf(dir, sizeof(dir), "%s/restore", r->state_dir);
-    make_dirs(dir);
-    prune_local(r, "restore", r->resume_dir);
-    if (access(r->resume_dir, F_OK) == 0) {
-        snap_check(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir,
-                   on_checked, r);
-        return;
-    }
-    snap_restore(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir, NULL,
-                 on_restored, r);
-}
-
-/* A restore into a directory that has one already (an earlier start of
- * this state directory, or spotd's own copy of a commit) takes it only
- * when it is an exact copy. */
-static void on_checked(void *arg, int err, const char *msg)
-{
-    struct orch *r = arg;
-
-    if (err == 0) {
-        on_restored(r, 0, "");
-        return;
-    }
-    if (err != -ENOENT && !damaged(err)) {
-        char what[128];
-        snprintf(what, sizeof(what), "cannot read generation %llu",
-                 (unsigned long long)r->resume_gen);
-        store_retry(r, restore, what, msg);
-        return;
-    }
-    if (err != -ENOENT || access(r->resume_dir, F_OK) == 0)
-        log_msg(LOGL_WARN, "%s; restoring it again from the store", msg);
-    remove_tree(r->resume_dir);
-    snap_restore(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir, NULL,
-                 on_restored, r);
-}
-
-static void on_restored(void *arg, int err, const char *msg)
-{
-    struct orch *r = arg;
-    struct cand *c = r->next_cand < r->n_cands ? &r->cands[r->next_cand] : NULL;
-    char what[128];
-
-    if (!err) {
-        resumed(r);
-        return;
-    }
-    if (!damaged(err)) {
-        snprintf(what, sizeof(what), "cannot restore generation %llu",
-                 (unsigned long long)r->resume_gen);
-        store_retry(r, restore, what, msg);
-        return;
-    }
-    store_ok(r);
-    if (r->world) {
-        /* The world's generation: one to take or none. */
-        log_msg(LOGL_ERROR, "cannot restore generation %llu: %s; this node leaves the world "
-                "rather than start its shard afresh", (unsigned long long)r->resume_gen, msg);
-        world_leave(r->world, "cannot restore");
-        refuse_start(r);
-        return;
-    }
-    if (!c || c->gen != r->resume_gen) {
-        /* A restart's generation does not restore: choose again, as at
-         * start. */
-        log_msg(LOGL_WARN, "generation %llu cannot be restored for the restart: %s; looking "
-                "for the newest one that can", (unsigned long long)r->resume_gen, msg);
-        list_gens(r);
-        return;
-    }
-    c->err = err;
-    snprintf(c->why, sizeof(c->why), "%s", msg);
-    r->next_cand++;
-    if (r->resume_mode == RESUME_GEN || r->o.on_unrestorable == UNRESTORABLE_FAIL ||
-        r->next_cand == r->n_cands) {
-        unrestorable(r);
-        return;
-    }
-    log_msg(LOGL_WARN, "generation %llu cannot be restored: %s; trying an older one",
-            (unsigned long long)c->gen, msg);
-    resume_next(r);
-}
-
-/* No committed generation restores: refuse, or afresh when allowed. */
-static void unrestorable(struct orch *r)
-{
-    char tried[2048];
-
-    tried_list(r, tried, sizeof(tried));
-    if (r->resume_mode == RESUME_AUTO && r->o.on_unrestorable == UNRESTORABLE_FRESH &&
-        !r->world) {
-        r->resume_dir[0] = '\0';
-        r->resume_gen = 0;
-        r->resume_step = -1;
-        resumed(r);
-        return;
-    }
-    log_msg(LOGL_ERROR, "job '%s': %s%s; not starting the command: nothing is started afresh "
-            "over committed work (see spotctl verify; resume another generation with --resume "
-            "N, or start afresh with --resume fresh)", r->job,
-            r->resume_mode == RESUME_AUTO && r->o.on_unrestorable == UNRESTORABLE_OLDER
-                ? "no committed generation can be restored: " : "", tried);
-    if (r->world)
-        world_leave(r->world, "cannot restore");
-    refuse_start(r);
-}
-
-/* The generation to resume from is in resume_dir (or none: afresh). */
-static void resumed(struct orch *r)
-{
-    char tried[2048];
-    struct hook_env he;
-    cJSON *e, *skipped;
-
-    store_ok(r);
-    r->resumed_from = r->resume_gen;
-    tried_list(r, tried, sizeof(tried));
-    e = log_event_new("resume");
-    cJSON_AddNumberToObject(e, "gen", (double)r->resume_gen);
-    cJSON_AddNumberToObject(e, "step", (double)r->resume_step);
-    if (r->resume_gen)
-        cJSON_AddStringToObject(e, "dir", r->resume_dir);
-    cJSON_AddNumberToObject(e, "ms", (double)(notice_mono_ms() - r->t_restore));
-    if (r->restarting)
-        cJSON_AddBoolToObject(e, "restart", 1);
-    skipped = cJSON_AddArrayToObject(e, "skipped");
-    for (size_t i = 0; skipped && i < r->n_cands; i++) {
-        cJSON *o;
-        if (!r->cands[i].err || !(o = cJSON_CreateObject()))
-            continue;
-        cJSON_AddNumberToObject(o, "gen", (double)r->cands[i].gen);
-        cJSON_AddStringToObject(o, "error", r->cands[i].why);
-        cJSON_AddItemToArray(skipped, o);
-    }
-    if (!r->resume_gen) {
-        cJSON_AddBoolToObject(e, "fresh", 1);
-        log_event(LOGL_WARN, e, "no committed generation restores (%s); starting fresh as "
-                  "--on-unrestorable fresh allows; they stay in the store, and new generations "
-                  "follow %llu", tried, (unsigned long long)r->newest_gen);
-    } else if (tried[0]) {
-        log_event(LOGL_WARN, e, "resuming from generation %llu (step %lld), not a newer one: "
-                  "%s", (unsigned long long)r->resume_gen, (long long)r->resume_step, tried);
-    } else {
-        log_event(LOGL_INFO, e, "resuming from generation %llu (step %lld)",
-                  (unsigned long long)r->resume_gen, (long long)r->resume_step);
-    }
-    if (r->resume_gen) {
-        he = (struct hook_env){ .job = r->job, .dir = r->resume_dir, .gen = r->resume_gen,
-                                .step = r->resume_step, .reason = "resume" };
-        hooks_run(r->hooks, "post-restore", &he, NULL, NULL);
-    }
-    if (r->restarting) {
-        /* The command's restart (child.c) waited for this. */
-        r->restarting = false;
-        set_resume(r, r->resume_gen, r->resume_step, r->resume_gen ? r->resume_dir : NULL);
-        if (r->mops->committed && r->method && r->resume_gen)
-            r->mops->committed(r->method, r->resume_dir);
-        child_restart_now(r->o.child);
-        return;
-    }
-    run_command(r);
-}
-
-/* Nothing to resume from: the command starts (or restarts) afresh. */
-static void start_fresh(struct orch *r)
-{
-    r->resume_dir[0] = '\0';
-    r->resume_gen = 0;
-    r->resume_step = -1;
-    if (r->restarting) {
-        r->restarting = false;
-        set_resume(r, 0, -1, NULL);
-        child_restart_now(r->o.child);
-        return;
-    }
-    run_command(r);
-}
-
-/* ---- a restart after a crash --------------------------------------------- */
-
-/* A restart after a crash resumes from the newest committed generation
- * as spotd holds it, once that copy proves exact (else it is restored
- * again from the store, or an older one is), never from what the trainer
- * may have changed since. */
-static void on_before_restart(void *arg)
-{
-    struct orch *r = arg;
-
-    if (!r->resume_gen) {
-        child_restart_now(r->o.child);
-        return;
-    }
-    log_msg(LOGL_INFO, "checking the copy of generation %llu in '%s' before the restart",
-            (unsigned long long)r->resume_gen, r->resume_dir);
-    r->restarting = true;
-    r->t_restore = notice_mono_ms();
-    free(r->cands);
-    r->cands = NULL;
-    r->n_cands = r->next_cand = 0;
-    restore(r);
-}
-
-/* ---- after a commit: what a restart resumes from ------------------------- */
-
-/* gen is the newest committed generation, its files in dir on this node: a
- * command restarted from now on resumes from it. */
-static void set_resume(struct orch *r, uint64_t gen, int64_t step, const char *dir)
-{
-    char num[32];
-
-    r->resume_gen = gen;
-    r->resume_step = step;
-    if (dir != r->resume_dir)
-        snprintf(r->resume_dir, sizeof(r->resume_dir), "%s", dir ? dir : "");
-    if (!dir) {
-        unsetenv("SPOT_RESUME_DIR");
-        unsetenv("SPOT_RESUME_STEP");
-        unsetenv("SPOT_GEN");
-    } else {
-        setenv("SPOT_RESUME_DIR", dir, 1);
-        snprintf(num, sizeof(num), "%lld", (long long)step);
-        setenv("SPOT_RESUME_STEP", num, 1);
-        snprintf(num, sizeof(num), "%llu", (unsigned long long)gen);
-        setenv("SPOT_GEN", num, 1);
-    }
-    if (r->world && dir) {
-        snprintf(num, sizeof(num), "%u", r->restore_rank);
-        setenv("SPOT_RESUME_RANK", num, 1);
-        snprintf(num, sizeof(num), "%u", r->restore_size);
-        setenv("SPOT_RESUME_WORLD_SIZE", num, 1);
-    } else {
-        unsetenv("SPOT_RESUME_RANK");
-        unsetenv("SPOT_RESUME_WORLD_SIZE");
-    }
-    if (r->control)
-        control_set_resume(r->control, dir, step, gen);
-}
-
-/* Where a restart finds the generation just committed: the method's own
- * folder when it is spotd's (STATE/work/gen-N, written through libckpt or
- * by criu), else (signal, dir: the trainer's folder, which it rewrites
- * and prunes) STATE/restore/gen-N, hard links to the same files.  Either
- * is checked against the manifest before a restart uses it, and restored
- * from the store when it does not match. */
-static void own_copy(struct orch *r, char *buf, size_t size)
-{
-    char work[4200];
-    int err;
-
-    snprintf(work, sizeof(work), "%s/work/", r->state_dir);
-    if (strncmp(r->dir, work, strlen(work)) == 0) {
-        snprintf(buf, size, "%s", r->dir);
-        return;
-    }
-    snprintf(buf, size, "%s/restore/gen-%08llu%s", r->state_dir, (unsigned long long)r->gen,
-             r->world ? "-rank-" : "");
-    if (r->world) {
-        size_t len = strlen(buf);
-        snprintf(buf + len, size - len, "%u", r->restore_rank);
-    }
-    snprintf(work, sizeof(work), "%s/restore", r->state_dir);
-    make_dirs(work);
-    remove_tree(buf);
-    /* Names only, no data: a checkpoint's few files take microseconds. */
-    if ((err = link_tree(r->dir, buf, 0)) < 0) {
-        log_msg(LOGL_INFO, "no local copy of generation %llu (cannot link '%s' into '%s': %s); "
-                "a restart restores it from the store", (unsigned long long)r->gen, r->dir,
-                buf, strerror(-err));
-        remove_tree(buf);
-    }
-}
-
-/* link -r src dst: the files are not copied, only named again. */
-static int link_tree(const char *src, const char *dst, int depth)
-{
-    char s[4200], d[4200];
-    struct dirent *de;
-    struct stat st;
-    DIR *dp;
-    int r = 0;
-
-    if (depth > 64)
-        return -ELOOP;
-    if (mkdir(dst, 0700) < 0)
-        return -errno;
-    if (!(dp = opendir(src)))
-        return -errno;
-    while (r == 0 && (de = readdir(dp))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        if ((size_t)snprintf(s, sizeof(s), "%s/%s", src, de->d_name) >= sizeof(s) ||
-            (size_t)snprintf(d, sizeof(d), "%s/%s", dst, de->d_name) >= sizeof(d))
-            r = -ENAMETOOLONG;
-        else if (lstat(s, &st) < 0)
-            r = -errno;
-        else if (S_ISDIR(st.st_mode) && (r = link_tree(s, d, depth + 1)) == 0)
-            r = chmod(d, st.st_mode & 07777) < 0 ? -errno : 0;
-        else if (!S_ISDIR(st.st_mode) && link(s, d) < 0)
-            r = -errno;
-    }
-    closedir(dp);
-    return r;
-}
-
-/* ---- a store that cannot be read, a start refused ------------------------ */
-
-/* A store that could not be read at start is tried again (again(r)), 1 s,
- * 2 s, 4 s ... 10 s apart, for --store-wait; after that spotd refuses to
- * start.  Could not read is never nothing there: a start that took a
- * failed listing for an empty store would number generations from 1 again
- * over committed ones. */
-static void store_retry(struct orch *r, void (*again)(struct orch *), const char *what,
-                        const char *msg)
-{
-    int64_t now = notice_mono_ms(), left;
-    uint64_t delay = 1000ull << (r->store_tries < 4 ? r->store_tries : 4);
-    struct timeval tv;
-
-    if (!r->wait_from)
-        r->wait_from = now;
-    left = r->wait_from + (int64_t)r->o.store_wait_ms - now;
-    if (left <= 0) {
-        log_msg(LOGL_ERROR, "%s: %s; not starting the command after %lld s of tries: a store "
-                "that cannot be read is never taken for an empty one (check the store's "
-                "address, credentials and permissions, or raise --store-wait)", what, msg,
-                (long long)(now - r->wait_from) / 1000);
-        refuse_start(r);
-        return;
-    }
-    if (delay > 10000)
-        delay = 10000;
-    if ((int64_t)delay > left)
-        delay = (uint64_t)left;
-    r->store_tries++;
-    log_msg(LOGL_WARN, "%s: %s; trying again in %.1f s (for %lld s more: --store-wait)", what,
-            msg, (double)delay / 1000, (long long)(left / 1000));
-    r->retry_fn = again;
-    tv.tv_sec = (time_t)(delay / 1000);
-    tv.tv_usec = (suseconds_t)(delay % 1000) * 1000;
-    event_add(r->retry, &tv);
-}
-
-static void on_retry(evutil_socket_t fd, short what, void *arg)
-{
-    struct orch *r = arg;
-
-    r->retry_fn(r);
-}
-
-/* A store read worked: the next failure has its --store-wait again. */
-static void store_ok(struct orch *r)
-{
-    r->wait_from = 0;
-    r->store_tries = 0;
-}
-
-/* Whether err says that a generation itself cannot be restored here
- * (damaged, missing, not signed by the job key, a manifest that restore
- * refuses, more than the disk holds), as opposed to a store that cannot be
- * read now. */
-static bool damaged(int err)
-{
-    return err == -EBADMSG || err == -ENOENT || err == -EKEYREJECTED || err == -EPERM ||
-           err == -EINVAL || err == -ENAMETOOLONG || err == -ENOSPC || err == -EFBIG;
-}
-
-/* "generation 5: chunk ... corrupt; generation 4: ..." for what was tried. */
-static void tried_list(const struct orch *r, char *buf, size_t size)
-{
-    size_t len = 0;
-
-    buf[0] = '\0';
-    for (size_t i = 0; i < r->n_cands && len < size; i++) {
-        if (!r->cands[i].err)
-            continue;
-        len += (size_t)snprintf(buf + len, size - len, "%sgeneration %llu: %s",
-                                len ? "; " : "", (unsigned long long)r->cands[i].gen,
-                                r->cands[i].why);
-    }
-    if (len >= size && size > 4)
-        memcpy(buf + size - 4, "...", 4);
-}
-
-/* The command is not started: spotd ends with 125 (see orch.h). */
-static void refuse_start(struct orch *r)
-{
-    r->exit_code = 125;
-    set_state(r, IDLE);
-    event_base_loopbreak(r->o.base);
-}
-
-/* ---- garbage collection -------------------------------------------------- */
-
-/* Remember gen as written by this spotd (when memory fails it stays
- * spared: the safe side). */
-static void add_own(struct orch *r, uint64_t gen)
-{
-    if (r->n_own && r->own[r->n_own - 1] >= gen)
-        return;
-    if (r->n_own == r->cap_own) {
-        size_t cap = r->cap_own ? 2 * r->cap_own : 16;
-        uint64_t *o = realloc(r->own, cap * sizeof(*o));
-        if (!o)
-            return;
-        r->own = o;
-        r->cap_own = cap;
-    }
-    r->own[r->n_own++] = gen;
-}
-
-/* One collection at a time; a commit during one asks for another.  Never
- * by a spotd that has not read the job's generations. */
-static void collect(struct orch *r)
-{
-    if (!r->gens_read)
-        return;
-    if (r->collecting) {
-        r->collect_again = true;
-        return;
-    }
-    r->collecting = true;
-    r->collect_again = false;
-    snap_gc(r->snap, &(struct snap_gc_opts){ .keep = SNAP_KEEP_DEFAULT,
-                                             .grace_ms = SNAP_GRACE_DEFAULT_MS,
-                                             .spare = spare,
-                                             .spare_arg = r },
-            on_collected, r);
-}
-
-static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g)
-{
-    struct orch *r = arg;
-
-    r->collecting = false;
-    if (r->collect_again)
-        collect(r);
-    if (err)
-        log_msg(LOGL_WARN, "garbage collection: %s", msg);
-    else if (g->gens_deleted || g->chunks_deleted)
-        log_msg(LOGL_INFO, "garbage collection: %llu generations and %llu chunks deleted",
-                (unsigned long long)g->gens_deleted, (unsigned long long)g->chunks_deleted);
-}
-
-/* gc spares every committed generation newer than the one this spotd
- * resumed from that it did not write itself: a generation it could not
- * restore, or another writer's, is the operator's to delete (spotctl gc). */
-static bool spare(void *arg, uint64_t gen)
-{
-    const struct orch *r = arg;
-
-    return gen > r->resumed_from && !bsearch(&gen, r->own, r->n_own, sizeof(*r->own), cmp_u64);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-    return x < y ? -1 : x > y;
 }
 
 /* ---- the world (world.h) ------------------------------------------------- */
@@ -1788,7 +1128,7 @@ static void on_parked(void *arg)
     if (r->ending)
         child_end(r->o.child, r->exit_code, "preempted while the world waited");
     else
-        maybe_ready(r);
+        orch_maybe_ready(r);
 }
 
 static void w_resume(void *arg, uint64_t gen, const char *master_addr, unsigned master_port)
@@ -1811,17 +1151,17 @@ static void w_resume(void *arg, uint64_t gen, const char *master_addr, unsigned 
     log_event(LOGL_INFO, e, "the world resumes from generation %llu: starting the command as "
               "rank %u of %u", (unsigned long long)gen, world_trainer_rank(r->world),
               world_trainer_size(r->world));
-    set_state(r, RESUMING);
+    orch_set_state(r, RESUMING);
     if (gen == 0) {
         r->resume_dir[0] = '\0';
         r->resume_gen = 0;
         r->resume_step = -1;
-        run_command(r);
+        orch_run_command(r);
     } else if (gen == r->resume_gen && r->resume_dir[0] &&
                r->restored_as == world_trainer_rank(r->world)) {
         /* This node's own copy, once it proves exact. */
         r->t_restore = notice_mono_ms();
-        restore(r);
+        orch_restore(r);
     } else {
         r->world_want = gen;
         world_gens(r);
@@ -1843,10 +1183,10 @@ static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *
         char what[128];
         snprintf(what, sizeof(what), "cannot read generation %llu to resume the world",
                  (unsigned long long)r->world_want);
-        store_retry(r, world_gens, what, msg);
+        orch_store_retry(r, world_gens, what, msg);
         return;
     }
-    store_ok(r);
+    orch_store_ok(r);
     for (size_t i = 0; i < n; i++)
         if (gens[i].committed && gens[i].gen == r->world_want) {
             step = (int64_t)gens[i].commit.step;
@@ -1857,7 +1197,7 @@ static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *
         log_msg(LOGL_ERROR, "cannot resume the world from generation %llu: it is not "
                 "committed in the store; this node leaves", (unsigned long long)r->world_want);
         world_leave(r->world, "cannot restore");
-        refuse_start(r);
+        orch_refuse_start(r);
         return;
     }
     /* An elastic world may run with more or fewer trainers than saved gen:
@@ -1870,7 +1210,7 @@ static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *
                 trank, r->restore_rank);
     r->restore_size = saved_by;
     r->restored_as = trank;
-    restore_pick(r, r->world_want, step);
+    orch_restore_pick(r, r->world_want, step);
 }
 
 static void w_claim(void *arg, uint64_t gen)
@@ -1923,10 +1263,10 @@ static void on_pick(void *arg, int err, const char *msg, struct snap_gen *gens, 
     if (err) {
         snprintf(what, sizeof(what), "cannot list the checkpoints of job '%s' to resume the "
                  "world", r->job);
-        store_retry(r, (void (*)(struct orch *))w_pick_resume, what, msg);
+        orch_store_retry(r, (void (*)(struct orch *))w_pick_resume, what, msg);
         return;
     }
-    store_ok(r);
+    orch_store_ok(r);
     r->gens_read = true;
     if (first && r->resume_mode == RESUME_GEN)
         want = r->resume_want;
@@ -1994,12 +1334,12 @@ static void world_end(struct orch *r, int code)
 
 /* The command is stopped (or never started) and nothing is under way:
  * this node waits for the world's resume. */
-static void maybe_ready(struct orch *r)
+void orch_maybe_ready(struct orch *r)
 {
     if (!r->world || !r->parked || r->ending ||
         (r->state != IDLE && r->state != WAITING && r->state != RESUMING))
         return;
-    set_state(r, WAITING);
+    orch_set_state(r, WAITING);
     world_ready(r->world, r->resume_gen);
 }
 
@@ -2103,10 +1443,10 @@ static void rv_assigned(void *arg, uint32_t rank)
 
     if (make_world(r, rank, err, sizeof(err)) < 0) {
         log_msg(LOGL_ERROR, "%s", err);
-        refuse_start(r);
+        orch_refuse_start(r);
         return;
     }
-    start_listing(r);
+    orch_start_listing(r);
 }
 
 static const struct rendezvous_ops rv_ops = {

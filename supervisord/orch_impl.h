@@ -4,10 +4,12 @@
  * defines them:
  *
  *   orch.c         life, triggers, one checkpoint, the parts not split yet
+ *   orch_resume.c  resume at start and after a crash, gc
  *   orch_plan.c    figures, the plan at a notice, spotctl's commands */
 #ifndef SPOTD_ORCH_IMPL_H
 #define SPOTD_ORCH_IMPL_H
 
+#include <event2/util.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -125,10 +127,52 @@ struct orch {
 
 /* The states' names, indexed by enum orch_state. */
 extern const char *const orch_state_name[];
+/* r's state becomes s (a debug line when it changes). */
+void orch_set_state(struct orch *r, enum orch_state s);
+/* mkdir -p path; 0 or -errno. */
+int orch_make_dirs(const char *path);
+/* rm -rf path. */
+void orch_remove_tree(const char *path);
+/* Remove the entries "gen-*" of STATE/sub except keep (a path or NULL). */
+void orch_prune_local(struct orch *r, const char *sub, const char *keep);
+/* Start the command from what was resumed: control socket, method, environment. */
+void orch_run_command(struct orch *r);
 /* A checkpoint of this node alone, for notice n (or NULL) or why. */
 void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *why);
+/* Claim the next generation number ahead, when none is held or being claimed. */
+void orch_claim_next(struct orch *r);
 /* A checkpoint wanted here: the world's coordinator runs it. */
 void orch_world_want(struct orch *r, const char *why, int64_t deadline_ms);
+/* Nothing under way and the command stopped: wait for the world's resume. */
+void orch_maybe_ready(struct orch *r);
+
+/* ---- orch_resume.c ---- */
+
+/* The start: clear STATE/work, list the job's generations, resume. */
+void orch_start_listing(struct orch *r);
+/* Restore gen (holding step), after the pre-restore hook, then start the command. */
+void orch_restore_pick(struct orch *r, uint64_t gen, int64_t step);
+/* Restore resume_gen into resume_dir, or take the copy there once it proves exact. */
+void orch_restore(struct orch *r);
+/* child.c's hook before a restart: resume from the newest commit's checked copy. */
+void orch_on_before_restart(void *arg);
+/* gen (holding step, its files in dir; 0 and NULL: none) is what a start resumes from. */
+void orch_set_resume(struct orch *r, uint64_t gen, int64_t step, const char *dir);
+/* Where a restart finds the generation just committed, into buf (made when needed). */
+void orch_own_copy(struct orch *r, char *buf, size_t size);
+/* A store read at start failed: again(r) later, or refuse after --store-wait. */
+void orch_store_retry(struct orch *r, void (*again)(struct orch *), const char *what,
+                      const char *msg);
+/* The retry timer's callback (r->retry). */
+void orch_on_retry(evutil_socket_t fd, short what, void *arg);
+/* A store read worked: the next failure has its --store-wait again. */
+void orch_store_ok(struct orch *r);
+/* The command is not started: spotd ends with 125. */
+void orch_refuse_start(struct orch *r);
+/* Remember gen as committed by this spotd (gc may collect it). */
+void orch_add_own(struct orch *r, uint64_t gen);
+/* Garbage collection in the background, once the generations were read. */
+void orch_collect(struct orch *r);
 
 /* ---- orch_plan.c ---- */
 
