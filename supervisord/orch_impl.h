@@ -3,8 +3,9 @@
  * states, and the functions one part calls in another, by the file that
  * defines them:
  *
- *   orch.c         life, triggers, one checkpoint, the parts not split yet
+ *   orch.c         life, triggers, one checkpoint from claim to commit
  *   orch_resume.c  resume at start and after a crash, gc
+ *   orch_world.c   a world's rounds, the command line, the rendezvous
  *   orch_plan.c    figures, the plan at a notice, spotctl's commands */
 #ifndef SPOTD_ORCH_IMPL_H
 #define SPOTD_ORCH_IMPL_H
@@ -19,6 +20,7 @@
 
 struct jsonl_msg;
 struct notice;
+struct rendezvous_ops;
 
 enum orch_state { RESUMING, IDLE, SAVING, UPLOADING, COMMITTING, DRAINING, WAITING };
 
@@ -135,16 +137,26 @@ int orch_make_dirs(const char *path);
 void orch_remove_tree(const char *path);
 /* Remove the entries "gen-*" of STATE/sub except keep (a path or NULL). */
 void orch_prune_local(struct orch *r, const char *sub, const char *keep);
+/* "notice: aws terminate", "notice: drill" into buf. */
+void orch_notice_reason(const struct notice *n, char *buf, size_t size);
 /* Start the command from what was resumed: control socket, method, environment. */
 void orch_run_command(struct orch *r);
 /* A checkpoint of this node alone, for notice n (or NULL) or why. */
 void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *why);
+/* The checkpoint set up in r begins: its number claimed, the hook, the method. */
+void orch_start_checkpoint(struct orch *r);
 /* Claim the next generation number ahead, when none is held or being claimed. */
 void orch_claim_next(struct orch *r);
-/* A checkpoint wanted here: the world's coordinator runs it. */
-void orch_world_want(struct orch *r, const char *why, int64_t deadline_ms);
-/* Nothing under way and the command stopped: wait for the world's resume. */
-void orch_maybe_ready(struct orch *r);
+/* The method's callback: the trainers saved step into dir; the upload begins. */
+void orch_on_method_saved(void *arg, int err, const char *msg, int64_t step, const char *dir);
+/* The upload waiting for the world's split goes on, with the rest or without. */
+void orch_release_split(struct orch *r, bool rest);
+/* The checkpoint's commit record is written (or failed): figures, resume point, gc. */
+void orch_on_committed(void *arg, int err, const char *msg);
+/* The checkpoint under way ends, committed (err 0) or failed with msg. */
+void orch_finish_checkpoint(struct orch *r, int err, const char *msg);
+/* After a terminating notice: the method's stop when saved, else the stop sequence. */
+void orch_stop_command(struct orch *r, bool saved);
 
 /* ---- orch_resume.c ---- */
 
@@ -173,6 +185,25 @@ void orch_refuse_start(struct orch *r);
 void orch_add_own(struct orch *r, uint64_t gen);
 /* Garbage collection in the background, once the generations were read. */
 void orch_collect(struct orch *r);
+
+/* ---- orch_world.c ---- */
+
+/* The world, once this node's rank is known; -EINVAL with the reason in err. */
+int orch_make_world(struct orch *r, uint32_t rank, char *err, size_t errlen);
+/* A checkpoint wanted here: the world's coordinator runs it. */
+void orch_world_want(struct orch *r, const char *why, int64_t deadline_ms);
+/* A notice in a world: a trigger for the coordinator, or this node leaves. */
+void orch_world_notice(struct orch *r, const struct notice *n);
+/* This node goes, with code, once its command is not running. */
+void orch_world_end(struct orch *r, int code);
+/* Nothing under way and the command stopped: wait for the world's resume. */
+void orch_maybe_ready(struct orch *r);
+/* The world's environment and command line for the next start; 0 or -ENOMEM. */
+int orch_world_command(struct orch *r);
+/* Free the substituted command line. */
+void orch_free_argv(struct orch *r);
+/* What the rendezvous asks of the orchestrator (rendezvous.h). */
+extern const struct rendezvous_ops orch_rv_ops;
 
 /* ---- orch_plan.c ---- */
 
