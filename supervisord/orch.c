@@ -1,25 +1,31 @@
-/* orch: resume at start, checkpoints at every trigger (see orch.h). */
-#include "orch.h"
+/* orch: the orchestrator's core (the design is in orch.h).  Its life (new,
+ * free, start, finish), the command's start once resumed, what triggers a
+ * checkpoint (a notice, the --interval tick, a trainer's request, spotctl,
+ * the dir method's new folder), and one checkpoint, in the order it
+ * happens: its number claimed, the pre-checkpoint hook, the method's save,
+ * the upload, the commit, then finish (or the stop, after a terminating
+ * notice).
+ *
+ * The other parts share struct orch through orch_impl.h: orch_plan.c (the
+ * figures, the plan, spotctl's commands), orch_resume.c (resume at start
+ * and after a crash, gc), orch_world.c (a world's rounds, the rendezvous). */
+#include "orch_impl.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
-#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "child.h"
 #include "control.h"
 #include "hooks.h"
-#include "libckpt/jsonl.h"
 #include "method.h"
-#include "notices.h"
 #include "spot/log.h"
 #include "spot/parse.h"
 #include "spot/pool.h"
@@ -28,2244 +34,27 @@
 #include "rendezvous.h"
 #include "world.h"
 
-enum state { RESUMING, IDLE, SAVING, UPLOADING, COMMITTING, DRAINING, WAITING };
-
-static const char *const state_name[] = { "resuming", "idle",     "saving", "uploading",
-                                          "committing", "draining", "waiting" };
-
-/* Where a world's checkpoint is, in SAVING. */
-enum saving { SV_HOOK, SV_METHOD, SV_PREPARE };
-
-/* Without a notice's deadline, how long a trainer may take to save. */
-#define SAVE_LIMIT_MS (30 * 60 * 1000)
 /* A world's periodic round has at least this long (see on_tick). */
 #define WORLD_PERIODIC_MIN_MS (60 * 1000)
-/* A notice's checkpoint is given up this long before the fallback stop. */
-#define GIVE_UP_MS 250
-/* The figures file's size cap. */
-#define FIGURES_MAX 4096
 
-/* What the last checkpoints measured, for the next notice's plan. */
-struct figures {
-    int64_t save_ms, upload_ms, commit_ms;
-    uint64_t bytes, bytes_sent;
-    int64_t step, at_ms;           /* of the last commit */
-    int64_t prev_step, prev_at_ms; /* of the one before */
-};
-
-/* A committed generation the start may resume from, and, once tried,
- * why it did not restore. */
-struct cand {
-    uint64_t gen;
-    int64_t step;
-    int err;
-    char why[512];
-};
-
-struct orch {
-    struct orch_opts o;
-    char *job, *store_url, *state_dir;
-    const struct method_ops *mops;
-    struct method *method;
-    struct pool *pool;
-    struct store *store;
-    struct snap *snap;
-    struct control *control;
-    struct hooks *hooks;
-    enum state state;
-    uint64_t newest_gen;           /* the highest generation number seen */
-    uint64_t resume_gen;           /* the newest committed: what a restart resumes from */
-    /* World: whose shard resume_dir holds, of how many, and the trainer
-     * rank this node had then (an elastic world renumbers its trainers). */
-    uint32_t restore_rank, restore_size, restored_as;
-    int64_t resume_step;
-    char resume_dir[4096];
-    struct figures fig;
-    char last_notice[256];
-    /* the checkpoint under way */
-    uint64_t gen;
-    int64_t step;
-    char dir[4096];                /* where the method put its files */
-    char reason[160];
-    const char *why;               /* "notice", "periodic", "request", "manual", "dir" */
-    bool terminating;
-    int64_t deadline_ms;
-    int64_t t_begin, t_saved, t_uploaded;   /* monotonic */
-    int64_t t_restore;             /* the restore at start began */
-    struct snap_counters counters;
-    struct snap_saved saved;
-    int exit_code;
-    bool finishing;                /* spotd is ending: start nothing new */
-    bool collecting;               /* snap_gc under way */
-    bool collect_again;            /* a commit came meanwhile: once more after it */
-    struct event *tick;            /* periodic checkpoints */
-    /* a world */
-    struct world *world;
-    struct rendezvous *rv;         /* --rendezvous store */
-    enum saving saving;
-    bool aborted;                  /* the world gave the checkpoint under way up */
-    char abort_reason[128];
-    bool want_stop;                /* a terminating notice for this node */
-    bool pausing, parked;          /* the command is being stopped / is stopped */
-    bool ending;                   /* this node goes once the command is not running */
-    bool resumed_once;             /* --resume applies to the first resume only */
-    /* The start (and a restart's resume): what the store holds, what was
-     * tried.  gc runs only once the job's generations were read, and
-     * spares what this spotd neither resumed from nor wrote. */
-    enum { RESUME_AUTO, RESUME_FRESH, RESUME_GEN } resume_mode;
-    uint64_t resume_want;          /* RESUME_GEN */
-    bool gens_read;
-    uint64_t resumed_from;         /* 0: started fresh */
-    uint64_t *own;                 /* generations this spotd committed, ascending */
-    size_t n_own, cap_own;
-    struct cand *cands;            /* newest first */
-    size_t n_cands, next_cand;
-    int64_t wait_from;             /* monotonic ms the store first failed; 0: it did not */
-    unsigned store_tries;
-    struct event *retry;           /* the next try of a store that could not be read */
-    void (*retry_fn)(struct orch *r);
-    bool restarting;               /* a restart of the command waits for its resume */
-    /* Generation numbers are claimed (snap_claim), the next one ahead of
-     * time: a notice's checkpoint does not wait for the store. */
-    uint64_t claimed;              /* claimed and not used yet; 0: none */
-    bool claiming;
-    bool claim_waits;              /* the checkpoint under way waits for it */
-    uint64_t world_want;           /* the generation the world resumes from */
-    uint64_t commit_gen;           /* coordinator: the commit record being written */
-    struct snap_split *split;      /* the upload waits for the world's split */
-    bool split_upload;             /* the round's prepare said split */
-    char master_addr[64];
-    unsigned master_port;
-    char **argv;                   /* the command, substituted */
-    size_t argc;
-};
-
-static void set_state(struct orch *r, enum state s)
-{
-    if (r->state != s)
-        log_msg(LOGL_DEBUG, "orchestrator: %s -> %s", state_name[r->state], state_name[s]);
-    r->state = s;
-}
-
-/* mkdir -p */
-static int make_dirs(const char *path)
-{
-    char buf[4096];
-
-    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
-        return -ENAMETOOLONG;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    if (remove(path) < 0 && errno != ENOENT)
-        log_msg(LOGL_WARN, "cannot remove '%s': %s", path, strerror(errno));
-    return 0;
-}
-
-/* rm -rf path */
-static void remove_tree(const char *path)
-{
-    nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* Remove the entries "gen-*" of STATE/sub except keep (a path or NULL). */
-static void prune_local(struct orch *r, const char *sub, const char *keep)
-{
-    char dir[4200], path[4500];
-    struct dirent *d;
-    DIR *dp;
-
-    snprintf(dir, sizeof(dir), "%s/%s", r->state_dir, sub);
-    if (!(dp = opendir(dir)))
-        return;
-    while ((d = readdir(dp))) {
-        if (strncmp(d->d_name, "gen-", 4) != 0)
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
-        if (!keep || strcmp(path, keep) != 0)
-            remove_tree(path);
-    }
-    closedir(dp);
-}
-
-/* ---- figures: what the last checkpoints measured ------------------------- */
-
-static void figures_path(const struct orch *r, char *buf, size_t size)
-{
-    snprintf(buf, size, "%s/figures.json", r->state_dir);
-}
-
-static int64_t json_i64(const cJSON *o, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-
-    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 9e15
-               ? (int64_t)v->valuedouble
-               : -1;
-}
-
-/* Read STATE/figures.json when there is one; anything odd in it is
- * ignored (the figures are a prediction, never a decision on their own). */
-static void figures_load(struct orch *r)
-{
-    char path[4200], buf[FIGURES_MAX + 1];
-    struct figures f;
-    cJSON *o;
-    ssize_t n;
-    int fd;
-
-    figures_path(r, path, sizeof(path));
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return;
-    n = read(fd, buf, FIGURES_MAX);
-    close(fd);
-    if (n <= 0 || n == FIGURES_MAX)
-        return;
-    buf[n] = '\0';
-    if (!(o = cJSON_Parse(buf)))
-        return;
-    f = (struct figures){
-        .save_ms = json_i64(o, "save_ms"),
-        .upload_ms = json_i64(o, "upload_ms"),
-        .commit_ms = json_i64(o, "commit_ms"),
-        .bytes = (uint64_t)json_i64(o, "bytes"),
-        .bytes_sent = (uint64_t)json_i64(o, "bytes_sent"),
-        .step = json_i64(o, "step"),
-        .at_ms = json_i64(o, "at_ms"),
-        .prev_step = json_i64(o, "prev_step"),
-        .prev_at_ms = json_i64(o, "prev_at_ms"),
-    };
-    cJSON_Delete(o);
-    if (f.save_ms >= 0 && f.upload_ms >= 0 && f.commit_ms >= 0)
-        r->fig = f;
-}
-
-static void figures_save(struct orch *r)
-{
-    char path[4200], tmp[4300], *text;
-    cJSON *o = cJSON_CreateObject();
-    FILE *f;
-
-    if (!o)
-        return;
-    cJSON_AddNumberToObject(o, "save_ms", (double)r->fig.save_ms);
-    cJSON_AddNumberToObject(o, "upload_ms", (double)r->fig.upload_ms);
-    cJSON_AddNumberToObject(o, "commit_ms", (double)r->fig.commit_ms);
-    cJSON_AddNumberToObject(o, "bytes", (double)r->fig.bytes);
-    cJSON_AddNumberToObject(o, "bytes_sent", (double)r->fig.bytes_sent);
-    cJSON_AddNumberToObject(o, "step", (double)r->fig.step);
-    cJSON_AddNumberToObject(o, "at_ms", (double)r->fig.at_ms);
-    cJSON_AddNumberToObject(o, "prev_step", (double)r->fig.prev_step);
-    cJSON_AddNumberToObject(o, "prev_at_ms", (double)r->fig.prev_at_ms);
-    text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!text)
-        return;
-    figures_path(r, path, sizeof(path));
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    if ((f = fopen(tmp, "we"))) {
-        bool ok = fprintf(f, "%s\n", text) > 0;
-        if (fclose(f) == 0 && ok)
-            rename(tmp, path);
-    }
-    free(text);
-}
-
-/* Steps per second between the last two commits, 0 when unknown. */
-static double steps_per_s(const struct orch *r)
-{
-    const struct figures *f = &r->fig;
-
-    if (f->prev_at_ms <= 0 || f->at_ms <= f->prev_at_ms || f->step <= f->prev_step ||
-        f->prev_step < 0)
-        return 0;
-    return (double)(f->step - f->prev_step) * 1000.0 / (double)(f->at_ms - f->prev_at_ms);
-}
-
-/* ---- the checkpoint ------------------------------------------------------- */
-
-static void hook_env_now(const struct orch *r, struct hook_env *e, const char *result)
-{
-    *e = (struct hook_env){
-        .job = r->job,
-        .dir = r->dir[0] ? r->dir : NULL,
-        .reason = r->reason,
-        .result = result,
-        .gen = r->gen,
-        .step = r->step,
-        .deadline_ms = r->deadline_ms,
-    };
-}
-
-/* After a terminating notice: the method's stop when the checkpoint was
- * saved, else the stop sequence at once. */
-static void world_end(struct orch *r, int code);
-
-static void stop_command(struct orch *r, bool saved)
-{
-    if (r->world)
-        world_leave(r->world, saved ? "preempted" : "preempted without a new checkpoint");
-    set_state(r, DRAINING);
-    if (r->world && (r->parked || r->pausing)) {
-        /* A world's pause stopped the command already, or is stopping it. */
-        world_end(r, saved ? ORCH_EXIT_PREEMPTED_SAVED : child_exit_code(r->o.child));
-        return;
-    }
-    if (r->finishing) {
-        /* The command is gone already. */
-        if (saved)
-            r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
-        return;
-    }
-    if (!saved) {
-        child_stop(r->o.child, r->reason, r->o.grace_ms);
-        return;
-    }
-    r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
-    child_set_exit_code(r->o.child, ORCH_EXIT_PREEMPTED_SAVED);
-    r->mops->stop(r->method, r->reason, r->o.grace_ms);
-}
-
-static void maybe_ready(struct orch *r);
-static void claim_next(struct orch *r);
-
-static void finish_checkpoint(struct orch *r, int err, const char *msg)
-{
-    struct hook_env he;
-    cJSON *e;
-
-    if (err && r->world && !r->aborted)
-        world_failed(r->world, r->gen, msg);
-    r->claim_waits = false;
-    if (err) {
-        /* Its number is claimed, and objects of it may be in the store:
-         * the next one takes the next number, and gc collects these. */
-        if (r->gen > r->newest_gen && !r->world)
-            r->newest_gen = r->gen;
-        e = log_event_new("checkpoint_failed");
-        cJSON_AddNumberToObject(e, "gen", (double)r->gen);
-        cJSON_AddStringToObject(e, "phase", state_name[r->state]);
-        cJSON_AddStringToObject(e, "error", msg);
-        log_event(LOGL_ERROR, e, "checkpoint of generation %llu failed while %s: %s; generation "
-                  "%llu stays the newest", (unsigned long long)r->gen, state_name[r->state], msg,
-                  (unsigned long long)r->resume_gen);
-    }
-    hook_env_now(r, &he, err ? "failed" : "committed");
-    hooks_run(r->hooks, "post-checkpoint", &he, NULL, NULL);
-    set_state(r, IDLE);
-    if (!r->terminating)
-        claim_next(r);
-    if (r->terminating)
-        stop_command(r, err == 0);
-    else if (r->world)
-        maybe_ready(r);
-}
-
-static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g);
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-    return x < y ? -1 : x > y;
-}
-
-/* gc spares every committed generation newer than the one this spotd
- * resumed from that it did not write itself: a generation it could not
- * restore, or another writer's, is the operator's to delete (spotctl gc). */
-static bool spare(void *arg, uint64_t gen)
-{
-    const struct orch *r = arg;
-
-    return gen > r->resumed_from && !bsearch(&gen, r->own, r->n_own, sizeof(*r->own), cmp_u64);
-}
-
-/* Remember gen as written by this spotd (when memory fails it stays
- * spared: the safe side). */
-static void add_own(struct orch *r, uint64_t gen)
-{
-    if (r->n_own && r->own[r->n_own - 1] >= gen)
-        return;
-    if (r->n_own == r->cap_own) {
-        size_t cap = r->cap_own ? 2 * r->cap_own : 16;
-        uint64_t *o = realloc(r->own, cap * sizeof(*o));
-        if (!o)
-            return;
-        r->own = o;
-        r->cap_own = cap;
-    }
-    r->own[r->n_own++] = gen;
-}
-
-/* One collection at a time; a commit during one asks for another.  Never
- * by a spotd that has not read the job's generations. */
-static void collect(struct orch *r)
-{
-    if (!r->gens_read)
-        return;
-    if (r->collecting) {
-        r->collect_again = true;
-        return;
-    }
-    r->collecting = true;
-    r->collect_again = false;
-    snap_gc(r->snap, &(struct snap_gc_opts){ .keep = SNAP_KEEP_DEFAULT,
-                                             .grace_ms = SNAP_GRACE_DEFAULT_MS,
-                                             .spare = spare,
-                                             .spare_arg = r },
-            on_collected, r);
-}
-
-static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g)
-{
-    struct orch *r = arg;
-
-    r->collecting = false;
-    if (r->collect_again)
-        collect(r);
-    if (err)
-        log_msg(LOGL_WARN, "garbage collection: %s", msg);
-    else if (g->gens_deleted || g->chunks_deleted)
-        log_msg(LOGL_INFO, "garbage collection: %llu generations and %llu chunks deleted",
-                (unsigned long long)g->gens_deleted, (unsigned long long)g->chunks_deleted);
-}
-
-/* gen is the newest committed generation, its files in dir on this node: a
- * command restarted from now on resumes from it. */
-static void set_resume(struct orch *r, uint64_t gen, int64_t step, const char *dir)
-{
-    char num[32];
-
-    r->resume_gen = gen;
-    r->resume_step = step;
-    if (dir != r->resume_dir)
-        snprintf(r->resume_dir, sizeof(r->resume_dir), "%s", dir ? dir : "");
-    if (!dir) {
-        unsetenv("SPOT_RESUME_DIR");
-        unsetenv("SPOT_RESUME_STEP");
-        unsetenv("SPOT_GEN");
-    } else {
-        setenv("SPOT_RESUME_DIR", dir, 1);
-        snprintf(num, sizeof(num), "%lld", (long long)step);
-        setenv("SPOT_RESUME_STEP", num, 1);
-        snprintf(num, sizeof(num), "%llu", (unsigned long long)gen);
-        setenv("SPOT_GEN", num, 1);
-    }
-    if (r->world && dir) {
-        snprintf(num, sizeof(num), "%u", r->restore_rank);
-        setenv("SPOT_RESUME_RANK", num, 1);
-        snprintf(num, sizeof(num), "%u", r->restore_size);
-        setenv("SPOT_RESUME_WORLD_SIZE", num, 1);
-    } else {
-        unsetenv("SPOT_RESUME_RANK");
-        unsetenv("SPOT_RESUME_WORLD_SIZE");
-    }
-    if (r->control)
-        control_set_resume(r->control, dir, step, gen);
-}
-
-/* link -r src dst: the files are not copied, only named again. */
-static int link_tree(const char *src, const char *dst, int depth)
-{
-    char s[4200], d[4200];
-    struct dirent *de;
-    struct stat st;
-    DIR *dp;
-    int r = 0;
-
-    if (depth > 64)
-        return -ELOOP;
-    if (mkdir(dst, 0700) < 0)
-        return -errno;
-    if (!(dp = opendir(src)))
-        return -errno;
-    while (r == 0 && (de = readdir(dp))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        if ((size_t)snprintf(s, sizeof(s), "%s/%s", src, de->d_name) >= sizeof(s) ||
-            (size_t)snprintf(d, sizeof(d), "%s/%s", dst, de->d_name) >= sizeof(d))
-            r = -ENAMETOOLONG;
-        else if (lstat(s, &st) < 0)
-            r = -errno;
-        else if (S_ISDIR(st.st_mode) && (r = link_tree(s, d, depth + 1)) == 0)
-            r = chmod(d, st.st_mode & 07777) < 0 ? -errno : 0;
-        else if (!S_ISDIR(st.st_mode) && link(s, d) < 0)
-            r = -errno;
-    }
-    closedir(dp);
-    return r;
-}
-
-/* Where a restart finds the generation just committed: the method's own
- * folder when it is spotd's (STATE/work/gen-N, written through libckpt or
- * by criu), else (signal, dir: the trainer's folder, which it rewrites
- * and prunes) STATE/restore/gen-N, hard links to the same files.  Either
- * is checked against the manifest before a restart uses it, and restored
- * from the store when it does not match. */
-static void own_copy(struct orch *r, char *buf, size_t size)
-{
-    char work[4200];
-    int err;
-
-    snprintf(work, sizeof(work), "%s/work/", r->state_dir);
-    if (strncmp(r->dir, work, strlen(work)) == 0) {
-        snprintf(buf, size, "%s", r->dir);
-        return;
-    }
-    snprintf(buf, size, "%s/restore/gen-%08llu%s", r->state_dir, (unsigned long long)r->gen,
-             r->world ? "-rank-" : "");
-    if (r->world) {
-        size_t len = strlen(buf);
-        snprintf(buf + len, size - len, "%u", r->restore_rank);
-    }
-    snprintf(work, sizeof(work), "%s/restore", r->state_dir);
-    make_dirs(work);
-    remove_tree(buf);
-    /* Names only, no data: a checkpoint's few files take microseconds. */
-    if ((err = link_tree(r->dir, buf, 0)) < 0) {
-        log_msg(LOGL_INFO, "no local copy of generation %llu (cannot link '%s' into '%s': %s); "
-                "a restart restores it from the store", (unsigned long long)r->gen, r->dir,
-                buf, strerror(-err));
-        remove_tree(buf);
-    }
-}
-
-static void on_committed(void *arg, int err, const char *msg)
-{
-    struct orch *r = arg;
-    /* Durations on the monotonic clock; the deadline and the figures' time
-     * of the commit (kept across runs) on the wall clock. */
-    int64_t now = notice_now_ms(), mono = notice_mono_ms();
-    char copy[4200];
-    cJSON *e;
-
-    if (err) {
-        finish_checkpoint(r, err, msg);
-        return;
-    }
-    r->newest_gen = r->gen;
-    add_own(r, r->gen);
-    r->fig.save_ms = r->t_saved - r->t_begin;
-    r->fig.upload_ms = r->t_uploaded - r->t_saved;
-    r->fig.commit_ms = mono - r->t_uploaded;
-    r->fig.bytes = r->saved.bytes;
-    r->fig.bytes_sent = r->counters.bytes_sent;
-    r->fig.prev_step = r->fig.step;
-    r->fig.prev_at_ms = r->fig.at_ms;
-    r->fig.step = r->step;
-    r->fig.at_ms = now;
-    figures_save(r);
-    e = log_event_new("commit");
-    cJSON_AddNumberToObject(e, "gen", (double)r->gen);
-    cJSON_AddNumberToObject(e, "step", (double)r->step);
-    cJSON_AddStringToObject(e, "reason", r->why);
-    cJSON_AddNumberToObject(e, "bytes", (double)r->saved.bytes);
-    cJSON_AddNumberToObject(e, "bytes_sent", (double)r->counters.bytes_sent);
-    cJSON_AddNumberToObject(e, "save_ms", (double)r->fig.save_ms);
-    cJSON_AddNumberToObject(e, "upload_ms", (double)r->fig.upload_ms);
-    cJSON_AddNumberToObject(e, "commit_ms", (double)r->fig.commit_ms);
-    cJSON_AddNumberToObject(e, "total_ms", (double)(mono - r->t_begin));
-    if (r->deadline_ms > 0)
-        cJSON_AddNumberToObject(e, "margin_ms", (double)(r->deadline_ms - now));
-    log_event(LOGL_INFO, e, "generation %llu committed: step %lld, %llu bytes, %lld ms",
-              (unsigned long long)r->gen, (long long)r->step,
-              (unsigned long long)r->saved.bytes, (long long)(mono - r->t_begin));
-    /* A restart resumes from here (spotd's own copy, checked before it is
-     * used); local copies of older ones go. */
-    if (r->world) {
-        r->restore_rank = r->restored_as = world_trainer_rank(r->world);
-        r->restore_size = world_trainer_size(r->world);
-    }
-    own_copy(r, copy, sizeof(copy));
-    set_resume(r, r->gen, r->step, copy);
-    if (r->mops->committed && r->method)
-        r->mops->committed(r->method, copy);
-    prune_local(r, "work", r->dir);
-    prune_local(r, "restore", copy);
-    /* Retention: what the newest generations do not need goes, in the
-     * background (snap_gc never deletes what they reference).  Also when
-     * this commit finished an upload after the command ended (spotd waits
-     * for it then), but not after a preemption's: spotd should be gone. */
-    if (!(r->finishing && r->terminating) && (!r->world || world_is_coordinator(r->world)))
-        collect(r);
-    finish_checkpoint(r, 0, "");
-}
-
-static void on_uploaded(void *arg, int err, const char *msg, const struct snap_saved *s)
-{
-    struct orch *r = arg;
-    struct commit_rank rank;
-    struct commit c;
-    char why[160];
-    cJSON *e;
-
-    if (!err && r->aborted)
-        err = -ECANCELED, msg = r->abort_reason;
-    if (!err && r->mops->stands && !r->mops->stands(r->method, why, sizeof(why)))
-        err = -ECANCELED, msg = why;
-    if (err) {
-        finish_checkpoint(r, err, msg);
-        return;
-    }
-    r->saved = *s;
-    r->t_uploaded = notice_mono_ms();
-    e = log_event_new("upload_done");
-    cJSON_AddNumberToObject(e, "gen", (double)r->gen);
-    cJSON_AddNumberToObject(e, "bytes", (double)s->bytes);
-    cJSON_AddNumberToObject(e, "bytes_sent", (double)r->counters.bytes_sent);
-    cJSON_AddNumberToObject(e, "bytes_skipped", (double)r->counters.bytes_skipped);
-    if (r->counters.bytes_split)
-        cJSON_AddNumberToObject(e, "bytes_split", (double)r->counters.bytes_split);
-    cJSON_AddNumberToObject(e, "ms", (double)(r->t_uploaded - r->t_saved));
-    cJSON_AddNumberToObject(e, "hash_ms", (double)(r->counters.cpu_hash_ns / 1000000));
-    cJSON_AddNumberToObject(e, "encode_ms", (double)(r->counters.cpu_encode_ns / 1000000));
-    log_event(LOGL_INFO, e, "generation %llu uploaded: %llu bytes sent",
-              (unsigned long long)r->gen, (unsigned long long)r->counters.bytes_sent);
-    set_state(r, COMMITTING);
-    if (r->world) {
-        /* The coordinator commits once every rank's shard is in. */
-        world_saved(r->world, r->gen, r->step, s->sha256, s->bytes);
-        return;
-    }
-    memset(&c, 0, sizeof(c));
-    memset(&rank, 0, sizeof(rank));
-    snprintf(c.job, sizeof(c.job), "%s", r->job);
-    c.gen = r->gen;
-    c.step = (uint64_t)r->step;
-    c.world_size = 1;
-    snprintf(c.reason, sizeof(c.reason), "%s", r->why);
-    snprintf(c.method, sizeof(c.method), "%s", r->mops->name);
-    c.created_ms = notice_now_ms();
-    snprintf(c.version, sizeof(c.version), "%s", SPOT_VERSION);
-    memcpy(rank.sha256, s->sha256, sizeof(rank.sha256));
-    rank.bytes = s->bytes;
-    c.ranks = &rank;
-    snap_commit(r->snap, &c, on_committed, r);
-}
-
-/* The node's shard is hashed and its share stored: the world compares. */
-static void on_split(void *arg, struct snap_split *sp, const uint8_t fingerprint[32])
-{
-    struct orch *r = arg;
-
-    r->split = sp;
-    if (r->aborted || r->finishing) {
-        r->split = NULL;
-        snap_save_split(sp, false);
-        return;
-    }
-    log_msg(LOGL_INFO, "generation %llu: this node's share of the chunks is stored; waiting "
-            "for the other nodes' fingerprints", (unsigned long long)r->gen);
-    world_hashed(r->world, r->gen, fingerprint);
-}
-
-/* The upload waiting for the world goes on, with the rest or without. */
-static void release_split(struct orch *r, bool rest)
-{
-    struct snap_split *sp = r->split;
-
-    r->split = NULL;
-    if (sp)
-        snap_save_split(sp, rest);
-}
-
-static void on_method_saved(void *arg, int err, const char *msg, int64_t step, const char *dir)
-{
-    struct orch *r = arg;
-    struct snap_save_req req = { .gen = r->gen,
-                                 .rank = r->world ? world_trainer_rank(r->world) : 0,
-                                 .method = r->mops->name };
-    cJSON *e;
-
-    if (!err && r->aborted)
-        err = -ECANCELED, msg = r->abort_reason;
-    if (err) {
-        finish_checkpoint(r, err, msg);
-        return;
-    }
-    r->step = step;
-    snprintf(r->dir, sizeof(r->dir), "%s", dir);
-    r->t_saved = notice_mono_ms();
-    e = log_event_new("checkpoint_saved");
-    cJSON_AddNumberToObject(e, "gen", (double)r->gen);
-    cJSON_AddNumberToObject(e, "step", (double)step);
-    cJSON_AddStringToObject(e, "dir", dir);
-    cJSON_AddNumberToObject(e, "ms", (double)(r->t_saved - r->t_begin));
-    log_event(LOGL_INFO, e, "trainers saved step %lld for generation %llu", (long long)step,
-              (unsigned long long)r->gen);
-    set_state(r, UPLOADING);
-    req.dir = r->dir;
-    req.step = (uint64_t)step;
-    if (r->world && world_trainer_size(r->world) > 1 && r->split_upload) {
-        /* Replicated state goes up once, split across the nodes. */
-        req.share_index = world_trainer_rank(r->world);
-        req.share_count = world_trainer_size(r->world);
-        req.split = on_split;
-        req.split_arg = r;
-    }
-    memset(&r->counters, 0, sizeof(r->counters));
-    snap_save(r->snap, &req, &r->counters, on_uploaded, r);
-}
-
-/* World: the trainers' largest step, for the coordinator. */
-static void on_ask(void *arg, int64_t step)
-{
-    struct orch *r = arg;
-
-    world_step(r->world, r->gen, step);
-}
-
-/* World: ask the method for the node's step (or answer 0 for a method
- * that cannot tell: it saves when the prepare comes). */
-static void ask_world(struct orch *r)
-{
-    char msg[4400];
-    int err = make_dirs(r->dir);
-
-    if (err == 0 && r->mops->query) {
-        r->saving = SV_METHOD;
-        err = r->mops->query(r->method, r->gen, r->dir, r->deadline_ms, on_ask,
-                             on_method_saved, r);
-    } else if (err == 0) {
-        r->saving = SV_PREPARE;
-        world_step(r->world, r->gen, r->control ? control_step(r->control) : 0);
-    }
-    if (err < 0) {
-        snprintf(msg, sizeof(msg), "cannot start it (%s method, '%s'): %s", r->mops->name,
-                 r->dir, strerror(-err));
-        finish_checkpoint(r, err, msg);
-    }
-}
-
-static void ask_method(struct orch *r)
-{
-    char msg[4400];
-    int err;
-
-    if (r->aborted) {
-        finish_checkpoint(r, -ECANCELED, r->abort_reason);
-        return;
-    }
-    if (r->world) {
-        ask_world(r);
-        return;
-    }
-    err = make_dirs(r->dir);
-    if (err == 0 && r->terminating && r->mops->last)
-        r->mops->last(r->method);
-    if (err == 0)
-        err = r->mops->save(r->method, r->gen, r->dir, r->deadline_ms, on_method_saved, r);
-    if (err == -EALREADY) {
-        cJSON *e = log_event_new("checkpoint_skipped");
-        cJSON_AddNumberToObject(e, "gen", (double)r->resume_gen);
-        cJSON_AddStringToObject(e, "why", "nothing new");
-        if (r->resume_gen)
-            log_event(LOGL_INFO, e, "no checkpoint newer than generation %llu (step %lld) to "
-                      "save", (unsigned long long)r->resume_gen, (long long)r->resume_step);
-        else
-            log_event(LOGL_WARN, e, "no checkpoint to save: the trainer has written none yet");
-        remove_tree(r->dir);
-        set_state(r, IDLE);
-        if (r->terminating)
-            stop_command(r, r->resume_gen > 0);
-        return;
-    }
-    if (err < 0) {
-        snprintf(msg, sizeof(msg), "cannot start it (%s method, '%s'): %s", r->mops->name,
-                 r->dir, strerror(-err));
-        finish_checkpoint(r, err, msg);
-    }
-}
-
-static void on_pre_checkpoint(void *arg, int code, const char *msg)
-{
-    struct orch *r = arg;
-    char why[256];
-
-    if (code != 0) {
-        snprintf(why, sizeof(why), "the pre-checkpoint hook refused it: %s", msg);
-        finish_checkpoint(r, -ECANCELED, why);
-        return;
-    }
-    ask_method(r);
-}
-
-/* A terminating notice: will a new checkpoint fit before its deadline?
- * Returns false after logging the plan when it will not, so that the
- * newest committed generation is kept and the command stopped now. */
-static bool plan_fits(struct orch *r)
-{
-    int64_t left = r->deadline_ms - notice_now_ms();
-    int64_t need = r->fig.save_ms + r->fig.upload_ms + r->fig.commit_ms;
-    bool known = r->fig.at_ms > 0, fits = !known || need <= left;
-    double rate = steps_per_s(r);
-    cJSON *e = log_event_new("plan");
-
-    cJSON_AddNumberToObject(e, "gen", (double)r->gen);
-    cJSON_AddNumberToObject(e, "left_ms", (double)left);
-    if (known) {
-        cJSON_AddNumberToObject(e, "predicted_ms", (double)need);
-        cJSON_AddNumberToObject(e, "save_ms", (double)r->fig.save_ms);
-        cJSON_AddNumberToObject(e, "upload_ms", (double)r->fig.upload_ms);
-        cJSON_AddNumberToObject(e, "commit_ms", (double)r->fig.commit_ms);
-    }
-    cJSON_AddBoolToObject(e, "fits", fits);
-    if (!known)
-        log_event(LOGL_INFO, e, "plan: %lld ms left before the deadline, no figures measured "
-                  "yet: checkpointing", (long long)left);
-    else if (fits)
-        log_event(LOGL_INFO, e, "plan: a checkpoint takes about %lld ms (save %lld, upload "
-                  "%lld, commit %lld), %lld ms are left: checkpointing", (long long)need,
-                  (long long)r->fig.save_ms, (long long)r->fig.upload_ms,
-                  (long long)r->fig.commit_ms, (long long)left);
-    else if (r->resume_gen == 0)
-        log_event(LOGL_WARN, e, "plan: a checkpoint takes about %lld ms, only %lld ms are "
-                  "left, and there is no committed generation: trying all the same",
-                  (long long)need, (long long)left);
-    else {
-        double steps = rate * (double)(notice_now_ms() - r->fig.at_ms) / 1000.0;
-        char lost[96] = "";
-
-        /* The trainers' own progress says it best; else the rate. */
-        if (r->control && control_step(r->control) > r->resume_step) {
-            steps = (double)(control_step(r->control) - r->resume_step);
-            rate = 1;
-        }
-        cJSON_AddNumberToObject(e, "kept_gen", (double)r->resume_gen);
-        if (rate > 0) {
-            cJSON_AddNumberToObject(e, "steps_lost", (double)(int64_t)steps);
-            snprintf(lost, sizeof(lost), ", about %.0f steps", steps);
-        }
-        log_event(LOGL_WARN, e, "plan: a checkpoint takes about %lld ms, only %lld ms are left: "
-                  "keeping generation %llu (step %lld); the work since is lost%s",
-                  (long long)need, (long long)left, (unsigned long long)r->resume_gen,
-                  (long long)r->resume_step, lost);
-    }
-    return fits || r->resume_gen == 0;
-}
-
-/* A notice's checkpoint is given up (and says why) a little before
- * notices.c's fallback stop begins. */
-static int64_t notice_deadline(const struct orch *r, const struct notice *n)
-{
-    uint64_t grace = r->o.grace_ms < NOTICE_FALLBACK_GRACE_MS ? r->o.grace_ms
-                                                               : NOTICE_FALLBACK_GRACE_MS;
-
-    return n->deadline_ms - (int64_t)r->o.margin_ms - (int64_t)grace - GIVE_UP_MS;
-}
-
-/* "notice: aws terminate", "notice: drill" */
-static void notice_reason(const struct notice *n, char *buf, size_t size)
-{
-    const char *kind = notice_kind_name(n->kind);
-
-    if (strcmp(n->source, kind) == 0)
-        snprintf(buf, size, "notice: %s", kind);
-    else
-        snprintf(buf, size, "notice: %s %s", n->source, kind);
-}
-
-/* The checkpoint set up in r begins: pre-checkpoint hook, then the method. */
+const char *const orch_state_name[] = { "resuming", "idle",     "saving", "uploading",
+                                        "committing", "draining", "waiting" };
+
+static void on_tick(evutil_socket_t fd, short what, void *arg);
+static void on_request(void *arg);
+static void on_trainer_saved(void *arg, int64_t step);
+static void on_found(void *arg);
+static void on_claimed(void *arg, int err, const char *msg, uint64_t gen);
 static void go_checkpoint(struct orch *r);
-
-static void on_claimed(void *arg, int err, const char *msg, uint64_t gen)
-{
-    struct orch *r = arg;
-    bool waits = r->claim_waits;
-
-    r->claiming = false;
-    r->claim_waits = false;
-    if (err) {
-        if (waits)
-            finish_checkpoint(r, err, msg);
-        else
-            log_msg(LOGL_WARN, "%s; the next checkpoint tries again", msg);
-        return;
-    }
-    r->claimed = gen;
-    if (waits)
-        go_checkpoint(r);
-}
-
-/* Claim the number after the newest seen, unless one is held, being
- * claimed, or spotd is on its way out. */
-static void claim_next(struct orch *r)
-{
-    if (r->world || !r->gens_read || r->claimed || r->claiming || r->finishing)
-        return;
-    r->claiming = true;
-    snap_claim(r->snap, r->newest_gen + 1, on_claimed, r);
-}
-
-/* The checkpoint set up in r begins: its generation number claimed (a
- * world's comes from its coordinator), the pre-checkpoint hook, then the
- * method. */
-static void start_checkpoint(struct orch *r)
-{
-    r->t_begin = notice_mono_ms();
-    r->aborted = false;
-    r->saving = SV_HOOK;
-    set_state(r, SAVING);
-    if (!r->world && (!r->claimed || r->claimed <= r->newest_gen)) {
-        /* None held (or one made stale by a world's number). */
-        r->claimed = 0;
-        r->claim_waits = true;
-        claim_next(r);
-        return;
-    }
-    go_checkpoint(r);
-}
-
-static void go_checkpoint(struct orch *r)
-{
-    struct hook_env he;
-    cJSON *e;
-    int err;
-
-    if (!r->world) {
-        r->gen = r->claimed;
-        r->claimed = 0;
-        if (r->gen > r->newest_gen)
-            r->newest_gen = r->gen;
-        snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
-                 (unsigned long long)r->gen);
-    }
-    e = log_event_new("checkpoint_begin");
-    cJSON_AddNumberToObject(e, "gen", (double)r->gen);
-    cJSON_AddStringToObject(e, "reason", r->reason);
-    cJSON_AddStringToObject(e, "method", r->mops->name);
-    cJSON_AddNumberToObject(e, "trainers", r->control ? control_workers(r->control) : 0);
-    if (r->world)
-        cJSON_AddNumberToObject(e, "rank", world_rank(r->world));
-    log_event(LOGL_INFO, e, "checkpoint of generation %llu begins (%s)",
-              (unsigned long long)r->gen, r->reason);
-    hook_env_now(r, &he, NULL);
-    err = hooks_run(r->hooks, "pre-checkpoint", &he, on_pre_checkpoint, r);
-    if (err == -ENOENT)
-        ask_method(r);
-    else if (err < 0)
-        finish_checkpoint(r, err, "cannot run the pre-checkpoint hook");
-}
-
-static void begin_checkpoint(struct orch *r, const struct notice *n, const char *why)
-{
-    /* What it will be, for the plan's message: the claim says for sure. */
-    r->gen = r->claimed ? r->claimed : r->newest_gen + 1;
-    r->why = n ? "notice" : why;
-    r->terminating = n && n->terminating;
-    r->step = -1;
-    if (n)
-        notice_reason(n, r->reason, sizeof(r->reason));
-    else
-        snprintf(r->reason, sizeof(r->reason), "%s", why);
-    if (n && n->deadline_ms > 0)
-        r->deadline_ms = notice_deadline(r, n);
-    else if (!n && strcmp(why, "periodic") == 0)
-        r->deadline_ms = notice_now_ms() + (int64_t)r->o.interval_ms;
-    else
-        r->deadline_ms = notice_now_ms() + SAVE_LIMIT_MS;
-    snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
-             (unsigned long long)r->gen);
-    if (r->terminating && n->deadline_ms > 0 && !plan_fits(r)) {
-        stop_command(r, false);
-        return;
-    }
-    start_checkpoint(r);
-}
-
-static void world_notice(struct orch *r, const struct notice *n);
-
-void orch_notice(void *arg, const struct notice *n)
-{
-    struct orch *r = arg;
-    struct hook_env he = { .job = r->job, .reason = notice_kind_name(n->kind),
-                           .gen = r->resume_gen, .step = r->resume_step,
-                           .deadline_ms = n->deadline_ms };
-
-    snprintf(r->last_notice, sizeof(r->last_notice), "%s %s%s", n->source,
-             notice_kind_name(n->kind), n->drill ? " (drill)" : "");
-    hooks_run(r->hooks, "on-notice", &he, NULL, NULL);
-    if (r->o.world_size > 1 && !r->world) {
-        /* Still asking the coordinator for a rank: nothing runs yet. */
-        if (n->terminating) {
-            log_msg(LOGL_INFO, "a terminating notice before this node had a rank: exiting");
-            set_state(r, IDLE);
-            r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
-            child_end(r->o.child, ORCH_EXIT_PREEMPTED_SAVED, "preempted before joining");
-        }
-        return;
-    }
-    if (r->world && (r->state == IDLE || r->state == WAITING || r->state == RESUMING ||
-                     r->pausing || r->parked)) {
-        world_notice(r, n);
-        return;
-    }
-    if (r->state == IDLE) {
-        begin_checkpoint(r, n, "notice");
-        return;
-    }
-    /* A terminating notice during a periodic or advisory checkpoint: that
-     * checkpoint becomes the last one, and the stop follows it. */
-    if (n->terminating && r->state != DRAINING && r->state != RESUMING && !r->terminating) {
-        r->terminating = true;
-        notice_reason(n, r->reason, sizeof(r->reason));
-        /* The deadline that matters now, for the margin reported; the
-         * method keeps the one it was given (an earlier one fails the
-         * checkpoint sooner; the fallback stop bounds a later one). */
-        if (n->deadline_ms > 0)
-            r->deadline_ms = notice_deadline(r, n);
-    }
-}
-
-/* A checkpoint wanted here: the world's coordinator runs it. */
-static void world_want(struct orch *r, const char *why, int64_t deadline_ms)
-{
-    if (r->state != IDLE || r->pausing || r->parked)
-        return;
-    world_trigger(r->world, "checkpoint", why, false, deadline_ms);
-}
-
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-    struct orch *r = arg;
-
-    if (r->world) {
-        /* The round's deadline goes to every node as a time of day, which
-         * the nodes' clocks read apart (an NTP step, a skew): a periodic
-         * round gets at least WORLD_PERIODIC_MIN_MS, so a node whose clock
-         * is seconds ahead does not find it passed on arrival. */
-        uint64_t limit = r->o.interval_ms > WORLD_PERIODIC_MIN_MS ? r->o.interval_ms
-                                                                   : WORLD_PERIODIC_MIN_MS;
-        if (world_is_coordinator(r->world))
-            world_want(r, "periodic", notice_now_ms() + (int64_t)limit);
-        return;
-    }
-    if (r->state == IDLE && (strcmp(r->mops->name, "app") != 0 || control_workers(r->control)))
-        begin_checkpoint(r, NULL, "periodic");
-}
-
-/* A trainer called ckpt_request_save(). */
-static void on_request(void *arg)
-{
-    struct orch *r = arg;
-
-    if (r->world)
-        world_want(r, "request", 0);
-    else if (r->state == IDLE)
-        begin_checkpoint(r, NULL, "request");
-}
-
-/* A trainer's ckpt_saved() with no save open (the signal method). */
-static void on_trainer_saved(void *arg, int64_t step)
-{
-    struct orch *r = arg;
-
-    if (r->state == SAVING && r->mops->trainer_saved)
-        r->mops->trainer_saved(r->method, step);
-}
-
-/* The dir method found a new complete folder. */
-static void on_found(void *arg)
-{
-    struct orch *r = arg;
-
-    if (r->state == IDLE)
-        begin_checkpoint(r, NULL, "dir");
-}
-
-/* ---- spotctl's commands --------------------------------------------------- */
-
-static void reply_json(cJSON *o, char *reply, size_t len)
-{
-    char *text = cJSON_PrintUnformatted(o);
-
-    if (!text || strlen(text) >= len)
-        snprintf(reply, len, "{\"v\":1,\"type\":\"result\",\"ok\":false,\"error\":\"out of "
-                 "memory\"}");
-    else
-        snprintf(reply, len, "%s", text);
-    free(text);
-    cJSON_Delete(o);
-}
-
-/* What `spotctl status` shows and the metrics read: added to o. */
-void orch_status(struct orch *r, cJSON *o)
-{
-    double rate = r->control && control_rate(r->control) > 0 ? control_rate(r->control)
-                                                              : steps_per_s(r);
-
-    cJSON_AddStringToObject(o, "job", r->job);
-    cJSON_AddStringToObject(o, "store", r->store_url);
-    cJSON_AddNumberToObject(o, "rank", r->world ? world_rank(r->world) : 0);
-    if (r->world) {
-        cJSON_AddNumberToObject(o, "world_size", world_size(r->world));
-        cJSON_AddNumberToObject(o, "trainer_rank", world_trainer_rank(r->world));
-        cJSON_AddNumberToObject(o, "trainers_size", world_trainer_size(r->world));
-        cJSON_AddNumberToObject(o, "coordinator", world_coordinator(r->world));
-        cJSON_AddNumberToObject(o, "alive", world_alive(r->world));
-    }
-    cJSON_AddStringToObject(o, "method", r->mops->name);
-    cJSON_AddStringToObject(o, "state", state_name[r->state]);
-    cJSON_AddNumberToObject(o, "workers", r->control ? control_workers(r->control) : 0);
-    cJSON_AddNumberToObject(o, "step", r->control ? (double)control_step(r->control) : -1);
-    cJSON_AddNumberToObject(o, "committed_gen", (double)r->resume_gen);
-    cJSON_AddNumberToObject(o, "committed_step", (double)r->resume_step);
-    if (rate > 0)
-        cJSON_AddNumberToObject(o, "steps_per_s", rate);
-    if (r->last_notice[0])
-        cJSON_AddStringToObject(o, "last_notice", r->last_notice);
-    if (r->state >= SAVING && r->state <= COMMITTING) {
-        cJSON *p = cJSON_AddObjectToObject(o, "in_progress");
-        cJSON_AddNumberToObject(p, "gen", (double)r->gen);
-        cJSON_AddStringToObject(p, "reason", r->reason);
-        cJSON_AddStringToObject(p, "phase", state_name[r->state]);
-        cJSON_AddNumberToObject(p, "bytes_total", (double)r->counters.bytes_total);
-        cJSON_AddNumberToObject(p, "bytes_read", (double)r->counters.bytes_read);
-        cJSON_AddNumberToObject(p, "bytes_sent", (double)r->counters.bytes_sent);
-        cJSON_AddNumberToObject(p, "ms", (double)(notice_mono_ms() - r->t_begin));
-    }
-}
-
-static void on_command(void *arg, const char *cmd, const struct jsonl_msg *m, char *reply,
-                       size_t len)
-{
-    struct orch *r = arg;
-    cJSON *o = cJSON_CreateObject();
-
-    cJSON_AddNumberToObject(o, "v", 1);
-    cJSON_AddStringToObject(o, "type", "result");
-    if (strcmp(cmd, "status") == 0) {
-        cJSON_AddBoolToObject(o, "ok", 1);
-        orch_status(r, o);
-    } else if (strcmp(cmd, "checkpoint") == 0) {
-        bool idle = r->state == IDLE;
-        bool nobody = r->mops == &method_app && r->control && !control_workers(r->control);
-        if (idle && !nobody && r->world)
-            world_want(r, "manual", 0);
-        else if (idle && !nobody)
-            begin_checkpoint(r, NULL, "manual");
-        cJSON_AddBoolToObject(o, "ok", idle && !nobody);
-        if (idle && nobody) {
-            cJSON_AddStringToObject(o, "error", "no trainer is connected to the control "
-                                    "socket (yet): is it linked with libckpt?");
-        } else if (idle && r->world) {
-            cJSON_AddStringToObject(o, "note", "asked the world's coordinator");
-        } else if (idle) {
-            cJSON_AddNumberToObject(o, "gen", (double)r->gen);
-        } else {
-            char why[160];
-            snprintf(why, sizeof(why), "spotd is %s%s", state_name[r->state],
-                     r->state >= SAVING && r->state <= COMMITTING
-                         ? " (a checkpoint is under way): try again when it is done" : "");
-            cJSON_AddStringToObject(o, "error", why);
-        }
-    } else if (strcmp(cmd, "drill") == 0) {
-        const struct jsonl_value *kind = jsonl_get(m, "kind"), *in = jsonl_get(m, "in_ms");
-        int k = NOTICE_TERMINATE;
-        bool ok = r->o.drill != NULL;
-
-        if (kind && kind->type == JSONL_STRING) {
-            k = -1;
-            for (int i = 0; i < NOTICE__COUNT; i++)
-                if (strcmp(kind->str, notice_kind_name((enum notice_kind)i)) == 0)
-                    k = i;
-            ok = ok && k >= 0;
-        }
-        if (in && (in->type != JSONL_INT || in->num < 0))
-            ok = false;
-        if (ok)
-            r->o.drill(r->o.drill_arg, k,
-                       in ? (uint64_t)in->num : r->o.drill_window_ms);
-        cJSON_AddBoolToObject(o, "ok", ok);
-        if (!ok)
-            cJSON_AddStringToObject(o, "error", "expected kind terminate, stop, hibernate, "
-                                    "rebalance or maintenance, and in_ms >= 0");
-    } else {
-        cJSON_AddBoolToObject(o, "ok", 0);
-        cJSON_AddStringToObject(o, "error", "unknown command; commands: status, checkpoint, "
-                                "drill");
-    }
-    reply_json(o, reply, len);
-}
-
-/* ---- resume --------------------------------------------------------------- */
-
-/* The command is not started: spotd ends with 125 (see orch.h). */
-static void refuse_start(struct orch *r)
-{
-    r->exit_code = 125;
-    set_state(r, IDLE);
-    event_base_loopbreak(r->o.base);
-}
-
-/* "{name}" in the command line: rank, world_size, master_addr,
- * master_port, gen.  Unknown names stay as they are. */
-static char *substitute(const struct orch *r, const char *arg)
-{
-    char num[4][24], out[8192];
-    const char *names[] = { "{rank}", "{world_size}", "{master_addr}", "{master_port}", "{gen}" };
-    const char *values[5];
-    size_t len = 0;
-
-    snprintf(num[0], sizeof(num[0]), "%u", world_trainer_rank(r->world));
-    snprintf(num[1], sizeof(num[1]), "%u", world_trainer_size(r->world));
-    snprintf(num[2], sizeof(num[2]), "%u", r->master_port);
-    snprintf(num[3], sizeof(num[3]), "%llu", (unsigned long long)r->resume_gen);
-    values[0] = num[0], values[1] = num[1], values[2] = r->master_addr, values[3] = num[2];
-    values[4] = num[3];
-    while (*arg && len < sizeof(out) - 1) {
-        size_t i = 0;
-        for (; i < 5; i++)
-            if (strncmp(arg, names[i], strlen(names[i])) == 0)
-                break;
-        if (i < 5) {
-            len += (size_t)snprintf(out + len, sizeof(out) - len, "%s", values[i]);
-            if (len >= sizeof(out))
-                len = sizeof(out) - 1;
-            arg += strlen(names[i]);
-        } else {
-            out[len++] = *arg++;
-        }
-    }
-    out[len] = '\0';
-    return strdup(out);
-}
-
-static void free_argv(struct orch *r)
-{
-    for (size_t i = 0; r->argv && i < r->argc; i++)
-        free(r->argv[i]);
-    free(r->argv);
-    r->argv = NULL;
-    r->argc = 0;
-}
-
-/* The world's environment and command line for the next start. */
-static int world_command(struct orch *r)
-{
-    char num[24];
-    size_t n = 0;
-
-    snprintf(num, sizeof(num), "%u", world_trainer_rank(r->world));
-    setenv("SPOT_NODE_RANK", num, 1);
-    snprintf(num, sizeof(num), "%u", world_trainer_size(r->world));
-    setenv("SPOT_WORLD_SIZE", num, 1);
-    setenv("SPOT_MASTER_ADDR", r->master_addr, 1);
-    snprintf(num, sizeof(num), "%u", r->master_port);
-    setenv("SPOT_MASTER_PORT", num, 1);
-    free_argv(r);
-    while (r->o.argv[n])
-        n++;
-    if (!(r->argv = calloc(n + 1, sizeof(*r->argv))))
-        return -ENOMEM;
-    for (r->argc = 0; r->argc < n; r->argc++)
-        if (!(r->argv[r->argc] = substitute(r, r->o.argv[r->argc])))
-            return -ENOMEM;
-    child_set_argv(r->o.child, r->argv);
-    return 0;
-}
-
-static void restore(struct orch *r);
-
-/* A restart after a crash resumes from the newest committed generation
- * as spotd holds it, once that copy proves exact (else it is restored
- * again from the store, or an older one is), never from what the trainer
- * may have changed since. */
-static void on_before_restart(void *arg)
-{
-    struct orch *r = arg;
-
-    if (!r->resume_gen) {
-        child_restart_now(r->o.child);
-        return;
-    }
-    log_msg(LOGL_INFO, "checking the copy of generation %llu in '%s' before the restart",
-            (unsigned long long)r->resume_gen, r->resume_dir);
-    r->restarting = true;
-    r->t_restore = notice_mono_ms();
-    free(r->cands);
-    r->cands = NULL;
-    r->n_cands = r->next_cand = 0;
-    restore(r);
-}
-
-static void run_command(struct orch *r)
-{
-    struct control_opts co = {
-        .base = r->o.base,
-        .resume_dir = r->resume_dir[0] ? r->resume_dir : NULL,
-        .resume_step = r->resume_step,
-        .resume_gen = r->resume_gen,
-        .expect = r->o.local_workers,
-        .flat = r->mops != &method_app,
-        .on_request = on_request,
-        .on_saved = on_trainer_saved,
-        .on_command = on_command,
-        .arg = r,
-    };
-    struct method_ctx mc = {
-        .base = r->o.base,
-        .child = r->o.child,
-        .state_dir = r->state_dir,
-        .ckpt_dir = r->o.ckpt_dir,
-        .signal = r->o.ckpt_signal,
-        .settle_ms = r->o.settle_ms,
-        .resume_step = r->resume_step,
-        .found = on_found,
-        .argv = r->argv ? r->argv : r->o.argv,
-        .resume_dir = r->resume_dir[0] ? r->resume_dir : NULL,
-        .criu = r->o.criu,
-        .arg = r,
-    };
-    char path[4200], err[512];
-
-    if (r->finishing) {
-        set_state(r, IDLE);
-        return;
-    }
-    if (r->ending) {
-        set_state(r, DRAINING);
-        child_end(r->o.child, r->exit_code, "preempted while the world waited");
-        return;
-    }
-    if (r->world) {
-        /* A new run after a pause: a method and a socket of its own. */
-        if (r->method)
-            r->mops->close(r->method);
-        r->method = NULL;
-        r->control = control_free(r->control);
-        r->parked = false;
-        if (world_command(r) < 0) {
-            log_msg(LOGL_ERROR, "out of memory: the command is not started");
-            refuse_start(r);
-            return;
-        }
-    }
-    /* --resume is for the start; a restart resumes from the newest. */
-    r->resume_mode = RESUME_AUTO;
-    if (r->o.socket)
-        snprintf(path, sizeof(path), "%s", r->o.socket);
-    else
-        snprintf(path, sizeof(path), "%s/control.sock", r->state_dir);
-    co.path = path;
-    r->control = control_new(&co, err, sizeof(err));
-    if (!r->control)
-        log_msg(LOGL_ERROR, "%s; the command runs without checkpoints by libckpt", err);
-    else
-        setenv("SPOT_SOCKET", path, 1);
-    mc.control = r->control;
-    r->method = r->mops->open(&mc, err, sizeof(err));
-    if (!r->method) {
-        log_msg(LOGL_ERROR, "%s", err);
-        refuse_start(r);
-        return;
-    }
-    setenv("SPOT_JOB", r->job, 1);
-    set_resume(r, r->resume_gen, r->resume_step, r->resume_dir[0] ? r->resume_dir : NULL);
-    set_state(r, IDLE);
-    if (r->o.interval_ms > 0) {
-        struct timeval tv = { (time_t)(r->o.interval_ms / 1000),
-                              (suseconds_t)(r->o.interval_ms % 1000) * 1000 };
-        event_add(r->tick, &tv);
-    }
-    if (!r->world)
-        child_before_restart(r->o.child, on_before_restart, r);
-    if (child_start(r->o.child) < 0)
-        log_msg(LOGL_ERROR, "cannot schedule the command's start: out of memory");
-}
-
-/* Whether err says that a generation itself cannot be restored here
- * (damaged, missing, not signed by the job key, a manifest that restore
- * refuses, more than the disk holds), as opposed to a store that cannot be
- * read now. */
-static bool damaged(int err)
-{
-    return err == -EBADMSG || err == -ENOENT || err == -EKEYREJECTED || err == -EPERM ||
-           err == -EINVAL || err == -ENAMETOOLONG || err == -ENOSPC || err == -EFBIG;
-}
-
-/* A store read worked: the next failure has its --store-wait again. */
-static void store_ok(struct orch *r)
-{
-    r->wait_from = 0;
-    r->store_tries = 0;
-}
-
-static void on_retry(evutil_socket_t fd, short what, void *arg)
-{
-    struct orch *r = arg;
-
-    r->retry_fn(r);
-}
-
-/* A store that could not be read at start is tried again (again(r)), 1 s,
- * 2 s, 4 s ... 10 s apart, for --store-wait; after that spotd refuses to
- * start.  Could not read is never nothing there: a start that took a
- * failed listing for an empty store would number generations from 1 again
- * over committed ones. */
-static void store_retry(struct orch *r, void (*again)(struct orch *), const char *what,
-                        const char *msg)
-{
-    int64_t now = notice_mono_ms(), left;
-    uint64_t delay = 1000ull << (r->store_tries < 4 ? r->store_tries : 4);
-    struct timeval tv;
-
-    if (!r->wait_from)
-        r->wait_from = now;
-    left = r->wait_from + (int64_t)r->o.store_wait_ms - now;
-    if (left <= 0) {
-        log_msg(LOGL_ERROR, "%s: %s; not starting the command after %lld s of tries: a store "
-                "that cannot be read is never taken for an empty one (check the store's "
-                "address, credentials and permissions, or raise --store-wait)", what, msg,
-                (long long)(now - r->wait_from) / 1000);
-        refuse_start(r);
-        return;
-    }
-    if (delay > 10000)
-        delay = 10000;
-    if ((int64_t)delay > left)
-        delay = (uint64_t)left;
-    r->store_tries++;
-    log_msg(LOGL_WARN, "%s: %s; trying again in %.1f s (for %lld s more: --store-wait)", what,
-            msg, (double)delay / 1000, (long long)(left / 1000));
-    r->retry_fn = again;
-    tv.tv_sec = (time_t)(delay / 1000);
-    tv.tv_usec = (suseconds_t)(delay % 1000) * 1000;
-    event_add(r->retry, &tv);
-}
-
-/* "generation 5: chunk ... corrupt; generation 4: ..." for what was tried. */
-static void tried_list(const struct orch *r, char *buf, size_t size)
-{
-    size_t len = 0;
-
-    buf[0] = '\0';
-    for (size_t i = 0; i < r->n_cands && len < size; i++) {
-        if (!r->cands[i].err)
-            continue;
-        len += (size_t)snprintf(buf + len, size - len, "%sgeneration %llu: %s",
-                                len ? "; " : "", (unsigned long long)r->cands[i].gen,
-                                r->cands[i].why);
-    }
-    if (len >= size && size > 4)
-        memcpy(buf + size - 4, "...", 4);
-}
-
-static void resume_next(struct orch *r);
-static void list_gens(struct orch *r);
-
-/* Nothing to resume from: the command starts (or restarts) afresh. */
-static void start_fresh(struct orch *r)
-{
-    r->resume_dir[0] = '\0';
-    r->resume_gen = 0;
-    r->resume_step = -1;
-    if (r->restarting) {
-        r->restarting = false;
-        set_resume(r, 0, -1, NULL);
-        child_restart_now(r->o.child);
-        return;
-    }
-    run_command(r);
-}
-
-/* The generation to resume from is in resume_dir (or none: afresh). */
-static void resumed(struct orch *r)
-{
-    char tried[2048];
-    struct hook_env he;
-    cJSON *e, *skipped;
-
-    store_ok(r);
-    r->resumed_from = r->resume_gen;
-    tried_list(r, tried, sizeof(tried));
-    e = log_event_new("resume");
-    cJSON_AddNumberToObject(e, "gen", (double)r->resume_gen);
-    cJSON_AddNumberToObject(e, "step", (double)r->resume_step);
-    if (r->resume_gen)
-        cJSON_AddStringToObject(e, "dir", r->resume_dir);
-    cJSON_AddNumberToObject(e, "ms", (double)(notice_mono_ms() - r->t_restore));
-    if (r->restarting)
-        cJSON_AddBoolToObject(e, "restart", 1);
-    skipped = cJSON_AddArrayToObject(e, "skipped");
-    for (size_t i = 0; skipped && i < r->n_cands; i++) {
-        cJSON *o;
-        if (!r->cands[i].err || !(o = cJSON_CreateObject()))
-            continue;
-        cJSON_AddNumberToObject(o, "gen", (double)r->cands[i].gen);
-        cJSON_AddStringToObject(o, "error", r->cands[i].why);
-        cJSON_AddItemToArray(skipped, o);
-    }
-    if (!r->resume_gen) {
-        cJSON_AddBoolToObject(e, "fresh", 1);
-        log_event(LOGL_WARN, e, "no committed generation restores (%s); starting fresh as "
-                  "--on-unrestorable fresh allows; they stay in the store, and new generations "
-                  "follow %llu", tried, (unsigned long long)r->newest_gen);
-    } else if (tried[0]) {
-        log_event(LOGL_WARN, e, "resuming from generation %llu (step %lld), not a newer one: "
-                  "%s", (unsigned long long)r->resume_gen, (long long)r->resume_step, tried);
-    } else {
-        log_event(LOGL_INFO, e, "resuming from generation %llu (step %lld)",
-                  (unsigned long long)r->resume_gen, (long long)r->resume_step);
-    }
-    if (r->resume_gen) {
-        he = (struct hook_env){ .job = r->job, .dir = r->resume_dir, .gen = r->resume_gen,
-                                .step = r->resume_step, .reason = "resume" };
-        hooks_run(r->hooks, "post-restore", &he, NULL, NULL);
-    }
-    if (r->restarting) {
-        /* The command's restart (child.c) waited for this. */
-        r->restarting = false;
-        set_resume(r, r->resume_gen, r->resume_step, r->resume_gen ? r->resume_dir : NULL);
-        if (r->mops->committed && r->method && r->resume_gen)
-            r->mops->committed(r->method, r->resume_dir);
-        child_restart_now(r->o.child);
-        return;
-    }
-    run_command(r);
-}
-
-/* No committed generation restores: refuse, or afresh when allowed. */
-static void unrestorable(struct orch *r)
-{
-    char tried[2048];
-
-    tried_list(r, tried, sizeof(tried));
-    if (r->resume_mode == RESUME_AUTO && r->o.on_unrestorable == UNRESTORABLE_FRESH &&
-        !r->world) {
-        r->resume_dir[0] = '\0';
-        r->resume_gen = 0;
-        r->resume_step = -1;
-        resumed(r);
-        return;
-    }
-    log_msg(LOGL_ERROR, "job '%s': %s%s; not starting the command: nothing is started afresh "
-            "over committed work (see spotctl verify; resume another generation with --resume "
-            "N, or start afresh with --resume fresh)", r->job,
-            r->resume_mode == RESUME_AUTO && r->o.on_unrestorable == UNRESTORABLE_OLDER
-                ? "no committed generation can be restored: " : "", tried);
-    if (r->world)
-        world_leave(r->world, "cannot restore");
-    refuse_start(r);
-}
-
-static void restore(struct orch *r);
-
-static void on_restored(void *arg, int err, const char *msg)
-{
-    struct orch *r = arg;
-    struct cand *c = r->next_cand < r->n_cands ? &r->cands[r->next_cand] : NULL;
-    char what[128];
-
-    if (!err) {
-        resumed(r);
-        return;
-    }
-    if (!damaged(err)) {
-        snprintf(what, sizeof(what), "cannot restore generation %llu",
-                 (unsigned long long)r->resume_gen);
-        store_retry(r, restore, what, msg);
-        return;
-    }
-    store_ok(r);
-    if (r->world) {
-        /* The world's generation: one to take or none. */
-        log_msg(LOGL_ERROR, "cannot restore generation %llu: %s; this node leaves the world "
-                "rather than start its shard afresh", (unsigned long long)r->resume_gen, msg);
-        world_leave(r->world, "cannot restore");
-        refuse_start(r);
-        return;
-    }
-    if (!c || c->gen != r->resume_gen) {
-        /* A restart's generation does not restore: choose again, as at
-         * start. */
-        log_msg(LOGL_WARN, "generation %llu cannot be restored for the restart: %s; looking "
-                "for the newest one that can", (unsigned long long)r->resume_gen, msg);
-        list_gens(r);
-        return;
-    }
-    c->err = err;
-    snprintf(c->why, sizeof(c->why), "%s", msg);
-    r->next_cand++;
-    if (r->resume_mode == RESUME_GEN || r->o.on_unrestorable == UNRESTORABLE_FAIL ||
-        r->next_cand == r->n_cands) {
-        unrestorable(r);
-        return;
-    }
-    log_msg(LOGL_WARN, "generation %llu cannot be restored: %s; trying an older one",
-            (unsigned long long)c->gen, msg);
-    resume_next(r);
-}
-
-/* A restore into a directory that has one already (an earlier start of
- * this state directory, or spotd's own copy of a commit) takes it only
- * when it is an exact copy. */
-static void on_checked(void *arg, int err, const char *msg)
-{
-    struct orch *r = arg;
-
-    if (err == 0) {
-        on_restored(r, 0, "");
-        return;
-    }
-    if (err != -ENOENT && !damaged(err)) {
-        char what[128];
-        snprintf(what, sizeof(what), "cannot read generation %llu",
-                 (unsigned long long)r->resume_gen);
-        store_retry(r, restore, what, msg);
-        return;
-    }
-    if (err != -ENOENT || access(r->resume_dir, F_OK) == 0)
-        log_msg(LOGL_WARN, "%s; restoring it again from the store", msg);
-    remove_tree(r->resume_dir);
-    snap_restore(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir, NULL,
-                 on_restored, r);
-}
-
-static void restore(struct orch *r)
-{
-    char dir[4200];
-
-    /* Restores go beside their destination, then into place. */
-    snprintf(dir, sizeof(dir), "%s/restore", r->state_dir);
-    make_dirs(dir);
-    prune_local(r, "restore", r->resume_dir);
-    if (access(r->resume_dir, F_OK) == 0) {
-        snap_check(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir,
-                   on_checked, r);
-        return;
-    }
-    snap_restore(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir, NULL,
-                 on_restored, r);
-}
-
-static void on_pre_restore(void *arg, int code, const char *msg)
-{
-    struct orch *r = arg;
-
-    if (code != 0) {
-        log_msg(LOGL_ERROR, "the pre-restore hook refused the restore of generation %llu "
-                "(%s): not starting the command", (unsigned long long)r->resume_gen, msg);
-        refuse_start(r);
-        return;
-    }
-    restore(r);
-}
-
-/* Restore gen (holding step) and start the command from it. */
-static void restore_pick(struct orch *r, uint64_t gen, int64_t step)
-{
-    struct hook_env he;
-    int err;
-
-    r->resume_gen = gen;
-    r->resume_step = step;
-    r->t_restore = notice_mono_ms();
-    /* A world's node may restore another rank's shard of gen later. */
-    if (r->world)
-        snprintf(r->resume_dir, sizeof(r->resume_dir), "%s/restore/gen-%08llu-rank-%u",
-                 r->state_dir, (unsigned long long)r->resume_gen, r->restore_rank);
-    else
-        snprintf(r->resume_dir, sizeof(r->resume_dir), "%s/restore/gen-%08llu", r->state_dir,
-                 (unsigned long long)r->resume_gen);
-    he = (struct hook_env){ .job = r->job, .dir = r->resume_dir, .gen = r->resume_gen,
-                            .step = r->resume_step, .reason = "resume" };
-    err = hooks_run(r->hooks, "pre-restore", &he, on_pre_restore, r);
-    if (err == -ENOENT)
-        restore(r);
-    else if (err < 0)
-        on_pre_restore(r, -1, "cannot run it");
-}
-
-/* The next candidate, newest first; what is left untried when none is. */
-static void resume_next(struct orch *r)
-{
-    while (r->next_cand < r->n_cands && r->cands[r->next_cand].err)
-        r->next_cand++;
-    if (r->next_cand == r->n_cands) {
-        unrestorable(r);
-        return;
-    }
-    restore_pick(r, r->cands[r->next_cand].gen, r->cands[r->next_cand].step);
-}
-
-/* What the start may resume from: every committed generation newest
- * first (auto), or the one asked for.  A commit record that cannot be
- * read is a generation that does not restore. */
-static int make_cands(struct orch *r, const struct snap_gen *gens, size_t n)
-{
-    free(r->cands);
-    r->cands = NULL;
-    r->n_cands = r->next_cand = 0;
-    if (!n)
-        return 0;
-    if (!(r->cands = calloc(n, sizeof(*r->cands))))
-        return -ENOMEM;
-    for (size_t i = n; i-- > 0;) {
-        struct cand *c = &r->cands[r->n_cands];
-
-        if (!gens[i].committed && !gens[i].corrupt && !gens[i].unauthentic)
-            continue;
-        if (r->resume_mode == RESUME_GEN && gens[i].gen != r->resume_want)
-            continue;
-        c->gen = gens[i].gen;
-        c->step = gens[i].committed ? (int64_t)gens[i].commit.step : -1;
-        if (gens[i].unauthentic) {
-            /* A record the job key did not sign: perhaps forged. */
-            c->err = -EKEYREJECTED;
-            snap_refusal(r->snap, &gens[i], c->why, sizeof(c->why));
-        } else if (!gens[i].committed) {
-            c->err = -EBADMSG;
-            snprintf(c->why, sizeof(c->why), "its commit record is unreadable");
-        }
-        r->n_cands++;
-    }
-    return 0;
-}
-
-static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
-{
-    struct orch *r = arg;
-    char what[256];
-
-    if (err) {
-        snprintf(what, sizeof(what), "cannot list the checkpoints of job '%s' in %s", r->job,
-                 r->store_url);
-        store_retry(r, list_gens, what, msg);
-        return;
-    }
-    store_ok(r);
-    r->gens_read = true;
-    for (size_t i = 0; i < n; i++)
-        if (gens[i].gen > r->newest_gen)
-            r->newest_gen = gens[i].gen;
-    /* The first checkpoint's number, while the command starts. */
-    claim_next(r);
-    if (r->world) {
-        /* The world decides when, and from what, the command starts. */
-        for (size_t i = 0; i < n; i++)
-            if (gens[i].committed && gens[i].gen > r->resume_gen) {
-                r->resume_gen = gens[i].gen;
-                r->resume_step = (int64_t)gens[i].commit.step;
-            }
-        snap_gens_free(gens, n);
-        r->parked = true;
-        maybe_ready(r);
-        return;
-    }
-    if (make_cands(r, gens, n) < 0) {
-        snap_gens_free(gens, n);
-        log_msg(LOGL_ERROR, "out of memory: not starting the command");
-        refuse_start(r);
-        return;
-    }
-    snap_gens_free(gens, n);
-    if (r->resume_mode == RESUME_GEN && !r->n_cands) {
-        log_msg(LOGL_ERROR, "--resume %llu: job '%s' has no committed generation %llu (see "
-                "spotctl ls); not starting the command", (unsigned long long)r->resume_want,
-                r->job, (unsigned long long)r->resume_want);
-        refuse_start(r);
-        return;
-    }
-    if (r->resume_mode == RESUME_FRESH) {
-        if (r->newest_gen)
-            log_msg(LOGL_INFO, "--resume fresh: starting fresh; the committed generations "
-                    "stay, and new ones follow %llu", (unsigned long long)r->newest_gen);
-        free(r->cands);
-        r->cands = NULL;
-        r->n_cands = 0;
-    }
-    if (!r->n_cands) {
-        start_fresh(r);
-        return;
-    }
-    resume_next(r);
-}
-
-static void list_gens(struct orch *r)
-{
-    snap_gens(r->snap, on_gens, r);
-}
-
-
-/* ---- the world (world.h) ------------------------------------------------------ */
-
-/* The command is stopped (or never started) and nothing is under way:
- * this node waits for the world's resume. */
-static void maybe_ready(struct orch *r)
-{
-    if (!r->world || !r->parked || r->ending ||
-        (r->state != IDLE && r->state != WAITING && r->state != RESUMING))
-        return;
-    set_state(r, WAITING);
-    world_ready(r->world, r->resume_gen);
-}
-
-static void on_parked(void *arg)
-{
-    struct orch *r = arg;
-
-    r->pausing = false;
-    r->parked = true;
-    if (r->ending)
-        child_end(r->o.child, r->exit_code, "preempted while the world waited");
-    else
-        maybe_ready(r);
-}
-
-/* A notice that the world's round cannot serve now, or that starts one. */
-static void world_notice(struct orch *r, const struct notice *n)
-{
-    if (n->terminating)
-        r->want_stop = true;
-    if (r->state == IDLE && !r->pausing && !r->parked) {
-        r->gen = r->newest_gen + 1;
-        notice_reason(n, r->reason, sizeof(r->reason));
-        if (n->terminating && n->deadline_ms > 0) {
-            r->deadline_ms = notice_deadline(r, n);
-            if (!plan_fits(r)) {
-                stop_command(r, false);
-                return;
-            }
-        }
-        world_trigger(r->world, notice_kind_name(n->kind), "notice", n->terminating,
-                      n->deadline_ms > 0 ? notice_deadline(r, n) : 0);
-        return;
-    }
-    if (!n->terminating)
-        return;
-    /* The command is not running: nothing to save that the world's newest
-     * generation does not hold.  This node goes. */
-    log_msg(LOGL_INFO, "a terminating notice while the command is %s: leaving the world "
-            "(generation %llu is the newest)", r->pausing ? "stopping" : "not running",
-            (unsigned long long)r->resume_gen);
-    world_leave(r->world, "preempted while the world waited");
-    world_end(r, ORCH_EXIT_PREEMPTED_SAVED);
-}
-
-/* This node goes, with its command not running: now, once the pause's
- * stop has ended it, or instead of starting it. */
-static void world_end(struct orch *r, int code)
-{
-    r->exit_code = code;
-    r->ending = true;
-    if (!r->pausing && r->state != RESUMING)
-        child_end(r->o.child, code, "preempted while the world waited");
-}
-
-static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *gens,
-                          size_t n);
-static void world_gens(struct orch *r);
-
-static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, const char *reason)
-{
-    struct orch *r = arg;
-    static const char *const whys[] = { "notice", "periodic", "request", "manual", "grow" };
-
-    if (gen > r->newest_gen)
-        r->newest_gen = gen;
-    if (r->state != IDLE || r->pausing || r->parked) {
-        char why[96];
-        snprintf(why, sizeof(why), "rank %u is %s", world_rank(r->world),
-                 r->pausing || r->parked ? "stopping its command" : state_name[r->state]);
-        world_failed(r->world, gen, why);
-        return;
-    }
-    r->gen = gen;
-    r->why = "world";
-    for (size_t i = 0; i < sizeof(whys) / sizeof(whys[0]); i++)
-        if (strcmp(reason, whys[i]) == 0)
-            r->why = whys[i];
-    r->terminating = r->want_stop;
-    r->step = -1;
-    r->deadline_ms = deadline_ms > 0 ? deadline_ms : notice_now_ms() + SAVE_LIMIT_MS;
-    if (strcmp(r->why, "notice") != 0 || !r->want_stop)
-        snprintf(r->reason, sizeof(r->reason), "%s", reason);
-    snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
-             (unsigned long long)r->gen);
-    start_checkpoint(r);
-}
-
-static void w_prepare(void *arg, uint64_t gen, int64_t step, bool split)
-{
-    struct orch *r = arg;
-    char msg[256];
-    int err;
-
-    if (gen != r->gen || r->state != SAVING || r->aborted)
-        return;
-    r->split_upload = split;
-    if (r->saving == SV_METHOD && r->mops->save_at)
-        err = r->mops->save_at(r->method, step);
-    else if (r->saving == SV_PREPARE)
-        err = r->mops->save(r->method, r->gen, r->dir, r->deadline_ms, on_method_saved, r);
-    else
-        return;
-    r->saving = SV_METHOD;
-    if (err < 0) {
-        snprintf(msg, sizeof(msg), "cannot save at step %lld (%s method): %s", (long long)step,
-                 r->mops->name, err == -EALREADY ? "nothing new to save" : strerror(-err));
-        finish_checkpoint(r, err, msg);
-    }
-}
-
-static void w_split(void *arg, uint64_t gen, bool same)
-{
-    struct orch *r = arg;
-
-    if (gen == r->gen && r->state == UPLOADING)
-        release_split(r, !same);
-}
-
-static void w_commit(void *arg, uint64_t gen, int64_t step)
-{
-    struct orch *r = arg;
-
-    if (gen > r->newest_gen)
-        r->newest_gen = gen;
-    if (gen == r->gen && r->state == COMMITTING)
-        on_committed(r, 0, "");
-}
-
-static void w_abort(void *arg, uint64_t gen, const char *reason)
-{
-    struct orch *r = arg;
-
-    if (gen > r->newest_gen)
-        r->newest_gen = gen;
-    if (gen != r->gen || r->state < SAVING || r->state > COMMITTING || r->aborted)
-        return;
-    r->aborted = true;
-    snprintf(r->abort_reason, sizeof(r->abort_reason), "the world gave it up: %s", reason);
-    if (r->state == COMMITTING || (r->state == SAVING && r->saving == SV_PREPARE))
-        finish_checkpoint(r, -ECANCELED, r->abort_reason);
-    else if (r->state == SAVING && r->saving == SV_METHOD && r->mops->cancel)
-        r->mops->cancel(r->method, r->abort_reason);
-    else if (r->state == UPLOADING)
-        release_split(r, false);
-    /* SV_HOOK: ask_method() sees it; UPLOADING: on_uploaded() does. */
-}
-
-static void w_pause(void *arg, const char *why)
-{
-    struct orch *r = arg;
-
-    if (r->parked || r->pausing || r->state == DRAINING)
-        return;
-    r->pausing = true;
-    if (r->method)
-        r->mops->stop(r->method, why, r->o.grace_ms);
-    child_park(r->o.child, on_parked, r);
-}
-
-static void w_resume(void *arg, uint64_t gen, const char *master_addr, unsigned master_port)
-{
-    struct orch *r = arg;
-    cJSON *e;
-
-    if (r->state != WAITING)
-        return;
-    r->resumed_once = true;
-    snprintf(r->master_addr, sizeof(r->master_addr), "%s", master_addr);
-    r->master_port = master_port;
-    e = log_event_new("world_resume");
-    cJSON_AddNumberToObject(e, "gen", (double)gen);
-    cJSON_AddNumberToObject(e, "rank", world_trainer_rank(r->world));
-    cJSON_AddNumberToObject(e, "world_size", world_trainer_size(r->world));
-    if (world_trainer_size(r->world) != world_size(r->world))
-        cJSON_AddNumberToObject(e, "node", world_rank(r->world));
-    cJSON_AddStringToObject(e, "master_addr", master_addr);
-    log_event(LOGL_INFO, e, "the world resumes from generation %llu: starting the command as "
-              "rank %u of %u", (unsigned long long)gen, world_trainer_rank(r->world),
-              world_trainer_size(r->world));
-    set_state(r, RESUMING);
-    if (gen == 0) {
-        r->resume_dir[0] = '\0';
-        r->resume_gen = 0;
-        r->resume_step = -1;
-        run_command(r);
-    } else if (gen == r->resume_gen && r->resume_dir[0] &&
-               r->restored_as == world_trainer_rank(r->world)) {
-        /* This node's own copy, once it proves exact. */
-        r->t_restore = notice_mono_ms();
-        restore(r);
-    } else {
-        r->world_want = gen;
-        world_gens(r);
-    }
-}
-
-static void world_gens(struct orch *r)
-{
-    snap_gens(r->snap, on_world_gens, r);
-}
-
-static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
-{
-    struct orch *r = arg;
-    uint32_t trank = world_trainer_rank(r->world), saved_by = 0;
-    int64_t step = -1;
-
-    if (err) {
-        char what[128];
-        snprintf(what, sizeof(what), "cannot read generation %llu to resume the world",
-                 (unsigned long long)r->world_want);
-        store_retry(r, world_gens, what, msg);
-        return;
-    }
-    store_ok(r);
-    for (size_t i = 0; i < n; i++)
-        if (gens[i].committed && gens[i].gen == r->world_want) {
-            step = (int64_t)gens[i].commit.step;
-            saved_by = gens[i].commit.world_size;
-        }
-    snap_gens_free(gens, n);
-    if (step < 0) {
-        log_msg(LOGL_ERROR, "cannot resume the world from generation %llu: it is not "
-                "committed in the store; this node leaves", (unsigned long long)r->world_want);
-        world_leave(r->world, "cannot restore");
-        refuse_start(r);
-        return;
-    }
-    /* An elastic world may run with more or fewer trainers than saved gen:
-     * each takes its own number's shard, or one of the others' in turn. */
-    r->restore_rank = saved_by && trank >= saved_by ? trank % saved_by : trank;
-    if (saved_by != world_trainer_size(r->world))
-        log_msg(LOGL_INFO, "generation %llu was saved by %u trainers and the world now runs %u: "
-                "rank %u restores shard %u (SPOT_RESUME_RANK, SPOT_RESUME_WORLD_SIZE)",
-                (unsigned long long)r->world_want, saved_by, world_trainer_size(r->world),
-                trank, r->restore_rank);
-    r->restore_size = saved_by;
-    r->restored_as = trank;
-    restore_pick(r, r->world_want, step);
-}
-
-static void on_world_written(void *arg, int err, const char *msg)
-{
-    struct orch *r = arg;
-
-    world_committed(r->world, r->commit_gen, err, msg);
-}
-
-static void w_write_commit(void *arg, const struct commit *c)
-{
-    struct orch *r = arg;
-
-    r->commit_gen = c->gen;
-    snap_commit(r->snap, c, on_world_written, r);
-}
-
-static void on_world_claimed(void *arg, int err, const char *msg, uint64_t gen)
-{
-    struct orch *r = arg;
-
-    r->claiming = false;
-    if (gen > r->newest_gen)
-        r->newest_gen = gen;
-    world_claimed(r->world, err, msg, gen);
-}
-
-static void w_claim(void *arg, uint64_t gen)
-{
-    struct orch *r = arg;
-
-    r->claiming = true;
-    snap_claim(r->snap, gen, on_world_claimed, r);
-}
-
-static void w_pick_resume(void *arg);
-
-static void on_pick(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
-{
-    struct orch *r = arg;
-    uint64_t pick = 0, want = 0;
-    bool first = !r->resumed_once;
-    char what[128];
-
-    if (err) {
-        snprintf(what, sizeof(what), "cannot list the checkpoints of job '%s' to resume the "
-                 "world", r->job);
-        store_retry(r, (void (*)(struct orch *))w_pick_resume, what, msg);
-        return;
-    }
-    store_ok(r);
-    r->gens_read = true;
-    if (first && r->resume_mode == RESUME_GEN)
-        want = r->resume_want;
-    for (size_t i = 0; i < n; i++) {
-        if (gens[i].gen > r->newest_gen)
-            r->newest_gen = gens[i].gen;
-        if (gens[i].committed && (!want || gens[i].gen == want))
-            pick = gens[i].gen;
-    }
-    snap_gens_free(gens, n);
-    if (first && r->resume_mode == RESUME_FRESH)
-        pick = 0;
-    world_resume_from(r->world, pick);
-}
-
-static void w_pick_resume(void *arg)
-{
-    struct orch *r = arg;
-
-    snap_gens(r->snap, on_pick, r);
-}
-
-static const struct world_ops world_ops = {
-    .query = w_query,
-    .prepare = w_prepare,
-    .split = w_split,
-    .commit = w_commit,
-    .abort = w_abort,
-    .pause = w_pause,
-    .resume = w_resume,
-    .claim = w_claim,
-    .write_commit = w_write_commit,
-    .pick_resume = w_pick_resume,
-};
-
-/* ---- rendezvous (rendezvous.h) ---- */
-
-static int make_world(struct orch *r, uint32_t rank, char *err, size_t errlen);
-
-static void rv_addr(void *arg, uint32_t rank, const char *addr)
-{
-    struct orch *r = arg;
-
-    if (r->world && !world_up(r->world, rank))
-        world_set_addr(r->world, rank, addr);
-}
-
-static bool rv_up(void *arg, uint32_t rank)
-{
-    struct orch *r = arg;
-
-    return r->world && world_up(r->world, rank);
-}
-
-static bool rv_coordinates(void *arg)
-{
-    struct orch *r = arg;
-
-    return r->world && world_is_coordinator(r->world);
-}
-
-static void start_listing(struct orch *r);
-
-static void rv_assigned(void *arg, uint32_t rank)
-{
-    struct orch *r = arg;
-    char err[512];
-
-    if (make_world(r, rank, err, sizeof(err)) < 0) {
-        log_msg(LOGL_ERROR, "%s", err);
-        refuse_start(r);
-        return;
-    }
-    start_listing(r);
-}
-
-static const struct rendezvous_ops rv_ops = {
-    .addr = rv_addr,
-    .up = rv_up,
-    .coordinates = rv_coordinates,
-    .assigned = rv_assigned,
-};
-
-void orch_start(struct orch *r)
-{
-    set_state(r, RESUMING);
-    if (r->o.world_size > 1 && !r->world) {
-        /* A rank first, from the coordinator. */
-        rendezvous_join(r->rv, r->o.listen);
-        return;
-    }
-    start_listing(r);
-}
-
-static void start_listing(struct orch *r)
-{
-    char work[4200];
-
-    /* What an earlier spotd left half-saved here is of no use. */
-    snprintf(work, sizeof(work), "%s/work", r->state_dir);
-    remove_tree(work);
-    list_gens(r);
-}
-
-/* Is the snapshot engine still working for us? */
-static bool busy(const struct orch *r)
-{
-    return r->state == RESUMING || r->state == UPLOADING || r->state == COMMITTING ||
-           r->collecting || r->claiming;
-}
-
-static void on_withdrawn(void *arg, int err, const char *msg)
-{
-    struct orch *r = arg;
-
-    r->claiming = false;
-    if (err)
-        log_msg(LOGL_DEBUG, "cannot give back generation %llu's claim: %s",
-                (unsigned long long)r->claimed, msg);
-    r->claimed = 0;
-}
-
-void orch_finish(struct orch *r)
-{
-    if (!r)
-        return;
-    r->finishing = true;
-    if (r->world) {
-        int code = child_exit_code(r->o.child);
-        struct timeval flush = { 0, 200 * 1000 };
-
-        world_leave(r->world, code == 0 ? "finished" : "its command failed");
-        /* Let the frames go out. */
-        event_base_loopexit(r->o.base, &flush);
-        event_base_dispatch(r->o.base);
-    }
-    if (r->state == SAVING) {
-        r->terminating = false;
-        finish_checkpoint(r, -ECANCELED, "the command ended before its trainers saved");
-    }
-    /* An upload waiting for the other nodes' word stores what it has: the
-     * world gives the generation up without this node. */
-    release_split(r, false);
-    /* A checkpoint whose files are saved is worth finishing: nothing in
-     * it depends on the command any more. */
-    if (r->state == UPLOADING || r->state == COMMITTING)
-        log_msg(LOGL_INFO, "the command ended; finishing generation %llu before exiting",
-                (unsigned long long)r->gen);
-    while ((busy(r) || rendezvous_stop(r->rv)) && event_base_loop(r->o.base, EVLOOP_ONCE) == 0)
-        ;
-    /* The number claimed ahead and never used goes back: no empty
-     * generation is left in the store. */
-    if (r->claimed && !r->claiming) {
-        r->claiming = true;
-        snap_withdraw(r->snap, r->claimed, on_withdrawn, r);
-        while (r->claiming && event_base_loop(r->o.base, EVLOOP_ONCE) == 0)
-            ;
-    }
-    hooks_drain(r->hooks);
-}
-
-int orch_exit_code(const struct orch *r)
-{
-    return r ? r->exit_code : -1;
-}
+static void on_pre_checkpoint(void *arg, int code, const char *msg);
+static void ask_method(struct orch *r);
+static void ask_world(struct orch *r);
+static void on_ask(void *arg, int64_t step);
+static void on_split(void *arg, struct snap_split *sp, const uint8_t fingerprint[32]);
+static void on_uploaded(void *arg, int err, const char *msg, const struct snap_saved *s);
+static void hook_env_now(const struct orch *r, struct hook_env *e, const char *result);
+static bool busy(const struct orch *r);
+static void on_withdrawn(void *arg, int err, const char *msg);
 
 struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
 {
@@ -2312,14 +101,14 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return orch_free(r);
     }
-    if ((e = make_dirs(r->state_dir)) < 0) {
+    if ((e = orch_make_dirs(r->state_dir)) < 0) {
         snprintf(err, errlen, "cannot create the state directory '%s': %s", r->state_dir,
                  strerror(-e));
         return orch_free(r);
     }
-    figures_load(r);
+    orch_figures_load(r);
     r->tick = event_new(o->base, -1, EV_PERSIST, on_tick, r);
-    r->retry = evtimer_new(o->base, on_retry, r);
+    r->retry = evtimer_new(o->base, orch_on_retry, r);
     r->hooks = hooks_new(o->base, o->child, o->hooks_dir, o->hook_timeout_ms);
     if (!r->tick || !r->retry || !r->hooks) {
         snprintf(err, errlen, "out of memory");
@@ -2349,43 +138,13 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
         return orch_free(r);
     }
     if (o->world_size > 1 && o->rendezvous &&
-        !(r->rv = rendezvous_new(o->base, r->store, r->job, o->world_size, &rv_ops, r))) {
+        !(r->rv = rendezvous_new(o->base, r->store, r->job, o->world_size, &orch_rv_ops, r))) {
         snprintf(err, errlen, "out of memory");
         return orch_free(r);
     }
-    if (o->world_size > 1 && !o->rank_unknown && make_world(r, o->rank, err, errlen) < 0)
+    if (o->world_size > 1 && !o->rank_unknown && orch_make_world(r, o->rank, err, errlen) < 0)
         return orch_free(r);
     return r;
-}
-
-/* The world, once this node's rank is known. */
-static int make_world(struct orch *r, uint32_t rank, char *err, size_t errlen)
-{
-    const struct orch_opts *o = &r->o;
-    struct world_opts wo = {
-        .base = o->base,
-        .job = r->job,
-        .rank = rank,
-        .world_size = o->world_size,
-        .listen = o->listen ? o->listen : o->peers[rank],
-        .peers = o->peers,
-        .key = o->key,
-        .dead_ms = o->peer_timeout_ms,
-        .min_nodes = o->min_nodes,
-        .join_ms = o->join_timeout_ms,
-        .master_port = o->master_port,
-        .split = o->split_upload,
-        .method = r->mops->name,
-        .ops = &world_ops,
-        .arg = r,
-    };
-
-    if (!(r->world = world_new(&wo, err, errlen)))
-        return -EINVAL;
-    snprintf(r->master_addr, sizeof(r->master_addr), "%s", world_master_addr(r->world));
-    if (r->rv)
-        rendezvous_publish(r->rv, rank, world_listen_addr(r->world));
-    return 0;
 }
 
 struct orch *orch_free(struct orch *r)
@@ -2394,7 +153,7 @@ struct orch *orch_free(struct orch *r)
         return NULL;
     r->world = world_free(r->world);
     r->rv = rendezvous_free(r->rv);
-    free_argv(r);
+    orch_free_argv(r);
     if (r->tick)
         event_free(r->tick);
     if (r->retry)
@@ -2413,4 +172,770 @@ struct orch *orch_free(struct orch *r)
     free(r->state_dir);
     free(r);
     return NULL;
+}
+
+void orch_start(struct orch *r)
+{
+    orch_set_state(r, RESUMING);
+    if (r->o.world_size > 1 && !r->world) {
+        /* A rank first, from the coordinator. */
+        rendezvous_join(r->rv, r->o.listen);
+        return;
+    }
+    orch_start_listing(r);
+}
+
+void orch_finish(struct orch *r)
+{
+    if (!r)
+        return;
+    r->finishing = true;
+    if (r->world) {
+        int code = child_exit_code(r->o.child);
+        struct timeval flush = { 0, 200 * 1000 };
+
+        world_leave(r->world, code == 0 ? "finished" : "its command failed");
+        /* Let the frames go out. */
+        event_base_loopexit(r->o.base, &flush);
+        event_base_dispatch(r->o.base);
+    }
+    if (r->state == SAVING) {
+        r->terminating = false;
+        orch_finish_checkpoint(r, -ECANCELED, "the command ended before its trainers saved");
+    }
+    /* An upload waiting for the other nodes' word stores what it has: the
+     * world gives the generation up without this node. */
+    orch_release_split(r, false);
+    /* A checkpoint whose files are saved is worth finishing: nothing in
+     * it depends on the command any more. */
+    if (r->state == UPLOADING || r->state == COMMITTING)
+        log_msg(LOGL_INFO, "the command ended; finishing generation %llu before exiting",
+                (unsigned long long)r->gen);
+    while ((busy(r) || rendezvous_stop(r->rv)) && event_base_loop(r->o.base, EVLOOP_ONCE) == 0)
+        ;
+    /* The number claimed ahead and never used goes back: no empty
+     * generation is left in the store. */
+    if (r->claimed && !r->claiming) {
+        r->claiming = true;
+        snap_withdraw(r->snap, r->claimed, on_withdrawn, r);
+        while (r->claiming && event_base_loop(r->o.base, EVLOOP_ONCE) == 0)
+            ;
+    }
+    hooks_drain(r->hooks);
+}
+
+int orch_exit_code(const struct orch *r)
+{
+    return r ? r->exit_code : -1;
+}
+
+/* ---- the command runs, and what triggers a checkpoint -------------------- */
+
+/* Resumed (or afresh): the command starts, with a control socket and a
+ * method of its own, its environment, and the --interval tick. */
+void orch_run_command(struct orch *r)
+{
+    struct control_opts co = {
+        .base = r->o.base,
+        .resume_dir = r->resume_dir[0] ? r->resume_dir : NULL,
+        .resume_step = r->resume_step,
+        .resume_gen = r->resume_gen,
+        .expect = r->o.local_workers,
+        .flat = r->mops != &method_app,
+        .on_request = on_request,
+        .on_saved = on_trainer_saved,
+        .on_command = orch_on_command,
+        .arg = r,
+    };
+    struct method_ctx mc = {
+        .base = r->o.base,
+        .child = r->o.child,
+        .state_dir = r->state_dir,
+        .ckpt_dir = r->o.ckpt_dir,
+        .signal = r->o.ckpt_signal,
+        .settle_ms = r->o.settle_ms,
+        .resume_step = r->resume_step,
+        .found = on_found,
+        .argv = r->argv ? r->argv : r->o.argv,
+        .resume_dir = r->resume_dir[0] ? r->resume_dir : NULL,
+        .criu = r->o.criu,
+        .arg = r,
+    };
+    char path[4200], err[512];
+
+    if (r->finishing) {
+        orch_set_state(r, IDLE);
+        return;
+    }
+    if (r->ending) {
+        orch_set_state(r, DRAINING);
+        child_end(r->o.child, r->exit_code, "preempted while the world waited");
+        return;
+    }
+    if (r->world) {
+        /* A new run after a pause: a method and a socket of its own. */
+        if (r->method)
+            r->mops->close(r->method);
+        r->method = NULL;
+        r->control = control_free(r->control);
+        r->parked = false;
+        if (orch_world_command(r) < 0) {
+            log_msg(LOGL_ERROR, "out of memory: the command is not started");
+            orch_refuse_start(r);
+            return;
+        }
+    }
+    /* --resume is for the start; a restart resumes from the newest. */
+    r->resume_mode = RESUME_AUTO;
+    if (r->o.socket)
+        snprintf(path, sizeof(path), "%s", r->o.socket);
+    else
+        snprintf(path, sizeof(path), "%s/control.sock", r->state_dir);
+    co.path = path;
+    r->control = control_new(&co, err, sizeof(err));
+    if (!r->control)
+        log_msg(LOGL_ERROR, "%s; the command runs without checkpoints by libckpt", err);
+    else
+        setenv("SPOT_SOCKET", path, 1);
+    mc.control = r->control;
+    r->method = r->mops->open(&mc, err, sizeof(err));
+    if (!r->method) {
+        log_msg(LOGL_ERROR, "%s", err);
+        orch_refuse_start(r);
+        return;
+    }
+    setenv("SPOT_JOB", r->job, 1);
+    orch_set_resume(r, r->resume_gen, r->resume_step, r->resume_dir[0] ? r->resume_dir : NULL);
+    orch_set_state(r, IDLE);
+    if (r->o.interval_ms > 0) {
+        struct timeval tv = { (time_t)(r->o.interval_ms / 1000),
+                              (suseconds_t)(r->o.interval_ms % 1000) * 1000 };
+        event_add(r->tick, &tv);
+    }
+    if (!r->world)
+        child_before_restart(r->o.child, orch_on_before_restart, r);
+    if (child_start(r->o.child) < 0)
+        log_msg(LOGL_ERROR, "cannot schedule the command's start: out of memory");
+}
+
+void orch_notice(void *arg, const struct notice *n)
+{
+    struct orch *r = arg;
+    struct hook_env he = { .job = r->job, .reason = notice_kind_name(n->kind),
+                           .gen = r->resume_gen, .step = r->resume_step,
+                           .deadline_ms = n->deadline_ms };
+
+    snprintf(r->last_notice, sizeof(r->last_notice), "%s %s%s", n->source,
+             notice_kind_name(n->kind), n->drill ? " (drill)" : "");
+    hooks_run(r->hooks, "on-notice", &he, NULL, NULL);
+    if (r->o.world_size > 1 && !r->world) {
+        /* Still asking the coordinator for a rank: nothing runs yet. */
+        if (n->terminating) {
+            log_msg(LOGL_INFO, "a terminating notice before this node had a rank: exiting");
+            orch_set_state(r, IDLE);
+            r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
+            child_end(r->o.child, ORCH_EXIT_PREEMPTED_SAVED, "preempted before joining");
+        }
+        return;
+    }
+    if (r->world && (r->state == IDLE || r->state == WAITING || r->state == RESUMING ||
+                     r->pausing || r->parked)) {
+        orch_world_notice(r, n);
+        return;
+    }
+    if (r->state == IDLE) {
+        orch_begin_checkpoint(r, n, "notice");
+        return;
+    }
+    /* A terminating notice during a periodic or advisory checkpoint: that
+     * checkpoint becomes the last one, and the stop follows it. */
+    if (n->terminating && r->state != DRAINING && r->state != RESUMING && !r->terminating) {
+        r->terminating = true;
+        orch_notice_reason(n, r->reason, sizeof(r->reason));
+        /* The deadline that matters now, for the margin reported; the
+         * method keeps the one it was given (an earlier one fails the
+         * checkpoint sooner; the fallback stop bounds a later one). */
+        if (n->deadline_ms > 0)
+            r->deadline_ms = orch_notice_deadline(r, n);
+    }
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct orch *r = arg;
+
+    if (r->world) {
+        /* The round's deadline goes to every node as a time of day, which
+         * the nodes' clocks read apart (an NTP step, a skew): a periodic
+         * round gets at least WORLD_PERIODIC_MIN_MS, so a node whose clock
+         * is seconds ahead does not find it passed on arrival. */
+        uint64_t limit = r->o.interval_ms > WORLD_PERIODIC_MIN_MS ? r->o.interval_ms
+                                                                   : WORLD_PERIODIC_MIN_MS;
+        if (world_is_coordinator(r->world))
+            orch_world_want(r, "periodic", notice_now_ms() + (int64_t)limit);
+        return;
+    }
+    if (r->state == IDLE && (strcmp(r->mops->name, "app") != 0 || control_workers(r->control)))
+        orch_begin_checkpoint(r, NULL, "periodic");
+}
+
+/* A trainer called ckpt_request_save(). */
+static void on_request(void *arg)
+{
+    struct orch *r = arg;
+
+    if (r->world)
+        orch_world_want(r, "request", 0);
+    else if (r->state == IDLE)
+        orch_begin_checkpoint(r, NULL, "request");
+}
+
+/* A trainer's ckpt_saved() with no save open (the signal method). */
+static void on_trainer_saved(void *arg, int64_t step)
+{
+    struct orch *r = arg;
+
+    if (r->state == SAVING && r->mops->trainer_saved)
+        r->mops->trainer_saved(r->method, step);
+}
+
+/* The dir method found a new complete folder. */
+static void on_found(void *arg)
+{
+    struct orch *r = arg;
+
+    if (r->state == IDLE)
+        orch_begin_checkpoint(r, NULL, "dir");
+}
+
+/* ---- one checkpoint: claim, hook, method, upload, commit, finish --------- */
+
+void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *why)
+{
+    /* What it will be, for the plan's message: the claim says for sure. */
+    r->gen = r->claimed ? r->claimed : r->newest_gen + 1;
+    r->why = n ? "notice" : why;
+    r->terminating = n && n->terminating;
+    r->step = -1;
+    if (n)
+        orch_notice_reason(n, r->reason, sizeof(r->reason));
+    else
+        snprintf(r->reason, sizeof(r->reason), "%s", why);
+    if (n && n->deadline_ms > 0)
+        r->deadline_ms = orch_notice_deadline(r, n);
+    else if (!n && strcmp(why, "periodic") == 0)
+        r->deadline_ms = notice_now_ms() + (int64_t)r->o.interval_ms;
+    else
+        r->deadline_ms = notice_now_ms() + SAVE_LIMIT_MS;
+    snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
+             (unsigned long long)r->gen);
+    if (r->terminating && n->deadline_ms > 0 && !orch_plan_fits(r)) {
+        orch_stop_command(r, false);
+        return;
+    }
+    orch_start_checkpoint(r);
+}
+
+/* The checkpoint set up in r begins: its generation number claimed (a
+ * world's comes from its coordinator), the pre-checkpoint hook, then the
+ * method. */
+void orch_start_checkpoint(struct orch *r)
+{
+    r->t_begin = notice_mono_ms();
+    r->aborted = false;
+    r->saving = SV_HOOK;
+    orch_set_state(r, SAVING);
+    if (!r->world && (!r->claimed || r->claimed <= r->newest_gen)) {
+        /* None held (or one made stale by a world's number). */
+        r->claimed = 0;
+        r->claim_waits = true;
+        orch_claim_next(r);
+        return;
+    }
+    go_checkpoint(r);
+}
+
+/* Claim the number after the newest seen, unless one is held, being
+ * claimed, or spotd is on its way out. */
+void orch_claim_next(struct orch *r)
+{
+    if (r->world || !r->gens_read || r->claimed || r->claiming || r->finishing)
+        return;
+    r->claiming = true;
+    snap_claim(r->snap, r->newest_gen + 1, on_claimed, r);
+}
+
+static void on_claimed(void *arg, int err, const char *msg, uint64_t gen)
+{
+    struct orch *r = arg;
+    bool waits = r->claim_waits;
+
+    r->claiming = false;
+    r->claim_waits = false;
+    if (err) {
+        if (waits)
+            orch_finish_checkpoint(r, err, msg);
+        else
+            log_msg(LOGL_WARN, "%s; the next checkpoint tries again", msg);
+        return;
+    }
+    r->claimed = gen;
+    if (waits)
+        go_checkpoint(r);
+}
+
+/* The checkpoint set up in r begins: pre-checkpoint hook, then the method. */
+static void go_checkpoint(struct orch *r)
+{
+    struct hook_env he;
+    cJSON *e;
+    int err;
+
+    if (!r->world) {
+        r->gen = r->claimed;
+        r->claimed = 0;
+        if (r->gen > r->newest_gen)
+            r->newest_gen = r->gen;
+        snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
+                 (unsigned long long)r->gen);
+    }
+    e = log_event_new("checkpoint_begin");
+    cJSON_AddNumberToObject(e, "gen", (double)r->gen);
+    cJSON_AddStringToObject(e, "reason", r->reason);
+    cJSON_AddStringToObject(e, "method", r->mops->name);
+    cJSON_AddNumberToObject(e, "trainers", r->control ? control_workers(r->control) : 0);
+    if (r->world)
+        cJSON_AddNumberToObject(e, "rank", world_rank(r->world));
+    log_event(LOGL_INFO, e, "checkpoint of generation %llu begins (%s)",
+              (unsigned long long)r->gen, r->reason);
+    hook_env_now(r, &he, NULL);
+    err = hooks_run(r->hooks, "pre-checkpoint", &he, on_pre_checkpoint, r);
+    if (err == -ENOENT)
+        ask_method(r);
+    else if (err < 0)
+        orch_finish_checkpoint(r, err, "cannot run the pre-checkpoint hook");
+}
+
+static void on_pre_checkpoint(void *arg, int code, const char *msg)
+{
+    struct orch *r = arg;
+    char why[256];
+
+    if (code != 0) {
+        snprintf(why, sizeof(why), "the pre-checkpoint hook refused it: %s", msg);
+        orch_finish_checkpoint(r, -ECANCELED, why);
+        return;
+    }
+    ask_method(r);
+}
+
+static void ask_method(struct orch *r)
+{
+    char msg[4400];
+    int err;
+
+    if (r->aborted) {
+        orch_finish_checkpoint(r, -ECANCELED, r->abort_reason);
+        return;
+    }
+    if (r->world) {
+        ask_world(r);
+        return;
+    }
+    err = orch_make_dirs(r->dir);
+    if (err == 0 && r->terminating && r->mops->last)
+        r->mops->last(r->method);
+    if (err == 0)
+        err = r->mops->save(r->method, r->gen, r->dir, r->deadline_ms, orch_on_method_saved, r);
+    if (err == -EALREADY) {
+        cJSON *e = log_event_new("checkpoint_skipped");
+        cJSON_AddNumberToObject(e, "gen", (double)r->resume_gen);
+        cJSON_AddStringToObject(e, "why", "nothing new");
+        if (r->resume_gen)
+            log_event(LOGL_INFO, e, "no checkpoint newer than generation %llu (step %lld) to "
+                      "save", (unsigned long long)r->resume_gen, (long long)r->resume_step);
+        else
+            log_event(LOGL_WARN, e, "no checkpoint to save: the trainer has written none yet");
+        orch_remove_tree(r->dir);
+        orch_set_state(r, IDLE);
+        if (r->terminating)
+            orch_stop_command(r, r->resume_gen > 0);
+        return;
+    }
+    if (err < 0) {
+        snprintf(msg, sizeof(msg), "cannot start it (%s method, '%s'): %s", r->mops->name,
+                 r->dir, strerror(-err));
+        orch_finish_checkpoint(r, err, msg);
+    }
+}
+
+/* World: ask the method for the node's step (or answer 0 for a method
+ * that cannot tell: it saves when the prepare comes). */
+static void ask_world(struct orch *r)
+{
+    char msg[4400];
+    int err = orch_make_dirs(r->dir);
+
+    if (err == 0 && r->mops->query) {
+        r->saving = SV_METHOD;
+        err = r->mops->query(r->method, r->gen, r->dir, r->deadline_ms, on_ask,
+                             orch_on_method_saved, r);
+    } else if (err == 0) {
+        r->saving = SV_PREPARE;
+        world_step(r->world, r->gen, r->control ? control_step(r->control) : 0);
+    }
+    if (err < 0) {
+        snprintf(msg, sizeof(msg), "cannot start it (%s method, '%s'): %s", r->mops->name,
+                 r->dir, strerror(-err));
+        orch_finish_checkpoint(r, err, msg);
+    }
+}
+
+/* World: the trainers' largest step, for the coordinator. */
+static void on_ask(void *arg, int64_t step)
+{
+    struct orch *r = arg;
+
+    world_step(r->world, r->gen, step);
+}
+
+void orch_on_method_saved(void *arg, int err, const char *msg, int64_t step, const char *dir)
+{
+    struct orch *r = arg;
+    struct snap_save_req req = { .gen = r->gen,
+                                 .rank = r->world ? world_trainer_rank(r->world) : 0,
+                                 .method = r->mops->name };
+    cJSON *e;
+
+    if (!err && r->aborted)
+        err = -ECANCELED, msg = r->abort_reason;
+    if (err) {
+        orch_finish_checkpoint(r, err, msg);
+        return;
+    }
+    r->step = step;
+    snprintf(r->dir, sizeof(r->dir), "%s", dir);
+    r->t_saved = notice_mono_ms();
+    e = log_event_new("checkpoint_saved");
+    cJSON_AddNumberToObject(e, "gen", (double)r->gen);
+    cJSON_AddNumberToObject(e, "step", (double)step);
+    cJSON_AddStringToObject(e, "dir", dir);
+    cJSON_AddNumberToObject(e, "ms", (double)(r->t_saved - r->t_begin));
+    log_event(LOGL_INFO, e, "trainers saved step %lld for generation %llu", (long long)step,
+              (unsigned long long)r->gen);
+    orch_set_state(r, UPLOADING);
+    req.dir = r->dir;
+    req.step = (uint64_t)step;
+    if (r->world && world_trainer_size(r->world) > 1 && r->split_upload) {
+        /* Replicated state goes up once, split across the nodes. */
+        req.share_index = world_trainer_rank(r->world);
+        req.share_count = world_trainer_size(r->world);
+        req.split = on_split;
+        req.split_arg = r;
+    }
+    memset(&r->counters, 0, sizeof(r->counters));
+    snap_save(r->snap, &req, &r->counters, on_uploaded, r);
+}
+
+/* The node's shard is hashed and its share stored: the world compares. */
+static void on_split(void *arg, struct snap_split *sp, const uint8_t fingerprint[32])
+{
+    struct orch *r = arg;
+
+    r->split = sp;
+    if (r->aborted || r->finishing) {
+        r->split = NULL;
+        snap_save_split(sp, false);
+        return;
+    }
+    log_msg(LOGL_INFO, "generation %llu: this node's share of the chunks is stored; waiting "
+            "for the other nodes' fingerprints", (unsigned long long)r->gen);
+    world_hashed(r->world, r->gen, fingerprint);
+}
+
+/* The upload waiting for the world goes on, with the rest or without. */
+void orch_release_split(struct orch *r, bool rest)
+{
+    struct snap_split *sp = r->split;
+
+    r->split = NULL;
+    if (sp)
+        snap_save_split(sp, rest);
+}
+
+static void on_uploaded(void *arg, int err, const char *msg, const struct snap_saved *s)
+{
+    struct orch *r = arg;
+    struct commit_rank rank;
+    struct commit c;
+    char why[160];
+    cJSON *e;
+
+    if (!err && r->aborted)
+        err = -ECANCELED, msg = r->abort_reason;
+    if (!err && r->mops->stands && !r->mops->stands(r->method, why, sizeof(why)))
+        err = -ECANCELED, msg = why;
+    if (err) {
+        orch_finish_checkpoint(r, err, msg);
+        return;
+    }
+    r->saved = *s;
+    r->t_uploaded = notice_mono_ms();
+    e = log_event_new("upload_done");
+    cJSON_AddNumberToObject(e, "gen", (double)r->gen);
+    cJSON_AddNumberToObject(e, "bytes", (double)s->bytes);
+    cJSON_AddNumberToObject(e, "bytes_sent", (double)r->counters.bytes_sent);
+    cJSON_AddNumberToObject(e, "bytes_skipped", (double)r->counters.bytes_skipped);
+    if (r->counters.bytes_split)
+        cJSON_AddNumberToObject(e, "bytes_split", (double)r->counters.bytes_split);
+    cJSON_AddNumberToObject(e, "ms", (double)(r->t_uploaded - r->t_saved));
+    cJSON_AddNumberToObject(e, "hash_ms", (double)(r->counters.cpu_hash_ns / 1000000));
+    cJSON_AddNumberToObject(e, "encode_ms", (double)(r->counters.cpu_encode_ns / 1000000));
+    log_event(LOGL_INFO, e, "generation %llu uploaded: %llu bytes sent",
+              (unsigned long long)r->gen, (unsigned long long)r->counters.bytes_sent);
+    orch_set_state(r, COMMITTING);
+    if (r->world) {
+        /* The coordinator commits once every rank's shard is in. */
+        world_saved(r->world, r->gen, r->step, s->sha256, s->bytes);
+        return;
+    }
+    memset(&c, 0, sizeof(c));
+    memset(&rank, 0, sizeof(rank));
+    snprintf(c.job, sizeof(c.job), "%s", r->job);
+    c.gen = r->gen;
+    c.step = (uint64_t)r->step;
+    c.world_size = 1;
+    snprintf(c.reason, sizeof(c.reason), "%s", r->why);
+    snprintf(c.method, sizeof(c.method), "%s", r->mops->name);
+    c.created_ms = notice_now_ms();
+    snprintf(c.version, sizeof(c.version), "%s", SPOT_VERSION);
+    memcpy(rank.sha256, s->sha256, sizeof(rank.sha256));
+    rank.bytes = s->bytes;
+    c.ranks = &rank;
+    snap_commit(r->snap, &c, orch_on_committed, r);
+}
+
+void orch_on_committed(void *arg, int err, const char *msg)
+{
+    struct orch *r = arg;
+    /* Durations on the monotonic clock; the deadline and the figures' time
+     * of the commit (kept across runs) on the wall clock. */
+    int64_t now = notice_now_ms(), mono = notice_mono_ms();
+    char copy[4200];
+    cJSON *e;
+
+    if (err) {
+        orch_finish_checkpoint(r, err, msg);
+        return;
+    }
+    r->newest_gen = r->gen;
+    orch_add_own(r, r->gen);
+    r->fig.save_ms = r->t_saved - r->t_begin;
+    r->fig.upload_ms = r->t_uploaded - r->t_saved;
+    r->fig.commit_ms = mono - r->t_uploaded;
+    r->fig.bytes = r->saved.bytes;
+    r->fig.bytes_sent = r->counters.bytes_sent;
+    r->fig.prev_step = r->fig.step;
+    r->fig.prev_at_ms = r->fig.at_ms;
+    r->fig.step = r->step;
+    r->fig.at_ms = now;
+    orch_figures_save(r);
+    e = log_event_new("commit");
+    cJSON_AddNumberToObject(e, "gen", (double)r->gen);
+    cJSON_AddNumberToObject(e, "step", (double)r->step);
+    cJSON_AddStringToObject(e, "reason", r->why);
+    cJSON_AddNumberToObject(e, "bytes", (double)r->saved.bytes);
+    cJSON_AddNumberToObject(e, "bytes_sent", (double)r->counters.bytes_sent);
+    cJSON_AddNumberToObject(e, "save_ms", (double)r->fig.save_ms);
+    cJSON_AddNumberToObject(e, "upload_ms", (double)r->fig.upload_ms);
+    cJSON_AddNumberToObject(e, "commit_ms", (double)r->fig.commit_ms);
+    cJSON_AddNumberToObject(e, "total_ms", (double)(mono - r->t_begin));
+    if (r->deadline_ms > 0)
+        cJSON_AddNumberToObject(e, "margin_ms", (double)(r->deadline_ms - now));
+    log_event(LOGL_INFO, e, "generation %llu committed: step %lld, %llu bytes, %lld ms",
+              (unsigned long long)r->gen, (long long)r->step,
+              (unsigned long long)r->saved.bytes, (long long)(mono - r->t_begin));
+    /* A restart resumes from here (spotd's own copy, checked before it is
+     * used); local copies of older ones go. */
+    if (r->world) {
+        r->restore_rank = r->restored_as = world_trainer_rank(r->world);
+        r->restore_size = world_trainer_size(r->world);
+    }
+    orch_own_copy(r, copy, sizeof(copy));
+    orch_set_resume(r, r->gen, r->step, copy);
+    if (r->mops->committed && r->method)
+        r->mops->committed(r->method, copy);
+    orch_prune_local(r, "work", r->dir);
+    orch_prune_local(r, "restore", copy);
+    /* Retention: what the newest generations do not need goes, in the
+     * background (snap_gc never deletes what they reference).  Also when
+     * this commit finished an upload after the command ended (spotd waits
+     * for it then), but not after a preemption's: spotd should be gone. */
+    if (!(r->finishing && r->terminating) && (!r->world || world_is_coordinator(r->world)))
+        orch_collect(r);
+    orch_finish_checkpoint(r, 0, "");
+}
+
+void orch_finish_checkpoint(struct orch *r, int err, const char *msg)
+{
+    struct hook_env he;
+    cJSON *e;
+
+    if (err && r->world && !r->aborted)
+        world_failed(r->world, r->gen, msg);
+    r->claim_waits = false;
+    if (err) {
+        /* Its number is claimed, and objects of it may be in the store:
+         * the next one takes the next number, and gc collects these. */
+        if (r->gen > r->newest_gen && !r->world)
+            r->newest_gen = r->gen;
+        e = log_event_new("checkpoint_failed");
+        cJSON_AddNumberToObject(e, "gen", (double)r->gen);
+        cJSON_AddStringToObject(e, "phase", orch_state_name[r->state]);
+        cJSON_AddStringToObject(e, "error", msg);
+        log_event(LOGL_ERROR, e, "checkpoint of generation %llu failed while %s: %s; generation "
+                  "%llu stays the newest", (unsigned long long)r->gen,
+                  orch_state_name[r->state], msg, (unsigned long long)r->resume_gen);
+    }
+    hook_env_now(r, &he, err ? "failed" : "committed");
+    hooks_run(r->hooks, "post-checkpoint", &he, NULL, NULL);
+    orch_set_state(r, IDLE);
+    if (!r->terminating)
+        orch_claim_next(r);
+    if (r->terminating)
+        orch_stop_command(r, err == 0);
+    else if (r->world)
+        orch_maybe_ready(r);
+}
+
+/* After a terminating notice: the method's stop when the checkpoint was
+ * saved, else the stop sequence at once. */
+void orch_stop_command(struct orch *r, bool saved)
+{
+    if (r->world)
+        world_leave(r->world, saved ? "preempted" : "preempted without a new checkpoint");
+    orch_set_state(r, DRAINING);
+    if (r->world && (r->parked || r->pausing)) {
+        /* A world's pause stopped the command already, or is stopping it. */
+        orch_world_end(r, saved ? ORCH_EXIT_PREEMPTED_SAVED : child_exit_code(r->o.child));
+        return;
+    }
+    if (r->finishing) {
+        /* The command is gone already. */
+        if (saved)
+            r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
+        return;
+    }
+    if (!saved) {
+        child_stop(r->o.child, r->reason, r->o.grace_ms);
+        return;
+    }
+    r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
+    child_set_exit_code(r->o.child, ORCH_EXIT_PREEMPTED_SAVED);
+    r->mops->stop(r->method, r->reason, r->o.grace_ms);
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static void hook_env_now(const struct orch *r, struct hook_env *e, const char *result)
+{
+    *e = (struct hook_env){
+        .job = r->job,
+        .dir = r->dir[0] ? r->dir : NULL,
+        .reason = r->reason,
+        .result = result,
+        .gen = r->gen,
+        .step = r->step,
+        .deadline_ms = r->deadline_ms,
+    };
+}
+
+/* "notice: aws terminate", "notice: drill" */
+void orch_notice_reason(const struct notice *n, char *buf, size_t size)
+{
+    const char *kind = notice_kind_name(n->kind);
+
+    if (strcmp(n->source, kind) == 0)
+        snprintf(buf, size, "notice: %s", kind);
+    else
+        snprintf(buf, size, "notice: %s %s", n->source, kind);
+}
+
+/* Is the snapshot engine still working for us? */
+static bool busy(const struct orch *r)
+{
+    return r->state == RESUMING || r->state == UPLOADING || r->state == COMMITTING ||
+           r->collecting || r->claiming;
+}
+
+static void on_withdrawn(void *arg, int err, const char *msg)
+{
+    struct orch *r = arg;
+
+    r->claiming = false;
+    if (err)
+        log_msg(LOGL_DEBUG, "cannot give back generation %llu's claim: %s",
+                (unsigned long long)r->claimed, msg);
+    r->claimed = 0;
+}
+
+void orch_set_state(struct orch *r, enum orch_state s)
+{
+    if (r->state != s)
+        log_msg(LOGL_DEBUG, "orchestrator: %s -> %s", orch_state_name[r->state],
+                orch_state_name[s]);
+    r->state = s;
+}
+
+/* mkdir -p */
+int orch_make_dirs(const char *path)
+{
+    char buf[4096];
+
+    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+        return -ENAMETOOLONG;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    if (remove(path) < 0 && errno != ENOENT)
+        log_msg(LOGL_WARN, "cannot remove '%s': %s", path, strerror(errno));
+    return 0;
+}
+
+/* rm -rf path */
+void orch_remove_tree(const char *path)
+{
+    nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Remove the entries "gen-*" of STATE/sub except keep (a path or NULL). */
+void orch_prune_local(struct orch *r, const char *sub, const char *keep)
+{
+    char dir[4200], path[4500];
+    struct dirent *d;
+    DIR *dp;
+
+    snprintf(dir, sizeof(dir), "%s/%s", r->state_dir, sub);
+    if (!(dp = opendir(dir)))
+        return;
+    while ((d = readdir(dp))) {
+        if (strncmp(d->d_name, "gen-", 4) != 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
+        if (!keep || strcmp(path, keep) != 0)
+            orch_remove_tree(path);
+    }
+    closedir(dp);
 }

@@ -1,0 +1,222 @@
+/* orch_impl: what the orchestrator's files share; private to
+ * supervisord/orch*.c, whose interface is orch.h.  struct orch, its
+ * states, and the functions one part calls in another, by the file that
+ * defines them:
+ *
+ *   orch.c         life, triggers, one checkpoint from claim to commit
+ *   orch_resume.c  resume at start and after a crash, gc
+ *   orch_world.c   a world's rounds, the command line, the rendezvous
+ *   orch_plan.c    figures, the plan at a notice, spotctl's commands */
+#ifndef SPOTD_ORCH_IMPL_H
+#define SPOTD_ORCH_IMPL_H
+
+#include <event2/util.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "orch.h"
+#include "spot/snap.h"
+
+struct jsonl_msg;
+struct notice;
+struct rendezvous_ops;
+
+enum orch_state { RESUMING, IDLE, SAVING, UPLOADING, COMMITTING, DRAINING, WAITING };
+
+/* Where a world's checkpoint is, in SAVING. */
+enum orch_saving { SV_HOOK, SV_METHOD, SV_PREPARE };
+
+/* Without a notice's deadline, how long a trainer may take to save. */
+#define SAVE_LIMIT_MS (30 * 60 * 1000)
+
+/* What the last checkpoints measured, for the next notice's plan. */
+struct figures {
+    int64_t save_ms, upload_ms, commit_ms;
+    uint64_t bytes, bytes_sent;
+    int64_t step, at_ms;           /* of the last commit */
+    int64_t prev_step, prev_at_ms; /* of the one before */
+};
+
+/* A committed generation the start may resume from, and, once tried,
+ * why it did not restore. */
+struct cand {
+    uint64_t gen;
+    int64_t step;
+    int err;
+    char why[512];
+};
+
+struct orch {
+    struct orch_opts o;
+    char *job, *store_url, *state_dir;
+    const struct method_ops *mops;
+    struct method *method;
+    struct pool *pool;
+    struct store *store;
+    struct snap *snap;
+    struct control *control;
+    struct hooks *hooks;
+    enum orch_state state;
+    uint64_t newest_gen;           /* the highest generation number seen */
+    uint64_t resume_gen;           /* the newest committed: what a restart resumes from */
+    /* World: whose shard resume_dir holds, of how many, and the trainer
+     * rank this node had then (an elastic world renumbers its trainers). */
+    uint32_t restore_rank, restore_size, restored_as;
+    int64_t resume_step;
+    char resume_dir[4096];
+    struct figures fig;
+    char last_notice[256];
+    /* the checkpoint under way */
+    uint64_t gen;
+    int64_t step;
+    char dir[4096];                /* where the method put its files */
+    char reason[160];
+    const char *why;               /* "notice", "periodic", "request", "manual", "dir" */
+    bool terminating;
+    int64_t deadline_ms;
+    int64_t t_begin, t_saved, t_uploaded;   /* monotonic */
+    int64_t t_restore;             /* the restore at start began */
+    struct snap_counters counters;
+    struct snap_saved saved;
+    int exit_code;
+    bool finishing;                /* spotd is ending: start nothing new */
+    bool collecting;               /* snap_gc under way */
+    bool collect_again;            /* a commit came meanwhile: once more after it */
+    struct event *tick;            /* periodic checkpoints */
+    /* a world */
+    struct world *world;
+    struct rendezvous *rv;         /* --rendezvous store */
+    enum orch_saving saving;
+    bool aborted;                  /* the world gave the checkpoint under way up */
+    char abort_reason[128];
+    bool want_stop;                /* a terminating notice for this node */
+    bool pausing, parked;          /* the command is being stopped / is stopped */
+    bool ending;                   /* this node goes once the command is not running */
+    bool resumed_once;             /* --resume applies to the first resume only */
+    /* The start (and a restart's resume): what the store holds, what was
+     * tried.  gc runs only once the job's generations were read, and
+     * spares what this spotd neither resumed from nor wrote. */
+    enum { RESUME_AUTO, RESUME_FRESH, RESUME_GEN } resume_mode;
+    uint64_t resume_want;          /* RESUME_GEN */
+    bool gens_read;
+    uint64_t resumed_from;         /* 0: started fresh */
+    uint64_t *own;                 /* generations this spotd committed, ascending */
+    size_t n_own, cap_own;
+    struct cand *cands;            /* newest first */
+    size_t n_cands, next_cand;
+    int64_t wait_from;             /* monotonic ms the store first failed; 0: it did not */
+    unsigned store_tries;
+    struct event *retry;           /* the next try of a store that could not be read */
+    void (*retry_fn)(struct orch *r);
+    bool restarting;               /* a restart of the command waits for its resume */
+    /* Generation numbers are claimed (snap_claim), the next one ahead of
+     * time: a notice's checkpoint does not wait for the store. */
+    uint64_t claimed;              /* claimed and not used yet; 0: none */
+    bool claiming;
+    bool claim_waits;              /* the checkpoint under way waits for it */
+    uint64_t world_want;           /* the generation the world resumes from */
+    uint64_t commit_gen;           /* coordinator: the commit record being written */
+    struct snap_split *split;      /* the upload waits for the world's split */
+    bool split_upload;             /* the round's prepare said split */
+    char master_addr[64];
+    unsigned master_port;
+    char **argv;                   /* the command, substituted */
+    size_t argc;
+};
+
+/* ---- orch.c ---- */
+
+/* The states' names, indexed by enum orch_state. */
+extern const char *const orch_state_name[];
+/* r's state becomes s (a debug line when it changes). */
+void orch_set_state(struct orch *r, enum orch_state s);
+/* mkdir -p path; 0 or -errno. */
+int orch_make_dirs(const char *path);
+/* rm -rf path. */
+void orch_remove_tree(const char *path);
+/* Remove the entries "gen-*" of STATE/sub except keep (a path or NULL). */
+void orch_prune_local(struct orch *r, const char *sub, const char *keep);
+/* "notice: aws terminate", "notice: drill" into buf. */
+void orch_notice_reason(const struct notice *n, char *buf, size_t size);
+/* Start the command from what was resumed: control socket, method, environment. */
+void orch_run_command(struct orch *r);
+/* A checkpoint of this node alone, for notice n (or NULL) or why. */
+void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *why);
+/* The checkpoint set up in r begins: its number claimed, the hook, the method. */
+void orch_start_checkpoint(struct orch *r);
+/* Claim the next generation number ahead, when none is held or being claimed. */
+void orch_claim_next(struct orch *r);
+/* The method's callback: the trainers saved step into dir; the upload begins. */
+void orch_on_method_saved(void *arg, int err, const char *msg, int64_t step, const char *dir);
+/* The upload waiting for the world's split goes on, with the rest or without. */
+void orch_release_split(struct orch *r, bool rest);
+/* The checkpoint's commit record is written (or failed): figures, resume point, gc. */
+void orch_on_committed(void *arg, int err, const char *msg);
+/* The checkpoint under way ends, committed (err 0) or failed with msg. */
+void orch_finish_checkpoint(struct orch *r, int err, const char *msg);
+/* After a terminating notice: the method's stop when saved, else the stop sequence. */
+void orch_stop_command(struct orch *r, bool saved);
+
+/* ---- orch_resume.c ---- */
+
+/* The start: clear STATE/work, list the job's generations, resume. */
+void orch_start_listing(struct orch *r);
+/* Restore gen (holding step), after the pre-restore hook, then start the command. */
+void orch_restore_pick(struct orch *r, uint64_t gen, int64_t step);
+/* Restore resume_gen into resume_dir, or take the copy there once it proves exact. */
+void orch_restore(struct orch *r);
+/* child.c's hook before a restart: resume from the newest commit's checked copy. */
+void orch_on_before_restart(void *arg);
+/* gen (holding step, its files in dir; 0 and NULL: none) is what a start resumes from. */
+void orch_set_resume(struct orch *r, uint64_t gen, int64_t step, const char *dir);
+/* Where a restart finds the generation just committed, into buf (made when needed). */
+void orch_own_copy(struct orch *r, char *buf, size_t size);
+/* A store read at start failed: again(r) later, or refuse after --store-wait. */
+void orch_store_retry(struct orch *r, void (*again)(struct orch *), const char *what,
+                      const char *msg);
+/* The retry timer's callback (r->retry). */
+void orch_on_retry(evutil_socket_t fd, short what, void *arg);
+/* A store read worked: the next failure has its --store-wait again. */
+void orch_store_ok(struct orch *r);
+/* The command is not started: spotd ends with 125. */
+void orch_refuse_start(struct orch *r);
+/* Remember gen as committed by this spotd (gc may collect it). */
+void orch_add_own(struct orch *r, uint64_t gen);
+/* Garbage collection in the background, once the generations were read. */
+void orch_collect(struct orch *r);
+
+/* ---- orch_world.c ---- */
+
+/* The world, once this node's rank is known; -EINVAL with the reason in err. */
+int orch_make_world(struct orch *r, uint32_t rank, char *err, size_t errlen);
+/* A checkpoint wanted here: the world's coordinator runs it. */
+void orch_world_want(struct orch *r, const char *why, int64_t deadline_ms);
+/* A notice in a world: a trigger for the coordinator, or this node leaves. */
+void orch_world_notice(struct orch *r, const struct notice *n);
+/* This node goes, with code, once its command is not running. */
+void orch_world_end(struct orch *r, int code);
+/* Nothing under way and the command stopped: wait for the world's resume. */
+void orch_maybe_ready(struct orch *r);
+/* The world's environment and command line for the next start; 0 or -ENOMEM. */
+int orch_world_command(struct orch *r);
+/* Free the substituted command line. */
+void orch_free_argv(struct orch *r);
+/* What the rendezvous asks of the orchestrator (rendezvous.h). */
+extern const struct rendezvous_ops orch_rv_ops;
+
+/* ---- orch_plan.c ---- */
+
+/* Read STATE/figures.json when there is one (anything odd in it is ignored). */
+void orch_figures_load(struct orch *r);
+/* Write r->fig to STATE/figures.json. */
+void orch_figures_save(struct orch *r);
+/* Whether a new checkpoint fits before the notice's deadline (the plan is logged). */
+bool orch_plan_fits(struct orch *r);
+/* When a notice's checkpoint is given up: before notices.c's fallback stop. */
+int64_t orch_notice_deadline(const struct orch *r, const struct notice *n);
+/* spotctl's commands on the control socket: status, checkpoint, drill. */
+void orch_on_command(void *arg, const char *cmd, const struct jsonl_msg *m, char *reply,
+                     size_t len);
+
+#endif
