@@ -41,10 +41,12 @@ expect_eq() {
     if [ "$2" = "$3" ]; then pass "$1"; else fail "$1" "expected '$2', got '$3'"; fi
 }
 
-# run_spotd ARGS...: run spotd in the foreground (bounded); sets RC, and
-# leaves its stderr in $T/stderr and stdout in $T/stdout.
+# run_spotd ARGS...: run spotd in the foreground (bounded: a guard against
+# a hang, 120 s, for a run that takes seconds on an idle machine and may take
+# several times that beside other suites); sets RC, and leaves its stderr in
+# $T/stderr and stdout in $T/stdout.
 run_spotd() {
-    timeout -k 2 60 "$SPOTD" "$@" >"$T/stdout" 2>"$T/stderr"
+    timeout -k 2 120 "$SPOTD" "$@" >"$T/stdout" 2>"$T/stderr"
     RC=$?
 }
 

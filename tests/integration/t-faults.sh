@@ -168,9 +168,12 @@ job=list-file
 make_gens "$S" "$job"
 prints "$S" "$job" "$T/$job.before"
 top=$(step_of "$S" "$job" "$(tail -n 1 "$T/$job.before" | cut -d' ' -f1)")
+# gens/ a link to itself (ELOOP) for 3 s, then, in one rename, a link to the
+# real folder: never a moment without gens/, which would be a job with
+# nothing in it, not an error.
 mv "$T/store/$job/gens" "$T/store/$job/gens.real"
 ln -s gens "$T/store/$job/gens"
-( sleep 3; rm "$T/store/$job/gens"; mv "$T/store/$job/gens.real" "$T/store/$job/gens" ) &
+( sleep 3; ln -s gens.real "$T/store/$job/gens.new"; mv -T "$T/store/$job/gens.new" "$T/store/$job/gens" ) &
 recover "$S" "$job" --store-wait 60s
 wait
 check "faults (list error file): the listing failed, and was tried again" \
