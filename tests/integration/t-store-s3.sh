@@ -125,21 +125,19 @@ expect_eq "s3: ... the role's credentials were read twice" 2 \
     "$(mock_count /latest/meta-data/iam/security-credentials/trainer GET)"
 expect_eq "s3: ... with a session token each time" 2 "$(mock_count /latest/api/token PUT)"
 
-# Credentials five minutes and twelve seconds from expiring are fetched
-# again twelve seconds later, before they expire, in the middle of a push (a
-# request stalled for 16 s makes it last longer than that).  The seconds to
-# spare keep the credentials' lifetime over five minutes when spotctl
-# fetches them on a loaded machine (a slower start would make them
-# short-lived ones, kept for a minute).
-exp=$(python3 -c 'import time; print(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 312)))')
+# Credentials five minutes and ten seconds from expiring when served (the
+# mock's expires_in: counted from each request, so a slow start on a loaded
+# machine cannot make them short-lived ones, kept for a minute) are fetched
+# again ten seconds later, before they expire, in the middle of a push (a
+# request stalled for 12 s makes it last longer than that).
 mock_reset
-mock_state '{"role":{"name":"trainer","AccessKeyId":"'"$AWS_ACCESS_KEY_ID"'","SecretAccessKey":"'"$AWS_SECRET_ACCESS_KEY"'","Token":"t2","Expiration":"'"$exp"'"}}' >/dev/null
+mock_state '{"role":{"name":"trainer","AccessKeyId":"'"$AWS_ACCESS_KEY_ID"'","SecretAccessKey":"'"$AWS_SECRET_ACCESS_KEY"'","Token":"t2","expires_in":310}}' >/dev/null
 fault_reset
 fault_rules '[{"method":"PUT","path":"/chunks/","nth":1,"action":"stall","seconds":30}]' >/dev/null
 echo "another change" >>"$T/fck/a.bin"
 env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_EC2_METADATA_DISABLED \
     AWS_EC2_METADATA_SERVICE_ENDPOINT="$MOCK_URL" \
-    "$SPOTCTL" push --store "$URL" --job "$JOB" --s3-endpoint "$FAULT_URL" --s3-timeout 16s \
+    "$SPOTCTL" push --store "$URL" --job "$JOB" --s3-endpoint "$FAULT_URL" --s3-timeout 12s \
     --chunk-size 256KiB "$T/fck" >"$T/out" 2>"$T/err"
 expect_eq "s3: a push outliving its role credentials' refresh point succeeds" "0 " \
     "$? $(cat "$T/err")"

@@ -452,6 +452,10 @@ class AWS(TokenMock):
                     or not r["name"]:
                 raise BadState('role: null or {"name":..,"AccessKeyId":..,...}')
             r = dict(r)
+            if "expires_in" in r and (not isinstance(r["expires_in"], (int, float))
+                                      or isinstance(r["expires_in"], bool)
+                                      or r["expires_in"] <= 0):
+                raise BadState("role: expires_in: seconds > 0")
             r.setdefault("Code", "Success")
             r.setdefault("Type", "AWS-HMAC")
             r.setdefault("AccessKeyId", "ASIAMOCK")
@@ -481,7 +485,11 @@ class AWS(TokenMock):
         }
         role = s.get("role")
         if role is not None:
-            doc = {k: v for k, v in role.items() if k != "name"}
+            doc = {k: v for k, v in role.items() if k not in ("name", "expires_in")}
+            # "expires_in": N serves an Expiration N s after each request,
+            # as a role's fresh credentials have, however late it comes.
+            if "expires_in" in role:
+                doc["Expiration"] = utc(time.time() + role["expires_in"])
             leaves["iam/security-credentials/" + role["name"]] = json.dumps(doc, indent=2)
         return leaves
 

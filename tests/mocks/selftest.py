@@ -9,6 +9,7 @@ The checks of faultproxy.py live in selftest_faultproxy.py, run from here.
 """
 
 import argparse
+import calendar
 import http.client
 import json
 import os
@@ -289,6 +290,18 @@ def test_aws(m):
                (r2.status, "HTTP/1.%d" % (r2.version - 10), r2.read()))
     finally:
         c.close()
+
+    # A role's Expiration counted from each request with expires_in.
+    m.state(role={"name": "r", "expires_in": 310})
+    rp = "/latest/meta-data/iam/security-credentials/r"
+    s, _, b = m.req("GET", rp, auth)
+    left = (calendar.timegm(time.strptime(json.loads(b)["Expiration"], "%Y-%m-%dT%H:%M:%SZ"))
+            - time.time()) if s == 200 else 0
+    result("aws/role-expires-in", s == 200 and 305 <= left <= 311
+           and "expires_in" not in json.loads(b), "%d %r" % (s, b))
+    result("aws/role-expires-in-bad", raised(lambda: m.state(role={"name": "r", "expires_in": 0})),
+           "expires_in 0 accepted")
+    m.state(role=None)
 
     m.state(notice=None)
     common_faults(m, "aws", IA, auth, 404)
