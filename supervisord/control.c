@@ -2,7 +2,9 @@
  *
  * DESIGN.  One listening socket and one event per worker connection, all on
  * the loop; reads are non-blocking and lines are parsed with libckpt's own
- * reader (jsonl.c), so both sides agree on what a message is.  A
+ * reader (jsonl.c), so both sides agree on what a message is; one table
+ * of kinds (kinds[]) says which a connection takes before and after its
+ * hello and which members each needs, checked before its handler runs.  A
  * checkpoint is a small state machine over the workers connected when it
  * starts: QUERY (each says its step) -> SAVE (each saves at the common
  * step) -> done.  Writes are small and rare; a worker whose socket does
@@ -417,154 +419,247 @@ static int join(struct worker *w)
     return send_kv(w, q, 2);
 }
 
-/* One message from a worker.  Returns 0, 1 when the connection is done
- * (a command was answered), or -1 when it must go for a protocol error. */
-static int handle(struct worker *w, const struct jsonl_msg *m)
+/* A message, with what the checks every message shares took from it for
+ * its handler. */
+struct said {
+    const struct jsonl_msg *m;
+    long long id;                  /* where its kind needs one (NEED_ID), else 0 */
+    long long step;                /* where its kind needs one (NEED_STEP), else -1 */
+};
+
+/* An answer or a report for the checkpoint under way, from one of its
+ * workers (not for one that was given up). */
+static bool of_checkpoint(const struct worker *w, long long id)
+{
+    return w->c->phase != IDLE && id == w->c->id && w->in_ck;
+}
+
+/* Every report of a step says the worker trains: one that did not count
+ * for silence counts again.  Returns 0, or -1 when it cannot be written
+ * to. */
+static int reported_step(struct worker *w)
+{
+    if (w->stepped)
+        return 0;
+    w->stepped = true;
+    evtimer_del(w->timer);
+    if (!w->quiet)
+        return 0;
+    w->quiet = false;
+    log_msg(LOGL_INFO, "trainer pid %lld (local rank %lld) reported its first step: it "
+            "counts again", w->pid, w->local_rank);
+    return join(w) < 0 ? -1 : 0;
+}
+
+/* spotctl's one command, answered: the connection is done. */
+static int msg_command(struct worker *w, const struct said *s)
 {
     struct control *c = w->c;
+    const struct jsonl_value *cmd = jsonl_get(s->m, "cmd");
+    char reply[JSONL_LINE_MAX];
+
+    if (!cmd || cmd->type != JSONL_STRING || !c->o.on_command)
+        return -1;
+    c->o.on_command(c->o.arg, cmd->str, s->m, reply, sizeof(reply) - 1);
+    strcat(reply, "\n");
+    send(w->fd, reply, strlen(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
+    return 1; /* one command per connection */
+}
+
+/* The answer to a hello: where the worker resumes from, if anywhere. */
+static int send_welcome(struct worker *w)
+{
+    struct control *c = w->c;
+    const char *resume = NULL;
+    char dir[4096];
+
+    if (c->resume_dir && c->o.flat) {
+        resume = c->resume_dir;
+    } else if (c->resume_dir) {
+        worker_dir(w, c->resume_dir, dir, sizeof(dir));
+        resume = dir;
+    }
+    {
+        struct jsonl_kv kv[] = {
+            JSONL_STR("type", "welcome"),
+            JSONL_STR("resume_dir", resume),
+            JSONL_INT("resume_step", c->resume_step),
+            JSONL_INT("gen", (long long)c->resume_gen),
+        };
+
+        if (!resume)
+            kv[2].type = kv[3].type = JSONL_NULL; /* a fresh start */
+        return send_kv(w, kv, 4);
+    }
+}
+
+static int msg_hello(struct worker *w, const struct said *s)
+{
+    struct control *c = w->c;
+    const struct jsonl_value *pid = jsonl_get(s->m, "pid");
+    const struct jsonl_value *rank = jsonl_get(s->m, "local_rank");
+    const struct jsonl_value *size = jsonl_get(s->m, "local_world_size");
+
+    if (!pid || pid->type != JSONL_INT || !rank || rank->type != JSONL_INT)
+        return -1;
+    if (hellos(c) == WORKERS_MAX) {
+        log_msg(LOGL_WARN, "refused a trainer (pid %lld): %d are connected to the control "
+                "socket already", pid->num, WORKERS_MAX);
+        return -1;
+    }
+    w->hello = true;
+    w->pid = pid->num;
+    w->local_rank = rank->num;
+    w->size = size && size->type == JSONL_INT && size->num > 0 && size->num <= WORKERS_MAX
+                  ? size->num
+                  : -1;
+    /* A worker of a rank that left is that worker back. */
+    prune_gone(c, true, w->local_rank);
+    /* Under the signal and dir methods a trainer may only ever call
+     * ckpt_saved(), and no checkpoint here counts workers. */
+    if (c->o.flat) {
+        evtimer_del(w->timer);
+    } else {
+        struct timeval tv = { .tv_sec = c->quiet_ms / 1000,
+                              .tv_usec = c->quiet_ms % 1000 * 1000 };
+        evtimer_add(w->timer, &tv);
+    }
+    if (send_welcome(w) < 0)
+        return -1;
+    log_msg(LOGL_INFO, "trainer pid %lld (local rank %lld) connected", w->pid, w->local_rank);
+    return join(w);
+}
+
+static int msg_progress(struct worker *w, const struct said *s)
+{
+    struct control *c = w->c;
+    int64_t now = notice_mono_ms();
+
+    /* The rate over reports at least 5 s apart, from one worker. */
+    if (c->rate_pid != w->pid || s->step < c->rate_step) {
+        c->rate_pid = w->pid;
+        c->rate_step = s->step;
+        c->rate_ms = now;
+    } else if (now - c->rate_ms >= 5000) {
+        c->steps_per_s = (double)(s->step - c->rate_step) * 1000.0 / (double)(now - c->rate_ms);
+        c->rate_step = s->step;
+        c->rate_ms = now;
+    }
+    c->last_step = s->step;
+    return 0;
+}
+
+static int msg_request(struct worker *w, const struct said *s)
+{
+    if (w->c->o.on_request)
+        w->c->o.on_request(w->c->o.arg);
+    return 0;
+}
+
+/* step (saved false) or saved: the worker's answer to the query, or its
+ * report of the save; a saved of id 0 is one the trainer made on its
+ * own. */
+static int answer(struct worker *w, const struct said *s, bool saved)
+{
+    struct control *c = w->c;
+
+    if (s->step > c->last_step)
+        c->last_step = s->step;
+    if (s->id == 0 && saved) {
+        if (c->o.on_saved)
+            c->o.on_saved(c->o.arg, s->step);
+        return 0;
+    }
+    /* Answers to a checkpoint that was given up are ignored. */
+    if (!of_checkpoint(w, s->id))
+        return 0;
+    w->step = s->step;
+    if (saved)
+        w->saved = true;
+    else
+        w->answered = true;
+    check_progress(c);
+    return 0;
+}
+
+static int msg_step(struct worker *w, const struct said *s)
+{
+    return answer(w, s, false);
+}
+
+static int msg_saved(struct worker *w, const struct said *s)
+{
+    return answer(w, s, true);
+}
+
+static int msg_failed(struct worker *w, const struct said *s)
+{
+    const struct jsonl_value *why = jsonl_get(s->m, "reason");
+
+    if (of_checkpoint(w, s->id))
+        end_checkpoint(w->c, -EIO, -1, "trainer pid %lld (local rank %lld) could not save: %.200s",
+                       w->pid, w->local_rank,
+                       why && why->type == JSONL_STRING ? why->str : "no reason given");
+    return 0;
+}
+
+/* What a kind of message needs before its handler runs. */
+enum {
+    NEED_ID = 1 << 0,              /* "id": an integer, the checkpoint's */
+    NEED_STEP = 1 << 1,            /* "step": an integer >= 0 */
+    STEPS = 1 << 2,                /* a report of a step: the worker trains (reported_step()) */
+};
+
+/* The kinds of message, by the connection's state: its first message is
+ * a hello (a worker) or a command (spotctl); after a hello come the
+ * worker's reports.  Anything else is a protocol error: the connection
+ * goes. */
+static const struct kind {
+    const char *type;
+    bool hello;                    /* said after a hello (else: as the first message) */
+    unsigned needs;                /* NEED_*, STEPS */
+    int (*fn)(struct worker *w, const struct said *s);
+} kinds[] = {
+    { "command", false, 0, msg_command },
+    { "hello", false, 0, msg_hello },
+    { "progress", true, NEED_STEP | STEPS, msg_progress },
+    { "request", true, 0, msg_request },
+    { "step", true, NEED_ID | NEED_STEP | STEPS, msg_step },
+    { "saved", true, NEED_ID | NEED_STEP | STEPS, msg_saved },
+    { "failed", true, NEED_ID, msg_failed },
+};
+
+/* One message from a worker: the checks every message shares, then its
+ * kind's handler.  Returns 0, 1 when the connection is done (a command
+ * was answered), or -1 when it must go for a protocol error. */
+static int handle(struct worker *w, const struct jsonl_msg *m)
+{
     const char *type = jsonl_type(m);
     const struct jsonl_value *v = jsonl_get(m, "v");
     const struct jsonl_value *id = jsonl_get(m, "id"), *step = jsonl_get(m, "step");
+    bool step_ok = step && step->type == JSONL_INT && step->num >= 0;
+    struct said s = { .m = m, .id = 0, .step = -1 };
+    const struct kind *k = NULL;
 
     if (!type || !v || v->type != JSONL_INT || v->num != 1)
         return -1;
-    if (!w->hello && strcmp(type, "command") == 0) {
-        const struct jsonl_value *cmd = jsonl_get(m, "cmd");
-        char reply[JSONL_LINE_MAX];
-
-        if (!cmd || cmd->type != JSONL_STRING || !c->o.on_command)
-            return -1;
-        c->o.on_command(c->o.arg, cmd->str, m, reply, sizeof(reply) - 1);
-        strcat(reply, "\n");
-        send(w->fd, reply, strlen(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
-        return 1; /* one command per connection */
-    }
-    if (!w->hello) {
-        const struct jsonl_value *pid = jsonl_get(m, "pid"), *rank = jsonl_get(m, "local_rank");
-        const struct jsonl_value *size = jsonl_get(m, "local_world_size");
-        char dir[4096];
-        const char *resume = NULL;
-
-        if (strcmp(type, "hello") != 0 || !pid || pid->type != JSONL_INT || !rank ||
-            rank->type != JSONL_INT)
-            return -1;
-        if (hellos(c) == WORKERS_MAX) {
-            log_msg(LOGL_WARN, "refused a trainer (pid %lld): %d are connected to the control "
-                    "socket already", pid->num, WORKERS_MAX);
-            return -1;
-        }
-        w->hello = true;
-        w->pid = pid->num;
-        w->local_rank = rank->num;
-        w->size = size && size->type == JSONL_INT && size->num > 0 && size->num <= WORKERS_MAX
-                      ? size->num
-                      : -1;
-        /* A worker of a rank that left is that worker back. */
-        prune_gone(c, true, w->local_rank);
-        /* Under the signal and dir methods a trainer may only ever call
-         * ckpt_saved(), and no checkpoint here counts workers. */
-        if (c->o.flat) {
-            evtimer_del(w->timer);
-        } else {
-            struct timeval tv = { .tv_sec = c->quiet_ms / 1000,
-                                  .tv_usec = c->quiet_ms % 1000 * 1000 };
-            evtimer_add(w->timer, &tv);
-        }
-        if (c->resume_dir && c->o.flat) {
-            resume = c->resume_dir;
-        } else if (c->resume_dir) {
-            worker_dir(w, c->resume_dir, dir, sizeof(dir));
-            resume = dir;
-        }
-        {
-            struct jsonl_kv kv[] = {
-                JSONL_STR("type", "welcome"),
-                JSONL_STR("resume_dir", resume),
-                JSONL_INT("resume_step", c->resume_step),
-                JSONL_INT("gen", (long long)c->resume_gen),
-            };
-
-            if (!resume)
-                kv[2].type = kv[3].type = JSONL_NULL; /* a fresh start */
-            if (send_kv(w, kv, 4) < 0)
-                return -1;
-        }
-        log_msg(LOGL_INFO, "trainer pid %lld (local rank %lld) connected", w->pid, w->local_rank);
-        return join(w);
-    }
-    /* Every report of a step says the worker trains. */
-    if ((strcmp(type, "progress") == 0 || strcmp(type, "step") == 0 ||
-         strcmp(type, "saved") == 0) && step && step->type == JSONL_INT && step->num >= 0 &&
-        !w->stepped) {
-        w->stepped = true;
-        evtimer_del(w->timer);
-        if (w->quiet) {
-            w->quiet = false;
-            log_msg(LOGL_INFO, "trainer pid %lld (local rank %lld) reported its first step: it "
-                    "counts again", w->pid, w->local_rank);
-            if (join(w) < 0)
-                return -1;
-        }
-    }
-    if (strcmp(type, "progress") == 0) {
-        int64_t now = notice_mono_ms();
-
-        if (!step || step->type != JSONL_INT || step->num < 0)
-            return -1;
-        /* The rate over reports at least 5 s apart, from one worker. */
-        if (c->rate_pid != w->pid || step->num < c->rate_step) {
-            c->rate_pid = w->pid;
-            c->rate_step = step->num;
-            c->rate_ms = now;
-        } else if (now - c->rate_ms >= 5000) {
-            c->steps_per_s =
-                (double)(step->num - c->rate_step) * 1000.0 / (double)(now - c->rate_ms);
-            c->rate_step = step->num;
-            c->rate_ms = now;
-        }
-        c->last_step = step->num;
-        return 0;
-    }
-    if (strcmp(type, "request") == 0) {
-        if (c->o.on_request)
-            c->o.on_request(c->o.arg);
-        return 0;
-    }
-    if ((strcmp(type, "step") == 0 || strcmp(type, "saved") == 0 ||
-         strcmp(type, "failed") == 0) &&
-        (!id || id->type != JSONL_INT))
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]) && !k; i++)
+        if (kinds[i].hello == w->hello && strcmp(kinds[i].type, type) == 0)
+            k = &kinds[i];
+    if (!k)
         return -1;
-    if (strcmp(type, "step") == 0 || strcmp(type, "saved") == 0) {
-        if (!step || step->type != JSONL_INT || step->num < 0)
-            return -1;
-        /* Answers to a checkpoint that was given up are ignored. */
-        if (step->num > c->last_step)
-            c->last_step = step->num;
-        if (id->num == 0 && strcmp(type, "saved") == 0) {
-            if (c->o.on_saved)
-                c->o.on_saved(c->o.arg, step->num);
-            return 0;
-        }
-        if (c->phase == IDLE || id->num != c->id || !w->in_ck)
-            return 0;
-        w->step = step->num;
-        if (strcmp(type, "step") == 0)
-            w->answered = true;
-        else
-            w->saved = true;
-        check_progress(c);
-        return 0;
-    }
-    if (strcmp(type, "failed") == 0) {
-        const struct jsonl_value *why = jsonl_get(m, "reason");
-
-        if (c->phase != IDLE && id->num == c->id && w->in_ck)
-            end_checkpoint(c, -EIO, -1, "trainer pid %lld (local rank %lld) could not save: %.200s",
-                           w->pid, w->local_rank,
-                           why && why->type == JSONL_STRING ? why->str : "no reason given");
-        return 0;
-    }
-    return -1;
+    /* A report of a step says the worker trains even when the rest of
+     * it is wrong. */
+    if (k->needs & STEPS && step_ok && reported_step(w) < 0)
+        return -1;
+    if ((k->needs & NEED_ID && (!id || id->type != JSONL_INT)) ||
+        (k->needs & NEED_STEP && !step_ok))
+        return -1;
+    if (k->needs & NEED_ID)
+        s.id = id->num;
+    if (k->needs & NEED_STEP)
+        s.step = step->num;
+    return k->fn(w, &s);
 }
 
 /* Read what came and handle its lines.  Returns 0, or -1 when w is gone

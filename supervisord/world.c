@@ -4,9 +4,11 @@
  * depends on whether it is the coordinator at that moment.  Messages to
  * this node itself (the coordinator is one of the ranks) go through a
  * queue drained on the loop, so a node talks to itself exactly as to the
- * others, and no world_* call re-enters the orchestrator.  A one-second
- * tick re-sends what a change of coordinator could have lost (ready) and
- * retries the resume.
+ * others, and no world_* call re-enters the orchestrator.  Every message,
+ * a peer's or its own, passes one table of which phases of the round take
+ * it and what else it needs (rules[], world_admit()) before its handler
+ * runs.  A one-second tick re-sends what a change of coordinator could
+ * have lost (ready) and retries the resume.
  *
  * Ranks are the nodes' places in the world (--rank, the peer layer's
  * names).  The members are the ranks whose commands the last resume
@@ -37,10 +39,6 @@
 #define ROUND_LIMIT_MS (30 * 60 * 1000)
 /* After a round to grow the world failed, the next one waits this long. */
 #define GROW_RETRY_MS (30 * 1000)
-
-/* R_CLAIM: the coordinator claims the round's generation number (no
- * other rank knows of the round yet). */
-enum phase { R_NONE, R_CLAIM, R_QUERY, R_PREPARE, R_COMMITTING };
 
 struct member {
     bool in;                       /* a member: its command runs with the others */
@@ -88,7 +86,7 @@ struct world {
     uint32_t coordinator;
     bool resuming;                 /* coordinator: pick_resume under way */
     /* the round, as this node saw it */
-    enum phase phase;
+    enum world_phase phase;
     uint64_t gen;
     int64_t step;                  /* prepared */
     int64_t deadline_ms;           /* wall clock: a cloud's, or sent to every node */
@@ -214,7 +212,7 @@ static void on_drain(evutil_socket_t fd, short what, void *arg)
 
 static void round_clear(struct world *w)
 {
-    w->phase = R_NONE;
+    w->phase = WORLD_NONE;
     w->running = false;
     evtimer_del(w->timer);
     for (uint32_t r = 0; r < w->o.world_size; r++) {
@@ -243,7 +241,7 @@ static void abort_round(struct world *w, const char *fmt, ...)
         w->grow = false;
         w->grow_after = notice_mono_ms() + GROW_RETRY_MS;
     }
-    w->phase = R_NONE;
+    w->phase = WORLD_NONE;
     w->running = false;
     evtimer_del(w->timer);
 }
@@ -253,7 +251,7 @@ static void send_query(struct world *w)
 {
     struct peermsg q = { .type = PEERMSG_QUERY, .step = -1 };
 
-    w->phase = R_QUERY;
+    w->phase = WORLD_QUERY;
     log_msg(LOGL_INFO, "world: round for generation %llu begins (%s), %lld ms to the deadline",
             (unsigned long long)w->gen, w->reason,
             (long long)(w->deadline_ms - notice_now_ms()));
@@ -283,13 +281,13 @@ static void start_round(struct world *w, const struct peermsg *n)
         return;
     }
     /* The number first: another writer of the job may hold this one. */
-    w->phase = R_CLAIM;
+    w->phase = WORLD_CLAIM;
     w->o.ops->claim(w->o.arg, w->gen);
 }
 
 void world_claimed(struct world *w, int err, const char *msg, uint64_t gen)
 {
-    if (w->phase != R_CLAIM || !w->running)
+    if (w->phase != WORLD_CLAIM || !w->running)
         return; /* the round was given up meanwhile; the number stays unused */
     if (err) {
         abort_round(w, "%s", msg);
@@ -330,7 +328,7 @@ static void maybe_commit(struct world *w)
     int64_t step = -1;
     uint32_t i = 0, unsaved = 0;
 
-    if (w->phase != R_PREPARE || w->coordinator != w->o.rank)
+    if (w->phase != WORLD_PREPARE || w->coordinator != w->o.rank)
         return;
     for (uint32_t r = 0; r < w->o.world_size; r++) {
         if (!w->m[r].in || w->m[r].saved)
@@ -376,7 +374,7 @@ static void maybe_commit(struct world *w)
         c.ranks[i].bytes = w->m[r].bytes;
         i++;
     }
-    w->phase = R_COMMITTING;
+    w->phase = WORLD_COMMITTING;
     w->step = step;
     log_msg(LOGL_INFO, "world: every rank saved step %lld; committing generation %llu",
             (long long)step, (unsigned long long)w->gen);
@@ -391,18 +389,18 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     size_t len = 0;
     uint32_t n = 0;
 
-    if (w->phase == R_NONE || w->phase == R_COMMITTING)
+    if (w->phase == WORLD_NONE || w->phase == WORLD_COMMITTING)
         return;
     for (uint32_t r = 0; r < w->o.world_size && len < sizeof(who) - 16; r++)
-        if (w->m[r].in && (w->phase == R_QUERY ? !w->m[r].answered : !w->m[r].saved)) {
+        if (w->m[r].in && (w->phase == WORLD_QUERY ? !w->m[r].answered : !w->m[r].saved)) {
             len += (size_t)snprintf(who + len, sizeof(who) - len, "%s%u", len ? ", " : "", r);
             n++;
         }
-    if (w->phase == R_CLAIM)
+    if (w->phase == WORLD_CLAIM)
         abort_round(w, "the deadline passed before its generation number was claimed");
     else
         abort_round(w, "the deadline passed before %s %s %s", n > 1 ? "ranks" : "rank", who,
-                    w->phase == R_QUERY ? "answered" : "saved");
+                    w->phase == WORLD_QUERY ? "answered" : "saved");
 }
 
 /* The coordinator, the world running: a rank that waits outside an
@@ -437,7 +435,7 @@ static void maybe_resume(struct world *w)
     int64_t now = notice_mono_ms();
     uint32_t n = 0, gone = 0;
 
-    if (w->coordinator != w->o.rank || w->leaving || w->resuming || w->phase != R_NONE ||
+    if (w->coordinator != w->o.rank || w->leaving || w->resuming || w->phase != WORLD_NONE ||
         !all_synced(w))
         return;
     if (!w->waiting) {
@@ -483,9 +481,9 @@ static void take_over(struct world *w)
         w->resuming = false;
         return;
     }
-    if (w->phase == R_QUERY && !w->running)
+    if (w->phase == WORLD_QUERY && !w->running)
         abort_round(w, "the coordinator (rank %u) went away before the step was chosen", was);
-    else if (w->phase == R_PREPARE) {
+    else if (w->phase == WORLD_PREPARE) {
         int64_t left = w->deadline_ms - notice_now_ms();
         struct timeval tv = { left > 0 ? left / 1000 : 0, left > 0 ? (left % 1000) * 1000 : 0 };
         w->running = true;
@@ -542,162 +540,258 @@ static void pause_world(struct world *w, const char *fmt, ...)
     w->o.ops->pause(w->o.arg, why);
 }
 
+/* The handlers, one per message type: each runs once world_admit() has
+ * let its message through, and decides the rest itself. */
+
+static void msg_notice(struct world *w, uint32_t from, const struct peermsg *m)
+{
+    if (w->coordinator != w->o.rank) {
+        /* It thought we coordinate: pass it on (towards lower ranks, so
+         * this ends). */
+        send_to(w, w->coordinator, m);
+    } else if (w->waiting || w->pausing || !members_up(w)) {
+        log_msg(LOGL_INFO, "world: rank %u wants a checkpoint (%s), but the world is not "
+                "running; the newest committed generation stands", from, m->kind);
+    } else if (w->phase != WORLD_NONE) {
+        if (m->deadline_ms > 0 && m->deadline_ms < w->deadline_ms &&
+            w->phase != WORLD_COMMITTING)
+            w->deadline_ms = m->deadline_ms;
+        log_msg(LOGL_INFO, "world: rank %u wants a checkpoint (%s) during generation "
+                "%llu's: that one serves", from, m->kind, (unsigned long long)w->gen);
+    } else {
+        start_round(w, m);
+    }
+}
+
+static void msg_query(struct world *w, uint32_t from, const struct peermsg *m)
+{
+    /* Our own query: start_round() set the round up already. */
+    if (from != w->o.rank) {
+        round_clear(w);
+        w->gen = m->gen;
+        if (m->gen > w->max_gen)
+            w->max_gen = m->gen;
+        w->deadline_ms = m->deadline_ms;
+        snprintf(w->reason, sizeof(w->reason), "%s", m->reason);
+        w->phase = WORLD_QUERY;
+    } else if (!w->running || m->gen != w->gen) {
+        return;
+    }
+    w->o.ops->query(w->o.arg, m->gen, m->deadline_ms, w->reason);
+}
+
+static void msg_step(struct world *w, uint32_t from, const struct peermsg *m)
+{
+    w->m[from].answered = true;
+    w->m[from].step = m->step;
+    maybe_prepare(w);
+}
+
+static void msg_prepare(struct world *w, uint32_t from, const struct peermsg *m)
+{
+    w->phase = WORLD_PREPARE;
+    w->step = m->step;
+    snprintf(w->reason, sizeof(w->reason), "%s", m->reason);
+    w->o.ops->prepare(w->o.arg, m->gen, m->step, m->split);
+}
+
+static void msg_saved(struct world *w, uint32_t from, const struct peermsg *m)
+{
+    w->m[from].saved = true;
+    w->m[from].step = m->step;
+    memcpy(w->m[from].sha256, m->sha256, 32);
+    w->m[from].bytes = m->bytes;
+    if (w->coordinator == w->o.rank)
+        maybe_commit(w);
+}
+
+static void msg_hashed(struct world *w, uint32_t from, const struct peermsg *m)
+{
+    if (w->m[from].hashed)
+        return;
+    w->m[from].hashed = true;
+    memcpy(w->m[from].fingerprint, m->sha256, 32);
+    maybe_split(w);
+}
+
+static void msg_commit(struct world *w, uint32_t from, const struct peermsg *m)
+{
+    if (m->gen > w->newest)
+        w->newest = m->gen;
+    if (m->gen > w->max_gen)
+        w->max_gen = m->gen;
+    if (m->gen == w->gen && w->phase != WORLD_NONE)
+        round_clear(w);
+    w->o.ops->commit(w->o.arg, m->gen, m->step);
+}
+
+static void msg_abort(struct world *w, uint32_t from, const struct peermsg *m)
+{
+    if (from != w->o.rank && w->coordinator == w->o.rank && m->gen == w->gen &&
+        w->running && w->phase != WORLD_NONE && w->phase != WORLD_COMMITTING) {
+        /* A rank could not save: the round is over for everyone. */
+        abort_round(w, "rank %u: %s", from, m->reason[0] ? m->reason : "failed");
+        return;
+    }
+    if (m->gen > w->max_gen)
+        w->max_gen = m->gen;
+    if (m->gen == w->gen)
+        round_clear(w);
+    w->o.ops->abort(w->o.arg, m->gen, m->reason[0] ? m->reason : "given up");
+}
+
+static void msg_resume(struct world *w, uint32_t from, const struct peermsg *m)
+{
+    if (w->leaving)
+        return;
+    set_members(w, m);
+    w->short_since = 0;
+    w->grow_to = 0;
+    for (uint32_t r = 0; r < w->o.world_size; r++)
+        w->m[r].ready = false;
+    take_over(w);
+    if (!w->m[w->o.rank].in) {
+        log_msg(LOGL_INFO, "world: the world resumes with %u ranks, not this one: it "
+                "waits to join", w->tsize);
+        return;
+    }
+    if (!w->waiting) {
+        /* Still stopping the command: resume once it has stopped. */
+        if (w->pausing) {
+            w->resume_msg = *m;
+            w->resume_pending = true;
+        }
+        return;
+    }
+    w->waiting = false;
+    w->resuming = false;
+    for (uint32_t r = 0; r < w->o.world_size; r++)
+        w->m[r].ready = false;
+    w->o.ops->resume(w->o.arg, m->gen, m->master_addr, m->master_port);
+}
+
+static void msg_leave(struct world *w, uint32_t from, const struct peermsg *m)
+{
+    w->m[from].left = true;
+    snprintf(w->m[from].left_why, sizeof(w->m[from].left_why), "%s", m->reason);
+    if (from == w->o.rank)
+        return;
+    log_msg(LOGL_INFO, "world: rank %u leaves (%s)", from,
+            m->reason[0] ? m->reason : "no reason given");
+    if (strcmp(m->reason, "finished") != 0 && w->m[from].in)
+        pause_world(w, "rank %u left (%s)", from, m->reason);
+}
+
+static void msg_ready(struct world *w, uint32_t from, const struct peermsg *m)
+{
+    if (m->gen > w->newest)
+        w->newest = m->gen;
+    if (w->coordinator != w->o.rank)
+        return;
+    w->m[from].ready = true;
+    maybe_resume(w);
+}
+
+static void msg_state(struct world *w, uint32_t from, const struct peermsg *m)
+{
+    w->m[from].synced = true;
+    if (w->fresh && m->nmembers) {
+        set_members(w, m);
+        log_msg(LOGL_INFO, "world: rank %u says the world %s with %u of %u ranks%s", from,
+                m->live ? "runs" : "stopped", w->tsize, w->o.world_size,
+                w->m[w->o.rank].in ? "" : "; this node waits to join");
+    }
+    take_over(w);
+}
+
+static void msg_pause(struct world *w, uint32_t from, const struct peermsg *m)
+{
+    pause_world(w, "%s", m->reason[0] ? m->reason : "the coordinator pauses the world");
+}
+
+/* What a message needs besides its phase (struct world_facts). */
+enum {
+    N_COORD = 1 << 0,              /* this node coordinates */
+    N_RUNNING = 1 << 1,            /* this node runs the round */
+    N_MEMBER = 1 << 2,             /* this node is a member */
+    N_FROM_MEMBER = 1 << 3,        /* the sender is a member */
+    N_FROM_COORD = 1 << 4,         /* the sender coordinates */
+    N_GEN = 1 << 5,                /* the round's generation */
+    N_SENDER = 1 << 6,             /* it names its sender as the rank whose shard it reports */
+};
+
+/* The state x message table: in which phases of the round each message
+ * counts (1) and what else it needs, checked once for all of them
+ * (world_admit()); its handler decides the rest.  The round's own messages
+ * (step, prepare, saved, hashed) count only in the phases that wait for
+ * them and for the round's generation, a step only at the coordinator
+ * that asked; the others change what this node knows of the world
+ * whatever the round does. */
+static const struct rule {
+    bool in[WORLD_COMMITTING + 1]; /* by enum world_phase */
+    unsigned needs;                /* N_* */
+    void (*fn)(struct world *w, uint32_t from, const struct peermsg *m);
+} rules[PEERMSG__COUNT] = {
+    /*                    none claim query prepare committing */
+    [PEERMSG_NOTICE]  = { { 1, 1, 1, 1, 1 }, 0, msg_notice },
+    [PEERMSG_QUERY]   = { { 1, 1, 1, 1, 1 }, N_MEMBER, msg_query },
+    [PEERMSG_STEP]    = { { 0, 0, 1, 0, 0 }, N_COORD | N_RUNNING | N_GEN, msg_step },
+    [PEERMSG_PREPARE] = { { 0, 0, 1, 0, 0 }, N_MEMBER | N_GEN, msg_prepare },
+    [PEERMSG_SAVED]   = { { 0, 0, 1, 1, 0 }, N_FROM_MEMBER | N_GEN | N_SENDER, msg_saved },
+    [PEERMSG_HASHED]  = { { 0, 0, 1, 1, 0 }, N_FROM_MEMBER | N_GEN | N_SENDER, msg_hashed },
+    [PEERMSG_COMMIT]  = { { 1, 1, 1, 1, 1 }, 0, msg_commit },
+    [PEERMSG_ABORT]   = { { 1, 1, 1, 1, 1 }, 0, msg_abort },
+    [PEERMSG_RESUME]  = { { 1, 1, 1, 1, 1 }, 0, msg_resume },
+    [PEERMSG_LEAVE]   = { { 1, 1, 1, 1, 1 }, 0, msg_leave },
+    [PEERMSG_READY]   = { { 1, 1, 1, 1, 1 }, 0, msg_ready },
+    [PEERMSG_STATE]   = { { 1, 1, 1, 1, 1 }, 0, msg_state },
+    [PEERMSG_PAUSE]   = { { 1, 1, 1, 1, 1 }, N_MEMBER | N_FROM_COORD, msg_pause },
+};
+
+enum world_verdict world_admit(enum peermsg_type t, const struct world_facts *f)
+{
+    const struct rule *r;
+    unsigned have;
+
+    if ((unsigned)t >= PEERMSG__COUNT || !rules[t].fn)
+        return WORLD_IGNORE;
+    r = &rules[t];
+    /* A lie about whose shard it is, whatever the round does. */
+    if (r->needs & N_SENDER && !f->names_sender)
+        return WORLD_REFUSE;
+    have = (f->coordinator ? N_COORD : 0) | (f->running ? N_RUNNING : 0) |
+           (f->member ? N_MEMBER : 0) | (f->from_member ? N_FROM_MEMBER : 0) |
+           (f->from_coordinator ? N_FROM_COORD : 0) | (f->same_gen ? N_GEN : 0) |
+           (f->names_sender ? N_SENDER : 0);
+    if ((unsigned)f->phase > WORLD_COMMITTING || !r->in[f->phase] ||
+        (r->needs & have) != r->needs)
+        return WORLD_IGNORE;
+    return WORLD_TAKE;
+}
+
+/* A message from rank from (this node's own included): the checks every
+ * message shares, then its handler. */
 static void handle(struct world *w, uint32_t from, const struct peermsg *m)
 {
-    bool coord = w->coordinator == w->o.rank;
+    struct world_facts f = {
+        .phase = w->phase,
+        .coordinator = w->coordinator == w->o.rank,
+        .running = w->running,
+        .member = w->m[w->o.rank].in,
+        .from_member = w->m[from].in,
+        .from_coordinator = from == w->coordinator,
+        .same_gen = m->gen == w->gen,
+        .names_sender = m->rank == from,
+    };
 
-    switch (m->type) {
-    case PEERMSG_NOTICE:
-        if (!coord) {
-            /* It thought we coordinate: pass it on (towards lower ranks,
-             * so this ends). */
-            send_to(w, w->coordinator, m);
-        } else if (w->waiting || w->pausing || !members_up(w)) {
-            log_msg(LOGL_INFO, "world: rank %u wants a checkpoint (%s), but the world is not "
-                    "running; the newest committed generation stands", from, m->kind);
-        } else if (w->phase != R_NONE) {
-            if (m->deadline_ms > 0 && m->deadline_ms < w->deadline_ms && w->phase != R_COMMITTING)
-                w->deadline_ms = m->deadline_ms;
-            log_msg(LOGL_INFO, "world: rank %u wants a checkpoint (%s) during generation "
-                    "%llu's: that one serves", from, m->kind, (unsigned long long)w->gen);
-        } else {
-            start_round(w, m);
-        }
+    switch (world_admit(m->type, &f)) {
+    case WORLD_TAKE:
+        rules[m->type].fn(w, from, m);
         break;
-    case PEERMSG_QUERY:
-        if (!w->m[w->o.rank].in)
-            break; /* not a member: no trainer to ask */
-        /* Our own query: start_round() set the round up already. */
-        if (from != w->o.rank) {
-            round_clear(w);
-            w->gen = m->gen;
-            if (m->gen > w->max_gen)
-                w->max_gen = m->gen;
-            w->deadline_ms = m->deadline_ms;
-            snprintf(w->reason, sizeof(w->reason), "%s", m->reason);
-            w->phase = R_QUERY;
-        } else if (!w->running || m->gen != w->gen) {
-            break;
-        }
-        w->o.ops->query(w->o.arg, m->gen, m->deadline_ms, w->reason);
+    case WORLD_REFUSE:
+        log_msg(LOGL_WARN, "world: rank %u reports rank %u's shard: refused", from, m->rank);
         break;
-    case PEERMSG_STEP:
-        if (!coord || !w->running || w->phase != R_QUERY || m->gen != w->gen)
-            break;
-        w->m[from].answered = true;
-        w->m[from].step = m->step;
-        maybe_prepare(w);
-        break;
-    case PEERMSG_PREPARE:
-        if (m->gen != w->gen || w->phase != R_QUERY || !w->m[w->o.rank].in)
-            break;
-        w->phase = R_PREPARE;
-        w->step = m->step;
-        snprintf(w->reason, sizeof(w->reason), "%s", m->reason);
-        w->o.ops->prepare(w->o.arg, m->gen, m->step, m->split);
-        break;
-    case PEERMSG_SAVED:
-        if (m->gen != w->gen || (w->phase != R_PREPARE && w->phase != R_QUERY) ||
-            !w->m[from].in)
-            break;
-        w->m[from].saved = true;
-        w->m[from].step = m->step;
-        memcpy(w->m[from].sha256, m->sha256, 32);
-        w->m[from].bytes = m->bytes;
-        if (coord)
-            maybe_commit(w);
-        break;
-    case PEERMSG_HASHED:
-        if (m->gen != w->gen || (w->phase != R_PREPARE && w->phase != R_QUERY) ||
-            w->m[from].hashed || !w->m[from].in)
-            break;
-        w->m[from].hashed = true;
-        memcpy(w->m[from].fingerprint, m->sha256, 32);
-        maybe_split(w);
-        break;
-    case PEERMSG_COMMIT:
-        if (m->gen > w->newest)
-            w->newest = m->gen;
-        if (m->gen > w->max_gen)
-            w->max_gen = m->gen;
-        if (m->gen == w->gen && w->phase != R_NONE)
-            round_clear(w);
-        w->o.ops->commit(w->o.arg, m->gen, m->step);
-        break;
-    case PEERMSG_ABORT:
-        if (from != w->o.rank && coord && m->gen == w->gen &&
-            w->running && w->phase != R_NONE && w->phase != R_COMMITTING) {
-            /* A rank could not save: the round is over for everyone. */
-            abort_round(w, "rank %u: %s", from, m->reason[0] ? m->reason : "failed");
-            break;
-        }
-        if (m->gen > w->max_gen)
-            w->max_gen = m->gen;
-        if (m->gen == w->gen)
-            round_clear(w);
-        w->o.ops->abort(w->o.arg, m->gen, m->reason[0] ? m->reason : "given up");
-        break;
-    case PEERMSG_RESUME:
-        if (w->leaving)
-            break;
-        set_members(w, m);
-        w->short_since = 0;
-        w->grow_to = 0;
-        for (uint32_t r = 0; r < w->o.world_size; r++)
-            w->m[r].ready = false;
-        take_over(w);
-        if (!w->m[w->o.rank].in) {
-            log_msg(LOGL_INFO, "world: the world resumes with %u ranks, not this one: it "
-                    "waits to join", w->tsize);
-            break;
-        }
-        if (!w->waiting) {
-            /* Still stopping the command: resume once it has stopped. */
-            if (w->pausing) {
-                w->resume_msg = *m;
-                w->resume_pending = true;
-            }
-            break;
-        }
-        w->waiting = false;
-        w->resuming = false;
-        for (uint32_t r = 0; r < w->o.world_size; r++)
-            w->m[r].ready = false;
-        w->o.ops->resume(w->o.arg, m->gen, m->master_addr, m->master_port);
-        break;
-    case PEERMSG_LEAVE:
-        w->m[from].left = true;
-        snprintf(w->m[from].left_why, sizeof(w->m[from].left_why), "%s", m->reason);
-        if (from == w->o.rank)
-            break;
-        log_msg(LOGL_INFO, "world: rank %u leaves (%s)", from,
-                m->reason[0] ? m->reason : "no reason given");
-        if (strcmp(m->reason, "finished") != 0 && w->m[from].in)
-            pause_world(w, "rank %u left (%s)", from, m->reason);
-        break;
-    case PEERMSG_STATE:
-        w->m[from].synced = true;
-        if (w->fresh && m->nmembers) {
-            set_members(w, m);
-            log_msg(LOGL_INFO, "world: rank %u says the world %s with %u of %u ranks%s", from,
-                    m->live ? "runs" : "stopped", w->tsize, w->o.world_size,
-                    w->m[w->o.rank].in ? "" : "; this node waits to join");
-        }
-        take_over(w);
-        break;
-    case PEERMSG_PAUSE:
-        if (from == w->coordinator && w->m[w->o.rank].in)
-            pause_world(w, "%s", m->reason[0] ? m->reason : "the coordinator pauses the world");
-        break;
-    case PEERMSG_READY:
-        if (m->gen > w->newest)
-            w->newest = m->gen;
-        if (!coord)
-            break;
-        w->m[from].ready = true;
-        maybe_resume(w);
-        break;
-    default:
+    case WORLD_IGNORE:
         break;
     }
 }
@@ -710,10 +804,6 @@ static void on_msg(void *arg, uint32_t rank, const char *body, size_t len)
 
     if (peermsg_parse(body, len, &m, &why) < 0) {
         log_msg(LOGL_WARN, "world: a message from rank %u is refused: %s", rank, why);
-        return;
-    }
-    if ((m.type == PEERMSG_SAVED || m.type == PEERMSG_HASHED) && m.rank != rank) {
-        log_msg(LOGL_WARN, "world: rank %u reports rank %u's shard: refused", rank, m.rank);
         return;
     }
     handle(w, rank, &m);
@@ -764,9 +854,9 @@ static void on_down(void *arg, uint32_t rank, const char *why)
         send_ready(w);
         return;
     }
-    if (w->coordinator == w->o.rank && w->phase == R_PREPARE)
+    if (w->coordinator == w->o.rank && w->phase == WORLD_PREPARE)
         maybe_commit(w);
-    else if (w->coordinator == w->o.rank && (w->phase == R_QUERY || w->phase == R_CLAIM) &&
+    else if (w->coordinator == w->o.rank && (w->phase == WORLD_QUERY || w->phase == WORLD_CLAIM) &&
              w->running)
         abort_round(w, "rank %u went down (%s) before it said its step", rank, why);
     if (!left)
@@ -840,7 +930,7 @@ void world_failed(struct world *w, uint64_t gen, const char *reason)
 
     snprintf(m.reason, sizeof(m.reason), "%s", reason);
     if (w->coordinator == w->o.rank) {
-        if (gen == w->gen && w->running && w->phase != R_NONE && w->phase != R_COMMITTING)
+        if (gen == w->gen && w->running && w->phase != WORLD_NONE && w->phase != WORLD_COMMITTING)
             abort_round(w, "rank %u: %s", w->o.rank, reason);
         return;
     }
@@ -851,7 +941,7 @@ void world_committed(struct world *w, uint64_t gen, int err, const char *msg)
 {
     struct peermsg m = { .type = PEERMSG_COMMIT, .gen = gen, .step = w->step };
 
-    if (gen != w->gen || w->phase != R_COMMITTING)
+    if (gen != w->gen || w->phase != WORLD_COMMITTING)
         return;
     if (err) {
         abort_round(w, "the commit record could not be written: %s", msg);

@@ -48,6 +48,7 @@
 #include <stdint.h>
 
 #include "spot/frame.h"
+#include "spot/peermsg.h"
 
 struct event_base;
 struct commit;
@@ -153,5 +154,37 @@ uint32_t world_alive(const struct world *w);
 const char *world_master_addr(const struct world *w);
 /* Frames refused so far. */
 uint64_t world_refused(const struct world *w);
+
+/* ---- the checks every peer message passes first ----------------------------
+ *
+ * Which phases of the round take which message, and what else a message
+ * needs before its handler runs: world.c's table, here so that the unit
+ * tests can read it without a world (no I/O). */
+
+/* The round as this node sees it.  WORLD_CLAIM: the coordinator claims the
+ * round's generation number (no other rank knows of the round yet). */
+enum world_phase { WORLD_NONE, WORLD_CLAIM, WORLD_QUERY, WORLD_PREPARE, WORLD_COMMITTING };
+
+/* What those checks look at: the world as this node sees it, and the
+ * message from its sender. */
+struct world_facts {
+    enum world_phase phase;
+    bool coordinator;              /* this node coordinates */
+    bool running;                  /* this node runs the round (it sent the query) */
+    bool member;                   /* this node is a member: it has a trainer to ask */
+    bool from_member;              /* the sender is a member */
+    bool from_coordinator;         /* the sender coordinates */
+    bool same_gen;                 /* the message's generation is the round's */
+    bool names_sender;             /* the rank the message names is its sender's */
+};
+
+enum world_verdict {
+    WORLD_TAKE,                    /* its handler runs */
+    WORLD_IGNORE,                  /* not for this phase or this node: dropped */
+    WORLD_REFUSE,                  /* it reports another rank's shard: dropped, and said */
+};
+
+/* What becomes of a peer message of type t under f. */
+enum world_verdict world_admit(enum peermsg_type t, const struct world_facts *f);
 
 #endif

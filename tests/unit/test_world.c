@@ -1,0 +1,125 @@
+/* supervisord/world.c's table of messages (world_admit()): which phases
+ * of the round take which peer message, and what else each needs.  No
+ * world and no I/O: the facts are set by hand. */
+#include <stdbool.h>
+
+#include "harness.h"
+#include "../../supervisord/world.h"
+
+#define NPHASES (WORLD_COMMITTING + 1)
+
+/* Every fact that lets a message through. */
+static const struct world_facts all = {
+    .coordinator = true, .running = true, .member = true, .from_member = true,
+    .from_coordinator = true, .same_gen = true, .names_sender = true,
+};
+
+/* The table written out again by hand, to hold world.c's to it:
+ * the phases that take each message (none claim query prepare committing). */
+static const struct {
+    enum peermsg_type t;
+    bool in[NPHASES];
+} phases[] = {
+    { PEERMSG_NOTICE, { 1, 1, 1, 1, 1 } },
+    { PEERMSG_QUERY, { 1, 1, 1, 1, 1 } },
+    { PEERMSG_STEP, { 0, 0, 1, 0, 0 } },
+    { PEERMSG_PREPARE, { 0, 0, 1, 0, 0 } },
+    { PEERMSG_SAVED, { 0, 0, 1, 1, 0 } },
+    { PEERMSG_HASHED, { 0, 0, 1, 1, 0 } },
+    { PEERMSG_COMMIT, { 1, 1, 1, 1, 1 } },
+    { PEERMSG_ABORT, { 1, 1, 1, 1, 1 } },
+    { PEERMSG_RESUME, { 1, 1, 1, 1, 1 } },
+    { PEERMSG_LEAVE, { 1, 1, 1, 1, 1 } },
+    { PEERMSG_READY, { 1, 1, 1, 1, 1 } },
+    { PEERMSG_STATE, { 1, 1, 1, 1, 1 } },
+    { PEERMSG_PAUSE, { 1, 1, 1, 1, 1 } },
+};
+
+static enum world_verdict admit_in(enum peermsg_type t, enum world_phase p)
+{
+    struct world_facts f = all;
+
+    f.phase = p;
+    return world_admit(t, &f);
+}
+
+TEST(world_admit_phases)
+{
+    CHECK_INT(sizeof(phases) / sizeof(phases[0]), PEERMSG__COUNT);
+    for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
+        for (int p = 0; p < NPHASES; p++) {
+            enum world_verdict v = admit_in(phases[i].t, (enum world_phase)p);
+
+            if (v != (phases[i].in[p] ? WORLD_TAKE : WORLD_IGNORE))
+                printf("  %s in phase %d:\n", peermsg_type_name(phases[i].t), p);
+            CHECK_INT(v, phases[i].in[p] ? WORLD_TAKE : WORLD_IGNORE);
+        }
+    /* Nothing unknown gets through. */
+    CHECK_INT(admit_in(PEERMSG__COUNT, WORLD_NONE), WORLD_IGNORE);
+    CHECK_INT(admit_in((enum peermsg_type)-1, WORLD_NONE), WORLD_IGNORE);
+    CHECK_INT(admit_in(PEERMSG_NOTICE, (enum world_phase)NPHASES), WORLD_IGNORE);
+}
+
+/* Each message, in a phase that takes it, with one fact missing. */
+static enum world_verdict admit_without(enum peermsg_type t, enum world_phase p, int fact)
+{
+    struct world_facts f = all;
+    bool *facts[] = { &f.coordinator, &f.running, &f.member, &f.from_member,
+                      &f.from_coordinator, &f.same_gen, &f.names_sender };
+
+    f.phase = p;
+    *facts[fact] = false;
+    return world_admit(t, &f);
+}
+
+TEST(world_admit_needs)
+{
+    enum { COORD, RUNNING, MEMBER, FROM_MEMBER, FROM_COORD, GEN, SENDER, NFACTS };
+    /* What each message needs, by fact; R: refused (said in the log). */
+    static const struct {
+        enum peermsg_type t;
+        enum world_phase p;
+        const char *needs;         /* by fact: '.' not needed, 'I' ignored, 'R' refused */
+    } rows[] = {
+        { PEERMSG_NOTICE, WORLD_NONE, "......." },
+        { PEERMSG_QUERY, WORLD_NONE, "..I...." },
+        { PEERMSG_STEP, WORLD_QUERY, "II...I." },
+        { PEERMSG_PREPARE, WORLD_QUERY, "..I..I." },
+        { PEERMSG_SAVED, WORLD_PREPARE, "...I.IR" },
+        { PEERMSG_HASHED, WORLD_QUERY, "...I.IR" },
+        { PEERMSG_COMMIT, WORLD_COMMITTING, "......." },
+        { PEERMSG_ABORT, WORLD_CLAIM, "......." },
+        { PEERMSG_RESUME, WORLD_NONE, "......." },
+        { PEERMSG_LEAVE, WORLD_NONE, "......." },
+        { PEERMSG_READY, WORLD_NONE, "......." },
+        { PEERMSG_STATE, WORLD_PREPARE, "......." },
+        { PEERMSG_PAUSE, WORLD_NONE, "..I.I.." },
+    };
+
+    CHECK_INT(sizeof(rows) / sizeof(rows[0]), PEERMSG__COUNT);
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        for (int fact = 0; fact < NFACTS; fact++) {
+            char want = rows[i].needs[fact];
+            enum world_verdict v = admit_without(rows[i].t, rows[i].p, fact);
+            enum world_verdict expect = want == 'I' ? WORLD_IGNORE
+                                        : want == 'R' ? WORLD_REFUSE : WORLD_TAKE;
+
+            if (v != expect)
+                printf("  %s without fact %d:\n", peermsg_type_name(rows[i].t), fact);
+            CHECK_INT(v, expect);
+        }
+}
+
+/* A report of another rank's shard is refused whatever the round does,
+ * before anything else is looked at. */
+TEST(world_admit_sender)
+{
+    struct world_facts f = { .phase = WORLD_NONE, .names_sender = false };
+
+    CHECK_INT(world_admit(PEERMSG_SAVED, &f), WORLD_REFUSE);
+    CHECK_INT(world_admit(PEERMSG_HASHED, &f), WORLD_REFUSE);
+    CHECK_INT(world_admit(PEERMSG_STEP, &f), WORLD_IGNORE);
+    CHECK_INT(world_admit(PEERMSG_COMMIT, &f), WORLD_TAKE);
+    f.names_sender = true;
+    CHECK_INT(world_admit(PEERMSG_SAVED, &f), WORLD_IGNORE);
+}
