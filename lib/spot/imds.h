@@ -6,8 +6,10 @@
  * rejuvenates it), and sent as one header on the GETs that follow.  When
  * to ask again is the caller's decision, helped by imds_token_fresh():
  * the polled watchers (watch_poll.c) keep one token until shortly before
- * it expires.  What a failure means (fall back to IMDSv1, back off) is
- * the caller's too; this module only says which failure it was.
+ * it expires, the S3 credential chain (s3creds.c) asks for a new one at
+ * every credentials fetch.  What a failure means (fall back to IMDSv1,
+ * back off, fail the credentials) is the caller's too; this module only
+ * says which failure it was.
  *
  * The token is untrusted bytes from the network: at most IMDS_TOKEN_MAX - 1
  * bytes, no CR, LF or NUL (it goes into a header line), trailing line ends

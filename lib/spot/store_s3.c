@@ -22,24 +22,17 @@
  * with a message naming the operation, bucket, key, HTTP status and the S3
  * error code and message.
  *
- * Credentials, in the AWS tools' order: AWS_ACCESS_KEY_ID and
- * AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN); the shared credentials
- * file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials, profile
- * AWS_PROFILE or "default"); the EC2 instance role through IMDSv2
- * (AWS_EC2_METADATA_SERVICE_ENDPOINT, unless AWS_EC2_METADATA_DISABLED is
- * true), fetched when the first request needs them and again five minutes
- * before they expire. */
+ * Credentials come from s3creds.c (the environment, the shared file, the
+ * instance role); a request waits for them in the queue. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <event2/event.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,6 +40,7 @@
 #include "spot/chunk.h"
 #include "spot/http.h"
 #include "spot/pool.h"
+#include "spot/s3creds.h"
 #include "spot/s3xml.h"
 #include "spot/store.h"
 #include "store_impl.h"
@@ -57,26 +51,13 @@
 #define BACKOFF_BASE_MS 200
 #define BACKOFF_SLOWDOWN_MS 1000
 #define BACKOFF_CAP_MS 10000
-/* Refresh instance-role credentials this long before they expire, as the
- * AWS SDKs do. */
-#define REFRESH_BEFORE_MS (5 * 60 * 1000)
-/* After a failed credential fetch, fail requests at once for this long
- * rather than asking the metadata service again for each one. */
-#define CREDS_RETRY_MS 1000
-/* Credentials fetched are not fetched again sooner than this. */
-#define REFETCH_MIN_MS (60 * 1000)
 /* Hash payloads up to this size on the loop; larger ones in the pool. */
 #define HASH_INLINE_MAX (64 * 1024)
 #define LIST_MAX_BODY (8 * 1024 * 1024)
-#define IMDS_DEFAULT "http://169.254.169.254"
-#define IMDS_TIMEOUT_MS 2000
 
 enum s3_kind { S3_PUT, S3_GET, S3_LIST, S3_DELETE };
 
 static const char *const kind_name[] = { "PUT", "GET", "LIST", "DELETE" };
-
-enum creds_state { CREDS_NONE, CREDS_LOADING, CREDS_OK, CREDS_FAILED };
-enum creds_source { SRC_ENV, SRC_FILE, SRC_IMDS };
 
 struct s3_op;
 
@@ -99,17 +80,7 @@ struct s3_store {
     bool closing;
     bool pumping;                     /* pump() is on the stack */
     uint64_t rng;
-    /* credentials */
-    struct aws_creds creds;
-    enum creds_state cstate;
-    enum creds_source csrc;
-    char cerr[512];
-    int64_t cfailed_ms;
-    int64_t cfetched_ms;
-    char imds_url[256];
-    char imds_token[256];
-    char role[256];
-    struct http_req *imds_req;
+    struct s3creds creds;
 };
 
 struct s3_op {
@@ -160,7 +131,6 @@ static uint64_t next_rand(struct s3_store *s)
 
 static void pump(struct s3_store *s);
 static void send_op(struct s3_op *op);
-static void fetch_creds(struct s3_store *s);
 static void maybe_free_store(struct s3_store *s);
 
 /* ---- ops ---------------------------------------------------------------- */
@@ -252,22 +222,6 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
     pump(arg);
 }
 
-/* Good enough not to fetch again: static, or more than five minutes from
- * expiring.  Credentials that arrived with less than five minutes to live
- * are kept for a minute (and until they expire), so that such a role is
- * not asked again for every request. */
-static bool creds_fresh(const struct s3_store *s)
-{
-    int64_t now = now_ms(), exp = s->creds.expiration_ms;
-
-    if (s->cstate != CREDS_OK)
-        return false;
-    if (exp == 0 || now < exp - REFRESH_BEFORE_MS)
-        return true;
-    return exp - s->cfetched_ms < REFRESH_BEFORE_MS && now - s->cfetched_ms < REFETCH_MIN_MS &&
-           now < exp;
-}
-
 /* Start what the slots and the credentials allow. */
 static void pump(struct s3_store *s)
 {
@@ -279,32 +233,18 @@ static void pump(struct s3_store *s)
     while (s->queue && s->inflight < s->max_inflight && !s->closing) {
         struct s3_op *op = s->queue;
 
-        if (!creds_fresh(s)) {
-            /* Old instance-role credentials still work until they expire:
-             * keep using them while new ones are fetched. */
-            bool usable = s->cstate == CREDS_OK && now_ms() < s->creds.expiration_ms;
+        enum s3creds_verdict v = s3creds_ready(&s->creds);
 
-            if (s->cstate == CREDS_FAILED && now_ms() - s->cfailed_ms < CREDS_RETRY_MS) {
-                s->queue = op->qnext;
-                if (!s->queue)
-                    s->queue_tail = NULL;
-                finish(op, -EACCES, NULL, 0, "S3 %s s3://%s/%s%s: %s", kind_name[op->kind],
-                       s->bucket, s->prefix, op->key, s->cerr);
-                continue;
-            }
-            if (s->cstate != CREDS_LOADING) {
-                fetch_creds(s);
-                /* It may have failed at once: look again. */
-                if (s->cstate == CREDS_FAILED)
-                    continue;
-            }
-            if (!usable)
-                break;
-        }
+        if (v == S3CREDS_WAIT)
+            break;
         s->queue = op->qnext;
         if (!s->queue)
             s->queue_tail = NULL;
-        send_op(op);
+        if (v == S3CREDS_FAIL)
+            finish(op, -EACCES, NULL, 0, "S3 %s s3://%s/%s%s: %s", kind_name[op->kind],
+                   s->bucket, s->prefix, op->key, s->creds.err);
+        else
+            send_op(op);
     }
     s->pumping = false;
 }
@@ -363,16 +303,17 @@ static void send_op(struct s3_op *op)
         .url = url,
         .headers = headers,
         .aws_sigv4 = s->sigv4,
-        .username = s->creds.access_key_id,
-        .password = s->creds.secret_access_key,
+        .username = s->creds.aws.access_key_id,
+        .password = s->creds.aws.secret_access_key,
         .ca_file = s->ca_file,
         .low_speed_time_s = s->timeout_s,
         .connect_timeout_ms = s->timeout_s * 1000,
         .proxy = true,
     };
 
-    if (s->creds.session_token[0]) {
-        snprintf(tok_hdr, sizeof(tok_hdr), "x-amz-security-token: %s", s->creds.session_token);
+    if (s->creds.aws.session_token[0]) {
+        snprintf(tok_hdr, sizeof(tok_hdr), "x-amz-security-token: %s",
+                 s->creds.aws.session_token);
         headers[1] = tok_hdr;
     }
     if (op->if_none)
@@ -657,10 +598,9 @@ static void on_response(void *arg, const struct http_result *res)
             err = -EIO;
         } else if ((strcmp(e.code, "ExpiredToken") == 0 ||
                     strcmp(e.code, "TokenRefreshRequired") == 0) &&
-                   s->csrc == SRC_IMDS && !op->refreshed) {
+                   !op->refreshed && s3creds_expired(&s->creds)) {
             /* The role's credentials ran out early: fetch them again. */
             op->refreshed = true;
-            s->cstate = CREDS_NONE;
             op->tries--;
             enqueue(op);
             return;
@@ -802,244 +742,6 @@ static int s3_del(struct store *base, const char *key, store_done_fn done, void 
     return 0;
 }
 
-/* ---- credentials ---------------------------------------------------------- */
-
-/* Fail every queued op with the credential error. */
-static void creds_failed(struct s3_store *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void creds_failed(struct s3_store *s, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(s->cerr, sizeof(s->cerr), fmt, ap);
-    va_end(ap);
-    /* Credentials that have not expired yet are kept. */
-    if (s->cstate == CREDS_LOADING && s->creds.access_key_id[0] &&
-        now_ms() < s->creds.expiration_ms) {
-        s->cstate = CREDS_OK;
-        pump(s);
-        return;
-    }
-    s->cstate = CREDS_FAILED;
-    s->cfailed_ms = now_ms();
-    pump(s);
-}
-
-static void imds_get(struct s3_store *s, const char *path, http_done_fn done);
-
-static void on_imds_creds(void *arg, const struct http_result *res)
-{
-    struct s3_store *s = arg;
-    struct aws_creds c;
-    const char *why = NULL;
-
-    s->imds_req = NULL;
-    if (res->error || res->status != 200) {
-        creds_failed(s, "no S3 credentials: the instance role '%s' answered %s%ld", s->role,
-                     res->error ? res->errmsg : "HTTP ", res->error ? 0L : res->status);
-        return;
-    }
-    if (awscreds_parse_imds(res->body, res->len, &c, &why) < 0) {
-        creds_failed(s, "no S3 credentials: the instance role document is invalid (%s)",
-                     why ? why : "malformed");
-        return;
-    }
-    awscreds_wipe(&s->creds);
-    s->creds = c;
-    awscreds_wipe(&c);
-    s->cstate = CREDS_OK;
-    s->cfetched_ms = now_ms();
-    pump(s);
-}
-
-static void on_imds_role(void *arg, const struct http_result *res)
-{
-    struct s3_store *s = arg;
-    size_t len = res->len;
-    char path[512];
-
-    s->imds_req = NULL;
-    if (res->error || res->status != 200) {
-        creds_failed(s, "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-                        "write ~/.aws/credentials, or attach an instance role (the metadata "
-                        "service has none: %s%ld)",
-                     res->error ? res->errmsg : "HTTP ", res->error ? 0L : res->status);
-        return;
-    }
-    /* One role name per line; an instance has at most one. */
-    for (size_t i = 0; i < res->len; i++)
-        if (res->body[i] == '\n' || res->body[i] == '\r') {
-            len = i;
-            break;
-        }
-    if (len == 0 || len >= sizeof(s->role)) {
-        creds_failed(s, "no S3 credentials: the metadata service names no usable role");
-        return;
-    }
-    for (size_t i = 0; i < len; i++) {
-        char ch = res->body[i];
-        /* IAM role names: letters, digits and +=,.@_- */
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              strchr("+=,.@_-", ch))) {
-            creds_failed(s, "no S3 credentials: the metadata service sent an invalid role name");
-            return;
-        }
-    }
-    memcpy(s->role, res->body, len);
-    s->role[len] = '\0';
-    snprintf(path, sizeof(path), "/latest/meta-data/iam/security-credentials/%s", s->role);
-    imds_get(s, path, on_imds_creds);
-}
-
-static void imds_get(struct s3_store *s, const char *path, http_done_fn done)
-{
-    char url[sizeof(s->imds_url) + 512], tok[sizeof(s->imds_token) + 40];
-    const char *headers[] = { tok, NULL };
-    struct http_req_opts o = {
-        .url = url,
-        .headers = headers,
-        .timeout_ms = IMDS_TIMEOUT_MS,
-        .max_body = AWSCREDS_MAX_JSON,
-    };
-
-    snprintf(url, sizeof(url), "%s%s", s->imds_url, path);
-    snprintf(tok, sizeof(tok), "X-aws-ec2-metadata-token: %s", s->imds_token);
-    s->imds_req = http_start(s->http, &o, done, s);
-    if (!s->imds_req)
-        creds_failed(s, "no S3 credentials: cannot start a metadata request");
-}
-
-static void on_imds_token(void *arg, const struct http_result *res)
-{
-    struct s3_store *s = arg;
-    size_t len = res->len;
-
-    s->imds_req = NULL;
-    if (res->error || res->status != 200) {
-        creds_failed(s, "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-                        "write ~/.aws/credentials, or run on EC2 with an instance role "
-                        "(metadata service %s: %s%ld)",
-                     s->imds_url, res->error ? res->errmsg : "HTTP ",
-                     res->error ? 0L : res->status);
-        return;
-    }
-    while (len > 0 && (res->body[len - 1] == '\n' || res->body[len - 1] == '\r'))
-        len--;
-    if (len == 0 || len >= sizeof(s->imds_token) || memchr(res->body, '\n', len) ||
-        memchr(res->body, '\r', len) || memchr(res->body, '\0', len)) {
-        creds_failed(s, "no S3 credentials: the metadata service sent an invalid token");
-        return;
-    }
-    memcpy(s->imds_token, res->body, len);
-    s->imds_token[len] = '\0';
-    imds_get(s, "/latest/meta-data/iam/security-credentials/", on_imds_role);
-}
-
-static void fetch_creds(struct s3_store *s)
-{
-    char url[sizeof(s->imds_url) + 32];
-    const char *headers[] = { "X-aws-ec2-metadata-token-ttl-seconds: 21600", NULL };
-    struct http_req_opts o = {
-        .method = "PUT",
-        .url = url,
-        .headers = headers,
-        .body = "",
-        .timeout_ms = IMDS_TIMEOUT_MS,
-        .max_body = 1024,
-    };
-
-    if (s->csrc != SRC_IMDS) {
-        /* Static credentials never need fetching; cstate is OK. */
-        return;
-    }
-    if (!s->imds_url[0]) {
-        creds_failed(s, "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-                        "or write ~/.aws/credentials (AWS_PROFILE); the instance role is off "
-                        "(AWS_EC2_METADATA_DISABLED)");
-        return;
-    }
-    s->cstate = CREDS_LOADING;
-    snprintf(url, sizeof(url), "%s/latest/api/token", s->imds_url);
-    s->imds_req = http_start(s->http, &o, on_imds_token, s);
-    if (!s->imds_req)
-        creds_failed(s, "no S3 credentials: cannot start a metadata request");
-}
-
-/* Static credentials: the environment, then the shared file.  Returns 0
- * when found, 1 when there are none (the instance role is next), -EINVAL
- * with err set for a broken file. */
-static int static_creds(struct s3_store *s, char *err, size_t errlen)
-{
-    const char *id = getenv("AWS_ACCESS_KEY_ID"), *secret = getenv("AWS_SECRET_ACCESS_KEY");
-    const char *token = getenv("AWS_SESSION_TOKEN"), *file = getenv("AWS_SHARED_CREDENTIALS_FILE");
-    const char *profile = getenv("AWS_PROFILE"), *home = getenv("HOME"), *why = NULL;
-    char path[4096], *text;
-    struct stat st;
-    ssize_t n;
-    int fd, r;
-
-    if (id && *id && secret && *secret) {
-        if (strlen(id) > AWS_KEY_ID_MAX || strlen(secret) > AWS_SECRET_MAX ||
-            (token && strlen(token) > AWS_TOKEN_MAX)) {
-            snprintf(err, errlen, "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_SESSION_TOKEN "
-                                  "is too long");
-            return -EINVAL;
-        }
-        snprintf(s->creds.access_key_id, sizeof(s->creds.access_key_id), "%s", id);
-        snprintf(s->creds.secret_access_key, sizeof(s->creds.secret_access_key), "%s", secret);
-        snprintf(s->creds.session_token, sizeof(s->creds.session_token), "%s",
-                 token ? token : "");
-        s->csrc = SRC_ENV;
-        return 0;
-    }
-    if (file && *file)
-        snprintf(path, sizeof(path), "%s", file);
-    else if (home && *home)
-        snprintf(path, sizeof(path), "%s/.aws/credentials", home);
-    else
-        return 1;
-    if (!profile || !*profile)
-        profile = "default";
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        /* A missing file is no credentials, as for the AWS CLI. */
-        if (errno == ENOENT)
-            return 1;
-        snprintf(err, errlen, "cannot read the credentials file '%s': %s", path, strerror(errno));
-        return -EINVAL;
-    }
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > AWSCREDS_MAX_FILE) {
-        close(fd);
-        snprintf(err, errlen, "credentials file '%s' is not a regular file under 1 MiB", path);
-        return -EINVAL;
-    }
-    text = malloc((size_t)st.st_size + 1);
-    if (!text) {
-        close(fd);
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
-    n = read(fd, text, (size_t)st.st_size);
-    close(fd);
-    if (n != st.st_size) {
-        free(text);
-        snprintf(err, errlen, "cannot read the credentials file '%s'", path);
-        return -EINVAL;
-    }
-    r = awscreds_parse(text, (size_t)n, profile, &s->creds, &why);
-    memset(text, 0, (size_t)n);
-    free(text);
-    if (r == -ENOENT)
-        return 1;
-    if (r < 0) {
-        snprintf(err, errlen, "credentials file '%s': %s", path, why ? why : "malformed");
-        return -EINVAL;
-    }
-    s->csrc = SRC_FILE;
-    return 0;
-}
-
 /* ---- open and close ------------------------------------------------------- */
 
 /* Bucket names: 3 to 63 of [a-z0-9.-] for AWS; S3-compatible services are
@@ -1090,7 +792,6 @@ static void maybe_free_store(struct s3_store *s)
 {
     if (!s->closing || s->hashing > 0)
         return;
-    awscreds_wipe(&s->creds);
     free(s->ca_file);
     free(s);
 }
@@ -1103,6 +804,11 @@ static const char *env_first(const char *a, const char *b)
         return v;
     v = b ? getenv(b) : NULL;
     return v && *v ? v : NULL;
+}
+
+static void on_creds(void *arg)
+{
+    pump(arg);
 }
 
 static int s3_open(const char *url, const struct store_ctx *ctx, struct store **ret, char *err,
@@ -1212,38 +918,26 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
     if (!s->rng)
         s->rng = 1;
 
-    r = static_creds(s, err, errlen);
+    r = s3creds_init(&s->creds, err, errlen);
     if (r < 0) {
         free(s->ca_file);
         free(s);
         return r;
     }
-    if (r == 0) {
-        s->cstate = CREDS_OK;
-    } else {
-        v = getenv("AWS_EC2_METADATA_DISABLED");
-        s->csrc = SRC_IMDS;
-        if (!(v && strcasecmp(v, "true") == 0)) {
-            v = getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT");
-            snprintf(s->imds_url, sizeof(s->imds_url), "%s", v && *v ? v : IMDS_DEFAULT);
-            hlen = strlen(s->imds_url);
-            while (hlen > 0 && s->imds_url[hlen - 1] == '/')
-                s->imds_url[--hlen] = '\0';
-        }
-    }
     s->http = http_new(ctx->base, err, errlen);
     if (!s->http) {
-        awscreds_wipe(&s->creds);
+        s3creds_release(&s->creds);
         free(s->ca_file);
         free(s);
         return -ENOENT;
     }
     http_set_max_host_connections(s->http, (long)s->max_inflight);
+    s3creds_attach(&s->creds, s->http, on_creds, s);
     s->kick = event_new(ctx->base, -1, 0, on_kick, s);
     if (!s->kick) {
         snprintf(err, errlen, "out of memory");
         http_free(s->http);
-        awscreds_wipe(&s->creds);
+        s3creds_release(&s->creds);
         free(s->ca_file);
         free(s);
         return -ENOMEM;
@@ -1260,8 +954,7 @@ static void s3_close(struct store *base)
     struct s3_store *s = (struct s3_store *)base;
 
     s->closing = true;
-    if (s->imds_req)
-        http_cancel(s->imds_req);
+    s3creds_release(&s->creds);
     for (struct s3_op *op = s->ops, *next; op; op = next) {
         next = op->next;
         if (op->req)

@@ -5,6 +5,7 @@
 
 #include "harness.h"
 #include "spot/imds.h"
+#include "spot/s3creds.h"
 
 #define LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -124,5 +125,49 @@ TEST(imds_token_parse)
         CHECK_INT(imds_token_parse(big, IMDS_TOKEN_MAX - 1, out, sizeof(out)), 0);
         CHECK_INT(strlen(out), IMDS_TOKEN_MAX - 1);
         CHECK_INT(imds_token_parse(big, IMDS_TOKEN_MAX, out, sizeof(out)), -EBADMSG);
+    }
+}
+
+/* The store's freshness decision on the wall clock: static credentials
+ * always; a role's until five minutes before they expire, or for a minute
+ * when they came with less than that to live. */
+TEST(s3creds_fresh)
+{
+    const int64_t t0 = 1700000000000LL, min = 60 * 1000, hour = 60 * min;
+    const struct {
+        int64_t fetched, expires, now;
+        bool fresh;
+    } cases[] = {
+        { t0, t0 + 6 * hour, t0, true },
+        { t0, t0 + 6 * hour, t0 + 6 * hour - 5 * min - 1, true },
+        { t0, t0 + 6 * hour, t0 + 6 * hour - 5 * min, false },
+        { t0, t0 + 6 * hour, t0 + 6 * hour, false },
+        /* short-lived: three minutes to live */
+        { t0, t0 + 3 * min, t0, true },
+        { t0, t0 + 3 * min, t0 + min - 1, true },
+        { t0, t0 + 3 * min, t0 + min, false },
+        /* exactly five minutes to live: not short-lived */
+        { t0, t0 + 5 * min, t0, false },
+        /* short-lived with 30 s to live: kept until they expire */
+        { t0, t0 + 30 * 1000, t0 + 29 * 1000, true },
+        { t0, t0 + 30 * 1000, t0 + 30 * 1000, false },
+    };
+    struct s3creds c;
+
+    memset(&c, 0, sizeof(c));
+    c.state = S3CREDS_OK;
+    CHECK(s3creds_fresh(&c, t0));          /* static: no expiry */
+    for (size_t i = 0; i < LEN(cases); i++) {
+        c.state = S3CREDS_OK;
+        c.fetched_ms = cases[i].fetched;
+        c.aws.expiration_ms = cases[i].expires;
+        if (s3creds_fresh(&c, cases[i].now) != cases[i].fresh) {
+            printf("  case %zu: fresh %d, expected %d\n", i, !cases[i].fresh, cases[i].fresh);
+            harness_failed = 1;
+        }
+        c.state = S3CREDS_LOADING;
+        CHECK(!s3creds_fresh(&c, cases[i].now));
+        c.state = S3CREDS_FAILED;
+        CHECK(!s3creds_fresh(&c, cases[i].now));
     }
 }
