@@ -232,7 +232,6 @@ static void pump(struct s3_store *s)
     s->pumping = true;
     while (s->queue && s->inflight < s->max_inflight && !s->closing) {
         struct s3_op *op = s->queue;
-
         enum s3creds_verdict v = s3creds_ready(&s->creds);
 
         if (v == S3CREDS_WAIT)
@@ -489,12 +488,126 @@ static int take_page(struct s3_op *op, const struct http_result *res, char *why,
     return more ? 1 : 0;
 }
 
+/* A 2xx answer: the op's result, or a listing's next page. */
+static void answered(struct s3_op *op, const struct http_result *res)
+{
+    struct s3_store *s = op->s;
+
+    switch (op->kind) {
+    case S3_GET: {
+        size_t len = res->len;
+        char *body;
+
+        if (len > op->max) {
+            finish(op, -EFBIG, NULL, 0, "S3 GET s3://%s/%s%s: object larger than %zu bytes",
+                   s->bucket, s->prefix, op->key, op->max);
+            return;
+        }
+        body = http_take_body(res);
+        if (!body) {
+            finish(op, -ENOMEM, NULL, 0, "S3 GET s3://%s/%s%s: out of memory", s->bucket,
+                   s->prefix, op->key);
+            return;
+        }
+        finish(op, 0, body, len, "%s", "");
+        return;
+    }
+    case S3_LIST: {
+        char why[256];
+        int r = take_page(op, res, why, sizeof(why));
+
+        if (r < 0) {
+            finish(op, r, NULL, 0, "S3 LIST s3://%s/%s%s: %s", s->bucket, s->prefix,
+                   op->key, why);
+            return;
+        }
+        if (r > 0) {
+            op->tries = 0;
+            enqueue(op);
+            return;
+        }
+        finish(op, 0, NULL, 0, "%s", "");
+        return;
+    }
+    default:
+        finish(op, 0, NULL, 0, "%s", "");
+        return;
+    }
+}
+
+/* An answer with an error status.  Returns true when that ended op (or
+ * sent it back to the queue); else op->last says what came back, and
+ * *err, *retry, *slow and *hint what to do with it. */
+static bool refused(struct s3_op *op, const struct http_result *res, int *err, bool *retry,
+                    bool *slow, const char **hint)
+{
+    struct s3_store *s = op->s;
+    struct s3_error e;
+    bool parsed = res->len > 0 && s3xml_parse_error(res->body, res->len, &e, NULL) == 0;
+
+    if (!parsed)
+        snprintf(e.code, sizeof(e.code), "%s", "(no S3 error document)");
+    *err = status_errno(res->status);
+    if (op->if_none && (res->status == 412 || res->status == 409)) {
+        /* 412: the object is there; 409 (AWS): another conditional
+         * write of it is under way.  Either way it is not ours. */
+        finish(op, -EEXIST, NULL, 0, "S3 PUT s3://%s/%s%s: it exists (HTTP %ld)", s->bucket,
+               s->prefix, op->key, res->status);
+        return true;
+    }
+    if (op->if_none && res->status == 501) {
+        finish(op, -EOPNOTSUPP, NULL, 0, "S3 PUT s3://%s/%s%s: the server does not "
+               "create conditionally (If-None-Match: HTTP 501)", s->bucket, s->prefix,
+               op->key);
+        return true;
+    }
+    if (res->status == 404 && op->kind == S3_DELETE) {
+        finish(op, 0, NULL, 0, "%s", "");
+        return true;
+    }
+    if (res->status == 404 && op->kind == S3_GET && strcmp(e.code, "NoSuchBucket") != 0) {
+        finish(op, -ENOENT, NULL, 0, "S3 GET s3://%s/%s%s: no such object", s->bucket,
+               s->prefix, op->key);
+        return true;
+    }
+    if (parsed) {
+        char m[200];
+
+        sanitize(m, sizeof(m), e.message, strlen(e.message));
+        snprintf(op->last, sizeof(op->last), "HTTP %ld %s%s%s", res->status, e.code,
+                 m[0] ? ": " : "", m);
+    } else {
+        snprintf(op->last, sizeof(op->last), "HTTP %ld %s", res->status, e.code);
+    }
+    if (res->status >= 500 || res->status == 429 || strcmp(e.code, "SlowDown") == 0 ||
+        strcmp(e.code, "RequestTimeout") == 0) {
+        *retry = true;
+        *slow = res->status == 503 || res->status == 429 || strcmp(e.code, "SlowDown") == 0;
+        *err = -EIO;
+    } else if ((strcmp(e.code, "ExpiredToken") == 0 ||
+                strcmp(e.code, "TokenRefreshRequired") == 0) &&
+               !op->refreshed && s3creds_expired(&s->creds)) {
+        /* The role's credentials ran out early: fetch them again. */
+        op->refreshed = true;
+        op->tries--;
+        enqueue(op);
+        return true;
+    }
+    if (strcmp(e.code, "NoSuchBucket") == 0)
+        *hint = "; create the bucket, or fix the store URL";
+    else if (strcmp(e.code, "SignatureDoesNotMatch") == 0 ||
+             strcmp(e.code, "InvalidAccessKeyId") == 0 ||
+             strcmp(e.code, "AuthorizationHeaderMalformed") == 0)
+        *hint = "; check the credentials and the region (--s3-region, AWS_REGION)";
+    else if (strcmp(e.code, "AccessDenied") == 0)
+        *hint = "; the credentials lack permission for this bucket or prefix";
+    return false;
+}
+
 static void on_response(void *arg, const struct http_result *res)
 {
     struct s3_op *op = arg;
     struct s3_store *s = op->s;
-    struct s3_error e;
-    const char *kind = kind_name[op->kind];
     bool retry = false, slow = false;
     const char *hint = "";
     int err;
@@ -513,113 +626,17 @@ static void on_response(void *arg, const struct http_result *res)
         if (err == -ECONNREFUSED || err == -EHOSTUNREACH)
             hint = "; check the endpoint (--s3-endpoint, AWS_ENDPOINT_URL)";
     } else if (res->status >= 200 && res->status < 300) {
-        switch (op->kind) {
-        case S3_GET: {
-            size_t len = res->len;
-            char *body;
-
-            if (len > op->max) {
-                finish(op, -EFBIG, NULL, 0, "S3 GET s3://%s/%s%s: object larger than %zu bytes",
-                       s->bucket, s->prefix, op->key, op->max);
-                return;
-            }
-            body = http_take_body(res);
-
-            if (!body) {
-                finish(op, -ENOMEM, NULL, 0, "S3 GET s3://%s/%s%s: out of memory", s->bucket,
-                       s->prefix, op->key);
-                return;
-            }
-            finish(op, 0, body, len, "%s", "");
-            return;
-        }
-        case S3_LIST: {
-            char why[256];
-            int r = take_page(op, res, why, sizeof(why));
-
-            if (r < 0) {
-                finish(op, r, NULL, 0, "S3 LIST s3://%s/%s%s: %s", s->bucket, s->prefix,
-                       op->key, why);
-                return;
-            }
-            if (r > 0) {
-                op->tries = 0;
-                enqueue(op);
-                return;
-            }
-            finish(op, 0, NULL, 0, "%s", "");
-            return;
-        }
-        default:
-            finish(op, 0, NULL, 0, "%s", "");
-            return;
-        }
-    } else {
-        bool parsed = res->len > 0 && s3xml_parse_error(res->body, res->len, &e, NULL) == 0;
-
-        if (!parsed)
-            snprintf(e.code, sizeof(e.code), "%s", "(no S3 error document)");
-        err = status_errno(res->status);
-        if (op->if_none && (res->status == 412 || res->status == 409)) {
-            /* 412: the object is there; 409 (AWS): another conditional
-             * write of it is under way.  Either way it is not ours. */
-            finish(op, -EEXIST, NULL, 0, "S3 PUT s3://%s/%s%s: it exists (HTTP %ld)", s->bucket,
-                   s->prefix, op->key, res->status);
-            return;
-        }
-        if (op->if_none && res->status == 501) {
-            finish(op, -EOPNOTSUPP, NULL, 0, "S3 PUT s3://%s/%s%s: the server does not "
-                   "create conditionally (If-None-Match: HTTP 501)", s->bucket, s->prefix,
-                   op->key);
-            return;
-        }
-        if (res->status == 404 && op->kind == S3_DELETE) {
-            finish(op, 0, NULL, 0, "%s", "");
-            return;
-        }
-        if (res->status == 404 && op->kind == S3_GET && strcmp(e.code, "NoSuchBucket") != 0) {
-            finish(op, -ENOENT, NULL, 0, "S3 GET s3://%s/%s%s: no such object", s->bucket,
-                   s->prefix, op->key);
-            return;
-        }
-        if (parsed) {
-            char m[200];
-
-            sanitize(m, sizeof(m), e.message, strlen(e.message));
-            snprintf(op->last, sizeof(op->last), "HTTP %ld %s%s%s", res->status, e.code,
-                     m[0] ? ": " : "", m);
-        } else {
-            snprintf(op->last, sizeof(op->last), "HTTP %ld %s", res->status, e.code);
-        }
-        if (res->status >= 500 || res->status == 429 || strcmp(e.code, "SlowDown") == 0 ||
-            strcmp(e.code, "RequestTimeout") == 0) {
-            retry = true;
-            slow = res->status == 503 || res->status == 429 || strcmp(e.code, "SlowDown") == 0;
-            err = -EIO;
-        } else if ((strcmp(e.code, "ExpiredToken") == 0 ||
-                    strcmp(e.code, "TokenRefreshRequired") == 0) &&
-                   !op->refreshed && s3creds_expired(&s->creds)) {
-            /* The role's credentials ran out early: fetch them again. */
-            op->refreshed = true;
-            op->tries--;
-            enqueue(op);
-            return;
-        }
-        if (strcmp(e.code, "NoSuchBucket") == 0)
-            hint = "; create the bucket, or fix the store URL";
-        else if (strcmp(e.code, "SignatureDoesNotMatch") == 0 ||
-                 strcmp(e.code, "InvalidAccessKeyId") == 0 ||
-                 strcmp(e.code, "AuthorizationHeaderMalformed") == 0)
-            hint = "; check the credentials and the region (--s3-region, AWS_REGION)";
-        else if (strcmp(e.code, "AccessDenied") == 0)
-            hint = "; the credentials lack permission for this bucket or prefix";
+        answered(op, res);
+        return;
+    } else if (refused(op, res, &err, &retry, &slow, &hint)) {
+        return;
     }
     if (retry && op->tries <= s->retries && !s->closing) {
         retry_later(op, slow);
         return;
     }
-    finish(op, err, NULL, 0, "S3 %s s3://%s/%s%s: %s%s%s", kind, s->bucket, s->prefix, op->key,
-           op->last, retry ? " (gave up after retries)" : "", hint);
+    finish(op, err, NULL, 0, "S3 %s s3://%s/%s%s: %s%s%s", kind_name[op->kind], s->bucket,
+           s->prefix, op->key, op->last, retry ? " (gave up after retries)" : "", hint);
 }
 
 /* ---- payload hashing ------------------------------------------------------ */
@@ -806,53 +823,41 @@ static const char *env_first(const char *a, const char *b)
     return v && *v ? v : NULL;
 }
 
-static void on_creds(void *arg)
+/* The prefix after "s3://bucket/", ending in '/' (none when empty). */
+static int set_prefix(struct s3_store *s, const char *url, const char *slash, char *err,
+                      size_t errlen)
 {
-    pump(arg);
-}
+    size_t plen;
+    char tmp[STORE_KEY_MAX + 1];
 
-static int s3_open(const char *url, const struct store_ctx *ctx, struct store **ret, char *err,
-                   size_t errlen)
-{
-    const char *b = url + 5, *slash = strchr(b, '/'), *endpoint, *region, *scheme_end, *host;
-    const char *v;
-    size_t blen = slash ? (size_t)(slash - b) : strlen(b), hlen;
-    struct s3_store *s;
-    bool path_style;
-    char def_ep[128];
-    int r;
-
-    if (!bucket_valid(b, blen)) {
-        snprintf(err, errlen, "invalid store '%s': expected s3://bucket[/prefix], a bucket of "
-                              "1 to 63 letters, digits, '.', '-', '_'", url);
+    if (!slash || !slash[1])
+        return 0;
+    plen = strlen(slash + 1);
+    if (plen > STORE_KEY_MAX - 64) {
+        snprintf(err, errlen, "invalid store '%s': prefix too long", url);
         return -EINVAL;
     }
-    s = calloc(1, sizeof(*s));
-    if (!s) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
+    memcpy(tmp, slash + 1, plen + 1);
+    if (tmp[plen - 1] == '/')
+        tmp[--plen] = '\0';
+    if (!store_key_valid(tmp)) {
+        snprintf(err, errlen, "invalid store '%s': the prefix must be a relative path of "
+                              "letters, digits, '.', '_', '-'", url);
+        return -EINVAL;
     }
-    memcpy(s->bucket, b, blen);
-    if (slash && slash[1]) {
-        size_t plen = strlen(slash + 1);
-        char tmp[STORE_KEY_MAX + 1];
+    snprintf(s->prefix, sizeof(s->prefix), "%s/", tmp);
+    return 0;
+}
 
-        if (plen > STORE_KEY_MAX - 64) {
-            snprintf(err, errlen, "invalid store '%s': prefix too long", url);
-            free(s);
-            return -EINVAL;
-        }
-        memcpy(tmp, slash + 1, plen + 1);
-        if (tmp[plen - 1] == '/')
-            tmp[--plen] = '\0';
-        if (!store_key_valid(tmp)) {
-            snprintf(err, errlen, "invalid store '%s': the prefix must be a relative path of "
-                                  "letters, digits, '.', '_', '-'", url);
-            free(s);
-            return -EINVAL;
-        }
-        snprintf(s->prefix, sizeof(s->prefix), "%s/", tmp);
-    }
+/* The region (signatures) and the endpoint, path-style or virtual-hosted:
+ * s->sigv4 and s->root_url. */
+static int set_endpoint(struct s3_store *s, const struct store_ctx *ctx, char *err,
+                        size_t errlen)
+{
+    const char *endpoint, *region, *scheme_end, *host, *v;
+    bool path_style;
+    char def_ep[128];
+    size_t hlen;
 
     region = ctx->s3_region && *ctx->s3_region ? ctx->s3_region
                                                : env_first("AWS_REGION", "AWS_DEFAULT_REGION");
@@ -861,7 +866,6 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
     if (strlen(region) > 40 || strspn(region, "abcdefghijklmnopqrstuvwxyz0123456789-") !=
                                    strlen(region)) {
         snprintf(err, errlen, "invalid S3 region '%.64s'", region);
-        free(s);
         return -EINVAL;
     }
     snprintf(s->sigv4, sizeof(s->sigv4), "aws:amz:%s:s3", region);
@@ -877,7 +881,6 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
                         strncmp(endpoint, "https://", 8) != 0)) {
         snprintf(err, errlen, "invalid S3 endpoint '%.300s': expected http(s)://host[:port]",
                  endpoint);
-        free(s);
         return -EINVAL;
     }
     host = scheme_end + 3;
@@ -889,7 +892,6 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
         strpbrk(host, " \t\r\n?#@")) {
         snprintf(err, errlen, "invalid S3 endpoint '%.300s': expected http(s)://host[:port] "
                               "without a path", endpoint);
-        free(s);
         return -EINVAL;
     }
     if (ctx->s3_path_style_set)
@@ -902,12 +904,43 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
     else
         snprintf(s->root_url, sizeof(s->root_url), "%.*s%s.%.*s/",
                  (int)(host - endpoint), endpoint, s->bucket, (int)(v - host), host);
+    return 0;
+}
 
+static void on_creds(void *arg)
+{
+    pump(arg);
+}
+
+static int s3_open(const char *url, const struct store_ctx *ctx, struct store **ret, char *err,
+                   size_t errlen)
+{
+    const char *b = url + 5, *slash = strchr(b, '/'), *v;
+    size_t blen = slash ? (size_t)(slash - b) : strlen(b);
+    struct s3_store *s;
+    int r;
+
+    if (!bucket_valid(b, blen)) {
+        snprintf(err, errlen, "invalid store '%s': expected s3://bucket[/prefix], a bucket of "
+                              "1 to 63 letters, digits, '.', '-', '_'", url);
+        return -EINVAL;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    memcpy(s->bucket, b, blen);
+    r = set_prefix(s, url, slash, err, errlen);
+    if (r == 0)
+        r = set_endpoint(s, ctx, err, errlen);
+    if (r < 0)
+        goto out_free;
     v = getenv("AWS_CA_BUNDLE");
     if (v && *v && !(s->ca_file = strdup(v))) {
         snprintf(err, errlen, "out of memory");
-        free(s);
-        return -ENOMEM;
+        r = -ENOMEM;
+        goto out_free;
     }
     s->max_inflight = ctx->max_inflight ? ctx->max_inflight : DEFAULT_INFLIGHT;
     s->retries = ctx->retries ? ctx->retries : DEFAULT_RETRIES;
@@ -919,32 +952,33 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
         s->rng = 1;
 
     r = s3creds_init(&s->creds, err, errlen);
-    if (r < 0) {
-        free(s->ca_file);
-        free(s);
-        return r;
-    }
+    if (r < 0)
+        goto out_free;
     s->http = http_new(ctx->base, err, errlen);
     if (!s->http) {
-        s3creds_release(&s->creds);
-        free(s->ca_file);
-        free(s);
-        return -ENOENT;
+        r = -ENOENT;
+        goto out_wipe;
     }
     http_set_max_host_connections(s->http, (long)s->max_inflight);
     s3creds_attach(&s->creds, s->http, on_creds, s);
     s->kick = event_new(ctx->base, -1, 0, on_kick, s);
     if (!s->kick) {
         snprintf(err, errlen, "out of memory");
-        http_free(s->http);
-        s3creds_release(&s->creds);
-        free(s->ca_file);
-        free(s);
-        return -ENOMEM;
+        r = -ENOMEM;
+        goto out_http;
     }
     s->base.backend = &store_s3_backend;
     *ret = &s->base;
     return 0;
+
+out_http:
+    http_free(s->http);
+out_wipe:
+    s3creds_release(&s->creds);
+out_free:
+    free(s->ca_file);
+    free(s);
+    return r;
 }
 
 /* Requests still in flight are cancelled without their callbacks; the
