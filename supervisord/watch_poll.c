@@ -14,9 +14,9 @@
 #include <string.h>
 
 #include "spot/http.h"
+#include "spot/imds.h"
 #include "spot/log.h"
 
-#define TOKEN_TTL_S 21600
 #define TOKEN_RENEW_MS (60 * 1000)
 #define REQUEST_TIMEOUT_MS 2000
 #define MAX_ENDPOINTS 8
@@ -33,11 +33,8 @@ struct ep_call {
 struct watcher {
     const struct poll_cloud *pc;
     struct watch_ctx ctx;
-    char token[256];
-    int64_t token_expiry_ms;     /* 0: no token; monotonic, as token_got_ms */
-    int64_t token_got_ms;
+    struct imds_token token;     /* set up only when pc->token_path */
     bool tokenless;              /* IMDSv1 or normal mode */
-    struct http_req *token_req;
     struct ep_call calls[MAX_ENDPOINTS];
     size_t pending;
     bool failed, retry_now;
@@ -105,8 +102,8 @@ static void on_endpoint(void *arg, const struct http_result *res)
     if (!res->error && res->status == 401 && !w->tokenless && w->pc->token_path) {
         /* The token expired or was revoked: get another one, at once
          * unless this one is brand new (then something else is wrong). */
-        w->token_expiry_ms = 0;
-        if (notice_mono_ms() - w->token_got_ms > 1000)
+        imds_token_drop(&w->token);
+        if (imds_token_age_ms(&w->token, notice_mono_ms()) > 1000)
             w->retry_now = true;
         else
             request_failed(w, ep->path, res);
@@ -114,7 +111,7 @@ static void on_endpoint(void *arg, const struct http_result *res)
         /* Without a token and refused: the service wants tokens after all
          * (IMDSv2 required, hardened mode).  Ask for one again. */
         w->tokenless = false;
-        w->token_expiry_ms = 0;
+        imds_token_drop(&w->token);
         request_failed(w, ep->path, res);
     } else if (!res->error && res->status == 404) {
         /* Nothing announced. */
@@ -143,13 +140,11 @@ static void on_endpoint(void *arg, const struct http_result *res)
 
 static void get_endpoints(struct watcher *w)
 {
-    char url[1024], hdr[320];
+    char url[1024];
     const char *headers[2] = { NULL, NULL };
 
-    if (!w->tokenless && w->pc->token_path) {
-        snprintf(hdr, sizeof(hdr), "%s: %s", w->pc->token_header, w->token);
-        headers[0] = hdr;
-    }
+    if (!w->tokenless && w->pc->token_path)
+        headers[0] = w->token.header;
     w->pending = 0;
     for (size_t i = 0; i < w->pc->n_endpoints; i++) {
         struct http_req_opts o = {
@@ -171,20 +166,11 @@ static void get_endpoints(struct watcher *w)
     }
 }
 
-static void on_token(void *arg, const struct http_result *res)
+static void on_token(void *arg, int r, const struct http_result *res)
 {
     struct watcher *w = arg;
-    size_t len = res->len;
 
-    w->token_req = NULL;
-    while (len > 0 && (res->body[len - 1] == '\n' || res->body[len - 1] == '\r'))
-        len--;
-    if (!res->error && res->status == 200 && len > 0 && len < sizeof(w->token) &&
-        !memchr(res->body, '\n', len) && !memchr(res->body, '\r', len)) {
-        memcpy(w->token, res->body, len);
-        w->token[len] = '\0';
-        w->token_got_ms = notice_mono_ms();
-        w->token_expiry_ms = w->token_got_ms + TOKEN_TTL_S * 1000LL;
+    if (r == 0) {
         get_endpoints(w);
         return;
     }
@@ -209,28 +195,12 @@ static void on_token(void *arg, const struct http_result *res)
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct watcher *w = arg;
-    char url[1024], hdr[128];
-    const char *headers[2] = { hdr, NULL };
 
-    if (w->tokenless || !w->pc->token_path ||
-        w->token_expiry_ms - notice_mono_ms() > TOKEN_RENEW_MS) {
+    if (w->tokenless || !w->pc->token_path || imds_token_fresh(&w->token, notice_mono_ms())) {
         get_endpoints(w);
         return;
     }
-    snprintf(url, sizeof(url), "%s%s", w->ctx.base_url, w->pc->token_path);
-    snprintf(hdr, sizeof(hdr), "%s: %d", w->pc->ttl_header, TOKEN_TTL_S);
-    struct http_req_opts o = {
-        .method = "PUT",
-        .url = url,
-        .headers = headers,
-        .body = "",
-        .body_len = 0,
-        .timeout_ms = REQUEST_TIMEOUT_MS,
-        .connect_timeout_ms = REQUEST_TIMEOUT_MS / 2,
-        .max_body = 1024,
-    };
-    w->token_req = http_start(w->ctx.http, &o, on_token, w);
-    if (!w->token_req) {
+    if (imds_token_fetch(&w->token, on_token, w) < 0) {
         w->failed = true;
         round_done(w);
     }
@@ -244,6 +214,21 @@ struct watcher *poll_start(const struct poll_cloud *pc, const struct watch_ctx *
         return NULL;
     w->pc = pc;
     w->ctx = *ctx;
+    if (pc->token_path) {
+        char url[1024];
+        struct imds_token_opts o = {
+            .url = url,
+            .ttl_header = pc->ttl_header,
+            .token_header = pc->token_header,
+            .ttl_s = IMDS_TOKEN_TTL_S,
+            .renew_ms = TOKEN_RENEW_MS,
+            .timeout_ms = REQUEST_TIMEOUT_MS,
+            .connect_timeout_ms = REQUEST_TIMEOUT_MS / 2,
+        };
+
+        snprintf(url, sizeof(url), "%s%s", ctx->base_url, pc->token_path);
+        imds_token_init(&w->token, ctx->http, &o);
+    }
     w->timer = evtimer_new(ctx->base, on_timer, w);
     if (!w->timer)
         return poll_stop(w);
@@ -258,7 +243,7 @@ struct watcher *poll_stop(struct watcher *w)
 {
     if (!w)
         return NULL;
-    http_cancel(w->token_req);
+    imds_token_release(&w->token);
     for (size_t i = 0; i < MAX_ENDPOINTS; i++)
         http_cancel(w->calls[i].req);
     if (w->timer)

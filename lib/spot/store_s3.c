@@ -22,24 +22,17 @@
  * with a message naming the operation, bucket, key, HTTP status and the S3
  * error code and message.
  *
- * Credentials, in the AWS tools' order: AWS_ACCESS_KEY_ID and
- * AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN); the shared credentials
- * file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials, profile
- * AWS_PROFILE or "default"); the EC2 instance role through IMDSv2
- * (AWS_EC2_METADATA_SERVICE_ENDPOINT, unless AWS_EC2_METADATA_DISABLED is
- * true), fetched when the first request needs them and again five minutes
- * before they expire. */
+ * Credentials come from s3creds.c (the environment, the shared file, the
+ * instance role); a request waits for them in the queue. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <event2/event.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,6 +40,7 @@
 #include "spot/chunk.h"
 #include "spot/http.h"
 #include "spot/pool.h"
+#include "spot/s3creds.h"
 #include "spot/s3xml.h"
 #include "spot/store.h"
 #include "store_impl.h"
@@ -57,26 +51,13 @@
 #define BACKOFF_BASE_MS 200
 #define BACKOFF_SLOWDOWN_MS 1000
 #define BACKOFF_CAP_MS 10000
-/* Refresh instance-role credentials this long before they expire, as the
- * AWS SDKs do. */
-#define REFRESH_BEFORE_MS (5 * 60 * 1000)
-/* After a failed credential fetch, fail requests at once for this long
- * rather than asking the metadata service again for each one. */
-#define CREDS_RETRY_MS 1000
-/* Credentials fetched are not fetched again sooner than this. */
-#define REFETCH_MIN_MS (60 * 1000)
 /* Hash payloads up to this size on the loop; larger ones in the pool. */
 #define HASH_INLINE_MAX (64 * 1024)
 #define LIST_MAX_BODY (8 * 1024 * 1024)
-#define IMDS_DEFAULT "http://169.254.169.254"
-#define IMDS_TIMEOUT_MS 2000
 
 enum s3_kind { S3_PUT, S3_GET, S3_LIST, S3_DELETE };
 
 static const char *const kind_name[] = { "PUT", "GET", "LIST", "DELETE" };
-
-enum creds_state { CREDS_NONE, CREDS_LOADING, CREDS_OK, CREDS_FAILED };
-enum creds_source { SRC_ENV, SRC_FILE, SRC_IMDS };
 
 struct s3_op;
 
@@ -99,17 +80,7 @@ struct s3_store {
     bool closing;
     bool pumping;                     /* pump() is on the stack */
     uint64_t rng;
-    /* credentials */
-    struct aws_creds creds;
-    enum creds_state cstate;
-    enum creds_source csrc;
-    char cerr[512];
-    int64_t cfailed_ms;
-    int64_t cfetched_ms;
-    char imds_url[256];
-    char imds_token[256];
-    char role[256];
-    struct http_req *imds_req;
+    struct s3creds creds;
 };
 
 struct s3_op {
@@ -160,7 +131,6 @@ static uint64_t next_rand(struct s3_store *s)
 
 static void pump(struct s3_store *s);
 static void send_op(struct s3_op *op);
-static void fetch_creds(struct s3_store *s);
 static void maybe_free_store(struct s3_store *s);
 
 /* ---- ops ---------------------------------------------------------------- */
@@ -252,22 +222,6 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
     pump(arg);
 }
 
-/* Good enough not to fetch again: static, or more than five minutes from
- * expiring.  Credentials that arrived with less than five minutes to live
- * are kept for a minute (and until they expire), so that such a role is
- * not asked again for every request. */
-static bool creds_fresh(const struct s3_store *s)
-{
-    int64_t now = now_ms(), exp = s->creds.expiration_ms;
-
-    if (s->cstate != CREDS_OK)
-        return false;
-    if (exp == 0 || now < exp - REFRESH_BEFORE_MS)
-        return true;
-    return exp - s->cfetched_ms < REFRESH_BEFORE_MS && now - s->cfetched_ms < REFETCH_MIN_MS &&
-           now < exp;
-}
-
 /* Start what the slots and the credentials allow. */
 static void pump(struct s3_store *s)
 {
@@ -278,33 +232,18 @@ static void pump(struct s3_store *s)
     s->pumping = true;
     while (s->queue && s->inflight < s->max_inflight && !s->closing) {
         struct s3_op *op = s->queue;
+        enum s3creds_verdict v = s3creds_ready(&s->creds);
 
-        if (!creds_fresh(s)) {
-            /* Old instance-role credentials still work until they expire:
-             * keep using them while new ones are fetched. */
-            bool usable = s->cstate == CREDS_OK && now_ms() < s->creds.expiration_ms;
-
-            if (s->cstate == CREDS_FAILED && now_ms() - s->cfailed_ms < CREDS_RETRY_MS) {
-                s->queue = op->qnext;
-                if (!s->queue)
-                    s->queue_tail = NULL;
-                finish(op, -EACCES, NULL, 0, "S3 %s s3://%s/%s%s: %s", kind_name[op->kind],
-                       s->bucket, s->prefix, op->key, s->cerr);
-                continue;
-            }
-            if (s->cstate != CREDS_LOADING) {
-                fetch_creds(s);
-                /* It may have failed at once: look again. */
-                if (s->cstate == CREDS_FAILED)
-                    continue;
-            }
-            if (!usable)
-                break;
-        }
+        if (v == S3CREDS_WAIT)
+            break;
         s->queue = op->qnext;
         if (!s->queue)
             s->queue_tail = NULL;
-        send_op(op);
+        if (v == S3CREDS_FAIL)
+            finish(op, -EACCES, NULL, 0, "S3 %s s3://%s/%s%s: %s", kind_name[op->kind],
+                   s->bucket, s->prefix, op->key, s->creds.err);
+        else
+            send_op(op);
     }
     s->pumping = false;
 }
@@ -363,16 +302,17 @@ static void send_op(struct s3_op *op)
         .url = url,
         .headers = headers,
         .aws_sigv4 = s->sigv4,
-        .username = s->creds.access_key_id,
-        .password = s->creds.secret_access_key,
+        .username = s->creds.aws.access_key_id,
+        .password = s->creds.aws.secret_access_key,
         .ca_file = s->ca_file,
         .low_speed_time_s = s->timeout_s,
         .connect_timeout_ms = s->timeout_s * 1000,
         .proxy = true,
     };
 
-    if (s->creds.session_token[0]) {
-        snprintf(tok_hdr, sizeof(tok_hdr), "x-amz-security-token: %s", s->creds.session_token);
+    if (s->creds.aws.session_token[0]) {
+        snprintf(tok_hdr, sizeof(tok_hdr), "x-amz-security-token: %s",
+                 s->creds.aws.session_token);
         headers[1] = tok_hdr;
     }
     if (op->if_none)
@@ -548,12 +488,126 @@ static int take_page(struct s3_op *op, const struct http_result *res, char *why,
     return more ? 1 : 0;
 }
 
+/* A 2xx answer: the op's result, or a listing's next page. */
+static void answered(struct s3_op *op, const struct http_result *res)
+{
+    struct s3_store *s = op->s;
+
+    switch (op->kind) {
+    case S3_GET: {
+        size_t len = res->len;
+        char *body;
+
+        if (len > op->max) {
+            finish(op, -EFBIG, NULL, 0, "S3 GET s3://%s/%s%s: object larger than %zu bytes",
+                   s->bucket, s->prefix, op->key, op->max);
+            return;
+        }
+        body = http_take_body(res);
+        if (!body) {
+            finish(op, -ENOMEM, NULL, 0, "S3 GET s3://%s/%s%s: out of memory", s->bucket,
+                   s->prefix, op->key);
+            return;
+        }
+        finish(op, 0, body, len, "%s", "");
+        return;
+    }
+    case S3_LIST: {
+        char why[256];
+        int r = take_page(op, res, why, sizeof(why));
+
+        if (r < 0) {
+            finish(op, r, NULL, 0, "S3 LIST s3://%s/%s%s: %s", s->bucket, s->prefix,
+                   op->key, why);
+            return;
+        }
+        if (r > 0) {
+            op->tries = 0;
+            enqueue(op);
+            return;
+        }
+        finish(op, 0, NULL, 0, "%s", "");
+        return;
+    }
+    default:
+        finish(op, 0, NULL, 0, "%s", "");
+        return;
+    }
+}
+
+/* An answer with an error status.  Returns true when that ended op (or
+ * sent it back to the queue); else op->last says what came back, and
+ * *err, *retry, *slow and *hint what to do with it. */
+static bool refused(struct s3_op *op, const struct http_result *res, int *err, bool *retry,
+                    bool *slow, const char **hint)
+{
+    struct s3_store *s = op->s;
+    struct s3_error e;
+    bool parsed = res->len > 0 && s3xml_parse_error(res->body, res->len, &e, NULL) == 0;
+
+    if (!parsed)
+        snprintf(e.code, sizeof(e.code), "%s", "(no S3 error document)");
+    *err = status_errno(res->status);
+    if (op->if_none && (res->status == 412 || res->status == 409)) {
+        /* 412: the object is there; 409 (AWS): another conditional
+         * write of it is under way.  Either way it is not ours. */
+        finish(op, -EEXIST, NULL, 0, "S3 PUT s3://%s/%s%s: it exists (HTTP %ld)", s->bucket,
+               s->prefix, op->key, res->status);
+        return true;
+    }
+    if (op->if_none && res->status == 501) {
+        finish(op, -EOPNOTSUPP, NULL, 0, "S3 PUT s3://%s/%s%s: the server does not "
+               "create conditionally (If-None-Match: HTTP 501)", s->bucket, s->prefix,
+               op->key);
+        return true;
+    }
+    if (res->status == 404 && op->kind == S3_DELETE) {
+        finish(op, 0, NULL, 0, "%s", "");
+        return true;
+    }
+    if (res->status == 404 && op->kind == S3_GET && strcmp(e.code, "NoSuchBucket") != 0) {
+        finish(op, -ENOENT, NULL, 0, "S3 GET s3://%s/%s%s: no such object", s->bucket,
+               s->prefix, op->key);
+        return true;
+    }
+    if (parsed) {
+        char m[200];
+
+        sanitize(m, sizeof(m), e.message, strlen(e.message));
+        snprintf(op->last, sizeof(op->last), "HTTP %ld %s%s%s", res->status, e.code,
+                 m[0] ? ": " : "", m);
+    } else {
+        snprintf(op->last, sizeof(op->last), "HTTP %ld %s", res->status, e.code);
+    }
+    if (res->status >= 500 || res->status == 429 || strcmp(e.code, "SlowDown") == 0 ||
+        strcmp(e.code, "RequestTimeout") == 0) {
+        *retry = true;
+        *slow = res->status == 503 || res->status == 429 || strcmp(e.code, "SlowDown") == 0;
+        *err = -EIO;
+    } else if ((strcmp(e.code, "ExpiredToken") == 0 ||
+                strcmp(e.code, "TokenRefreshRequired") == 0) &&
+               !op->refreshed && s3creds_expired(&s->creds)) {
+        /* The role's credentials ran out early: fetch them again. */
+        op->refreshed = true;
+        op->tries--;
+        enqueue(op);
+        return true;
+    }
+    if (strcmp(e.code, "NoSuchBucket") == 0)
+        *hint = "; create the bucket, or fix the store URL";
+    else if (strcmp(e.code, "SignatureDoesNotMatch") == 0 ||
+             strcmp(e.code, "InvalidAccessKeyId") == 0 ||
+             strcmp(e.code, "AuthorizationHeaderMalformed") == 0)
+        *hint = "; check the credentials and the region (--s3-region, AWS_REGION)";
+    else if (strcmp(e.code, "AccessDenied") == 0)
+        *hint = "; the credentials lack permission for this bucket or prefix";
+    return false;
+}
+
 static void on_response(void *arg, const struct http_result *res)
 {
     struct s3_op *op = arg;
     struct s3_store *s = op->s;
-    struct s3_error e;
-    const char *kind = kind_name[op->kind];
     bool retry = false, slow = false;
     const char *hint = "";
     int err;
@@ -572,114 +626,17 @@ static void on_response(void *arg, const struct http_result *res)
         if (err == -ECONNREFUSED || err == -EHOSTUNREACH)
             hint = "; check the endpoint (--s3-endpoint, AWS_ENDPOINT_URL)";
     } else if (res->status >= 200 && res->status < 300) {
-        switch (op->kind) {
-        case S3_GET: {
-            size_t len = res->len;
-            char *body;
-
-            if (len > op->max) {
-                finish(op, -EFBIG, NULL, 0, "S3 GET s3://%s/%s%s: object larger than %zu bytes",
-                       s->bucket, s->prefix, op->key, op->max);
-                return;
-            }
-            body = http_take_body(res);
-
-            if (!body) {
-                finish(op, -ENOMEM, NULL, 0, "S3 GET s3://%s/%s%s: out of memory", s->bucket,
-                       s->prefix, op->key);
-                return;
-            }
-            finish(op, 0, body, len, "%s", "");
-            return;
-        }
-        case S3_LIST: {
-            char why[256];
-            int r = take_page(op, res, why, sizeof(why));
-
-            if (r < 0) {
-                finish(op, r, NULL, 0, "S3 LIST s3://%s/%s%s: %s", s->bucket, s->prefix,
-                       op->key, why);
-                return;
-            }
-            if (r > 0) {
-                op->tries = 0;
-                enqueue(op);
-                return;
-            }
-            finish(op, 0, NULL, 0, "%s", "");
-            return;
-        }
-        default:
-            finish(op, 0, NULL, 0, "%s", "");
-            return;
-        }
-    } else {
-        bool parsed = res->len > 0 && s3xml_parse_error(res->body, res->len, &e, NULL) == 0;
-
-        if (!parsed)
-            snprintf(e.code, sizeof(e.code), "%s", "(no S3 error document)");
-        err = status_errno(res->status);
-        if (op->if_none && (res->status == 412 || res->status == 409)) {
-            /* 412: the object is there; 409 (AWS): another conditional
-             * write of it is under way.  Either way it is not ours. */
-            finish(op, -EEXIST, NULL, 0, "S3 PUT s3://%s/%s%s: it exists (HTTP %ld)", s->bucket,
-                   s->prefix, op->key, res->status);
-            return;
-        }
-        if (op->if_none && res->status == 501) {
-            finish(op, -EOPNOTSUPP, NULL, 0, "S3 PUT s3://%s/%s%s: the server does not "
-                   "create conditionally (If-None-Match: HTTP 501)", s->bucket, s->prefix,
-                   op->key);
-            return;
-        }
-        if (res->status == 404 && op->kind == S3_DELETE) {
-            finish(op, 0, NULL, 0, "%s", "");
-            return;
-        }
-        if (res->status == 404 && op->kind == S3_GET && strcmp(e.code, "NoSuchBucket") != 0) {
-            finish(op, -ENOENT, NULL, 0, "S3 GET s3://%s/%s%s: no such object", s->bucket,
-                   s->prefix, op->key);
-            return;
-        }
-        if (parsed) {
-            char m[200];
-
-            sanitize(m, sizeof(m), e.message, strlen(e.message));
-            snprintf(op->last, sizeof(op->last), "HTTP %ld %s%s%s", res->status, e.code,
-                     m[0] ? ": " : "", m);
-        } else {
-            snprintf(op->last, sizeof(op->last), "HTTP %ld %s", res->status, e.code);
-        }
-        if (res->status >= 500 || res->status == 429 || strcmp(e.code, "SlowDown") == 0 ||
-            strcmp(e.code, "RequestTimeout") == 0) {
-            retry = true;
-            slow = res->status == 503 || res->status == 429 || strcmp(e.code, "SlowDown") == 0;
-            err = -EIO;
-        } else if ((strcmp(e.code, "ExpiredToken") == 0 ||
-                    strcmp(e.code, "TokenRefreshRequired") == 0) &&
-                   s->csrc == SRC_IMDS && !op->refreshed) {
-            /* The role's credentials ran out early: fetch them again. */
-            op->refreshed = true;
-            s->cstate = CREDS_NONE;
-            op->tries--;
-            enqueue(op);
-            return;
-        }
-        if (strcmp(e.code, "NoSuchBucket") == 0)
-            hint = "; create the bucket, or fix the store URL";
-        else if (strcmp(e.code, "SignatureDoesNotMatch") == 0 ||
-                 strcmp(e.code, "InvalidAccessKeyId") == 0 ||
-                 strcmp(e.code, "AuthorizationHeaderMalformed") == 0)
-            hint = "; check the credentials and the region (--s3-region, AWS_REGION)";
-        else if (strcmp(e.code, "AccessDenied") == 0)
-            hint = "; the credentials lack permission for this bucket or prefix";
+        answered(op, res);
+        return;
+    } else if (refused(op, res, &err, &retry, &slow, &hint)) {
+        return;
     }
     if (retry && op->tries <= s->retries && !s->closing) {
         retry_later(op, slow);
         return;
     }
-    finish(op, err, NULL, 0, "S3 %s s3://%s/%s%s: %s%s%s", kind, s->bucket, s->prefix, op->key,
-           op->last, retry ? " (gave up after retries)" : "", hint);
+    finish(op, err, NULL, 0, "S3 %s s3://%s/%s%s: %s%s%s", kind_name[op->kind], s->bucket,
+           s->prefix, op->key, op->last, retry ? " (gave up after retries)" : "", hint);
 }
 
 /* ---- payload hashing ------------------------------------------------------ */
@@ -802,244 +759,6 @@ static int s3_del(struct store *base, const char *key, store_done_fn done, void 
     return 0;
 }
 
-/* ---- credentials ---------------------------------------------------------- */
-
-/* Fail every queued op with the credential error. */
-static void creds_failed(struct s3_store *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void creds_failed(struct s3_store *s, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(s->cerr, sizeof(s->cerr), fmt, ap);
-    va_end(ap);
-    /* Credentials that have not expired yet are kept. */
-    if (s->cstate == CREDS_LOADING && s->creds.access_key_id[0] &&
-        now_ms() < s->creds.expiration_ms) {
-        s->cstate = CREDS_OK;
-        pump(s);
-        return;
-    }
-    s->cstate = CREDS_FAILED;
-    s->cfailed_ms = now_ms();
-    pump(s);
-}
-
-static void imds_get(struct s3_store *s, const char *path, http_done_fn done);
-
-static void on_imds_creds(void *arg, const struct http_result *res)
-{
-    struct s3_store *s = arg;
-    struct aws_creds c;
-    const char *why = NULL;
-
-    s->imds_req = NULL;
-    if (res->error || res->status != 200) {
-        creds_failed(s, "no S3 credentials: the instance role '%s' answered %s%ld", s->role,
-                     res->error ? res->errmsg : "HTTP ", res->error ? 0L : res->status);
-        return;
-    }
-    if (awscreds_parse_imds(res->body, res->len, &c, &why) < 0) {
-        creds_failed(s, "no S3 credentials: the instance role document is invalid (%s)",
-                     why ? why : "malformed");
-        return;
-    }
-    awscreds_wipe(&s->creds);
-    s->creds = c;
-    awscreds_wipe(&c);
-    s->cstate = CREDS_OK;
-    s->cfetched_ms = now_ms();
-    pump(s);
-}
-
-static void on_imds_role(void *arg, const struct http_result *res)
-{
-    struct s3_store *s = arg;
-    size_t len = res->len;
-    char path[512];
-
-    s->imds_req = NULL;
-    if (res->error || res->status != 200) {
-        creds_failed(s, "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-                        "write ~/.aws/credentials, or attach an instance role (the metadata "
-                        "service has none: %s%ld)",
-                     res->error ? res->errmsg : "HTTP ", res->error ? 0L : res->status);
-        return;
-    }
-    /* One role name per line; an instance has at most one. */
-    for (size_t i = 0; i < res->len; i++)
-        if (res->body[i] == '\n' || res->body[i] == '\r') {
-            len = i;
-            break;
-        }
-    if (len == 0 || len >= sizeof(s->role)) {
-        creds_failed(s, "no S3 credentials: the metadata service names no usable role");
-        return;
-    }
-    for (size_t i = 0; i < len; i++) {
-        char ch = res->body[i];
-        /* IAM role names: letters, digits and +=,.@_- */
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              strchr("+=,.@_-", ch))) {
-            creds_failed(s, "no S3 credentials: the metadata service sent an invalid role name");
-            return;
-        }
-    }
-    memcpy(s->role, res->body, len);
-    s->role[len] = '\0';
-    snprintf(path, sizeof(path), "/latest/meta-data/iam/security-credentials/%s", s->role);
-    imds_get(s, path, on_imds_creds);
-}
-
-static void imds_get(struct s3_store *s, const char *path, http_done_fn done)
-{
-    char url[sizeof(s->imds_url) + 512], tok[sizeof(s->imds_token) + 40];
-    const char *headers[] = { tok, NULL };
-    struct http_req_opts o = {
-        .url = url,
-        .headers = headers,
-        .timeout_ms = IMDS_TIMEOUT_MS,
-        .max_body = AWSCREDS_MAX_JSON,
-    };
-
-    snprintf(url, sizeof(url), "%s%s", s->imds_url, path);
-    snprintf(tok, sizeof(tok), "X-aws-ec2-metadata-token: %s", s->imds_token);
-    s->imds_req = http_start(s->http, &o, done, s);
-    if (!s->imds_req)
-        creds_failed(s, "no S3 credentials: cannot start a metadata request");
-}
-
-static void on_imds_token(void *arg, const struct http_result *res)
-{
-    struct s3_store *s = arg;
-    size_t len = res->len;
-
-    s->imds_req = NULL;
-    if (res->error || res->status != 200) {
-        creds_failed(s, "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-                        "write ~/.aws/credentials, or run on EC2 with an instance role "
-                        "(metadata service %s: %s%ld)",
-                     s->imds_url, res->error ? res->errmsg : "HTTP ",
-                     res->error ? 0L : res->status);
-        return;
-    }
-    while (len > 0 && (res->body[len - 1] == '\n' || res->body[len - 1] == '\r'))
-        len--;
-    if (len == 0 || len >= sizeof(s->imds_token) || memchr(res->body, '\n', len) ||
-        memchr(res->body, '\r', len) || memchr(res->body, '\0', len)) {
-        creds_failed(s, "no S3 credentials: the metadata service sent an invalid token");
-        return;
-    }
-    memcpy(s->imds_token, res->body, len);
-    s->imds_token[len] = '\0';
-    imds_get(s, "/latest/meta-data/iam/security-credentials/", on_imds_role);
-}
-
-static void fetch_creds(struct s3_store *s)
-{
-    char url[sizeof(s->imds_url) + 32];
-    const char *headers[] = { "X-aws-ec2-metadata-token-ttl-seconds: 21600", NULL };
-    struct http_req_opts o = {
-        .method = "PUT",
-        .url = url,
-        .headers = headers,
-        .body = "",
-        .timeout_ms = IMDS_TIMEOUT_MS,
-        .max_body = 1024,
-    };
-
-    if (s->csrc != SRC_IMDS) {
-        /* Static credentials never need fetching; cstate is OK. */
-        return;
-    }
-    if (!s->imds_url[0]) {
-        creds_failed(s, "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-                        "or write ~/.aws/credentials (AWS_PROFILE); the instance role is off "
-                        "(AWS_EC2_METADATA_DISABLED)");
-        return;
-    }
-    s->cstate = CREDS_LOADING;
-    snprintf(url, sizeof(url), "%s/latest/api/token", s->imds_url);
-    s->imds_req = http_start(s->http, &o, on_imds_token, s);
-    if (!s->imds_req)
-        creds_failed(s, "no S3 credentials: cannot start a metadata request");
-}
-
-/* Static credentials: the environment, then the shared file.  Returns 0
- * when found, 1 when there are none (the instance role is next), -EINVAL
- * with err set for a broken file. */
-static int static_creds(struct s3_store *s, char *err, size_t errlen)
-{
-    const char *id = getenv("AWS_ACCESS_KEY_ID"), *secret = getenv("AWS_SECRET_ACCESS_KEY");
-    const char *token = getenv("AWS_SESSION_TOKEN"), *file = getenv("AWS_SHARED_CREDENTIALS_FILE");
-    const char *profile = getenv("AWS_PROFILE"), *home = getenv("HOME"), *why = NULL;
-    char path[4096], *text;
-    struct stat st;
-    ssize_t n;
-    int fd, r;
-
-    if (id && *id && secret && *secret) {
-        if (strlen(id) > AWS_KEY_ID_MAX || strlen(secret) > AWS_SECRET_MAX ||
-            (token && strlen(token) > AWS_TOKEN_MAX)) {
-            snprintf(err, errlen, "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_SESSION_TOKEN "
-                                  "is too long");
-            return -EINVAL;
-        }
-        snprintf(s->creds.access_key_id, sizeof(s->creds.access_key_id), "%s", id);
-        snprintf(s->creds.secret_access_key, sizeof(s->creds.secret_access_key), "%s", secret);
-        snprintf(s->creds.session_token, sizeof(s->creds.session_token), "%s",
-                 token ? token : "");
-        s->csrc = SRC_ENV;
-        return 0;
-    }
-    if (file && *file)
-        snprintf(path, sizeof(path), "%s", file);
-    else if (home && *home)
-        snprintf(path, sizeof(path), "%s/.aws/credentials", home);
-    else
-        return 1;
-    if (!profile || !*profile)
-        profile = "default";
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        /* A missing file is no credentials, as for the AWS CLI. */
-        if (errno == ENOENT)
-            return 1;
-        snprintf(err, errlen, "cannot read the credentials file '%s': %s", path, strerror(errno));
-        return -EINVAL;
-    }
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > AWSCREDS_MAX_FILE) {
-        close(fd);
-        snprintf(err, errlen, "credentials file '%s' is not a regular file under 1 MiB", path);
-        return -EINVAL;
-    }
-    text = malloc((size_t)st.st_size + 1);
-    if (!text) {
-        close(fd);
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
-    n = read(fd, text, (size_t)st.st_size);
-    close(fd);
-    if (n != st.st_size) {
-        free(text);
-        snprintf(err, errlen, "cannot read the credentials file '%s'", path);
-        return -EINVAL;
-    }
-    r = awscreds_parse(text, (size_t)n, profile, &s->creds, &why);
-    memset(text, 0, (size_t)n);
-    free(text);
-    if (r == -ENOENT)
-        return 1;
-    if (r < 0) {
-        snprintf(err, errlen, "credentials file '%s': %s", path, why ? why : "malformed");
-        return -EINVAL;
-    }
-    s->csrc = SRC_FILE;
-    return 0;
-}
-
 /* ---- open and close ------------------------------------------------------- */
 
 /* Bucket names: 3 to 63 of [a-z0-9.-] for AWS; S3-compatible services are
@@ -1090,7 +809,6 @@ static void maybe_free_store(struct s3_store *s)
 {
     if (!s->closing || s->hashing > 0)
         return;
-    awscreds_wipe(&s->creds);
     free(s->ca_file);
     free(s);
 }
@@ -1105,48 +823,41 @@ static const char *env_first(const char *a, const char *b)
     return v && *v ? v : NULL;
 }
 
-static int s3_open(const char *url, const struct store_ctx *ctx, struct store **ret, char *err,
-                   size_t errlen)
+/* The prefix after "s3://bucket/", ending in '/' (none when empty). */
+static int set_prefix(struct s3_store *s, const char *url, const char *slash, char *err,
+                      size_t errlen)
 {
-    const char *b = url + 5, *slash = strchr(b, '/'), *endpoint, *region, *scheme_end, *host;
-    const char *v;
-    size_t blen = slash ? (size_t)(slash - b) : strlen(b), hlen;
-    struct s3_store *s;
-    bool path_style;
-    char def_ep[128];
-    int r;
+    size_t plen;
+    char tmp[STORE_KEY_MAX + 1];
 
-    if (!bucket_valid(b, blen)) {
-        snprintf(err, errlen, "invalid store '%s': expected s3://bucket[/prefix], a bucket of "
-                              "1 to 63 letters, digits, '.', '-', '_'", url);
+    if (!slash || !slash[1])
+        return 0;
+    plen = strlen(slash + 1);
+    if (plen > STORE_KEY_MAX - 64) {
+        snprintf(err, errlen, "invalid store '%s': prefix too long", url);
         return -EINVAL;
     }
-    s = calloc(1, sizeof(*s));
-    if (!s) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
+    memcpy(tmp, slash + 1, plen + 1);
+    if (tmp[plen - 1] == '/')
+        tmp[--plen] = '\0';
+    if (!store_key_valid(tmp)) {
+        snprintf(err, errlen, "invalid store '%s': the prefix must be a relative path of "
+                              "letters, digits, '.', '_', '-'", url);
+        return -EINVAL;
     }
-    memcpy(s->bucket, b, blen);
-    if (slash && slash[1]) {
-        size_t plen = strlen(slash + 1);
-        char tmp[STORE_KEY_MAX + 1];
+    snprintf(s->prefix, sizeof(s->prefix), "%s/", tmp);
+    return 0;
+}
 
-        if (plen > STORE_KEY_MAX - 64) {
-            snprintf(err, errlen, "invalid store '%s': prefix too long", url);
-            free(s);
-            return -EINVAL;
-        }
-        memcpy(tmp, slash + 1, plen + 1);
-        if (tmp[plen - 1] == '/')
-            tmp[--plen] = '\0';
-        if (!store_key_valid(tmp)) {
-            snprintf(err, errlen, "invalid store '%s': the prefix must be a relative path of "
-                                  "letters, digits, '.', '_', '-'", url);
-            free(s);
-            return -EINVAL;
-        }
-        snprintf(s->prefix, sizeof(s->prefix), "%s/", tmp);
-    }
+/* The region (signatures) and the endpoint, path-style or virtual-hosted:
+ * s->sigv4 and s->root_url. */
+static int set_endpoint(struct s3_store *s, const struct store_ctx *ctx, char *err,
+                        size_t errlen)
+{
+    const char *endpoint, *region, *scheme_end, *host, *v;
+    bool path_style;
+    char def_ep[128];
+    size_t hlen;
 
     region = ctx->s3_region && *ctx->s3_region ? ctx->s3_region
                                                : env_first("AWS_REGION", "AWS_DEFAULT_REGION");
@@ -1155,7 +866,6 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
     if (strlen(region) > 40 || strspn(region, "abcdefghijklmnopqrstuvwxyz0123456789-") !=
                                    strlen(region)) {
         snprintf(err, errlen, "invalid S3 region '%.64s'", region);
-        free(s);
         return -EINVAL;
     }
     snprintf(s->sigv4, sizeof(s->sigv4), "aws:amz:%s:s3", region);
@@ -1171,7 +881,6 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
                         strncmp(endpoint, "https://", 8) != 0)) {
         snprintf(err, errlen, "invalid S3 endpoint '%.300s': expected http(s)://host[:port]",
                  endpoint);
-        free(s);
         return -EINVAL;
     }
     host = scheme_end + 3;
@@ -1183,7 +892,6 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
         strpbrk(host, " \t\r\n?#@")) {
         snprintf(err, errlen, "invalid S3 endpoint '%.300s': expected http(s)://host[:port] "
                               "without a path", endpoint);
-        free(s);
         return -EINVAL;
     }
     if (ctx->s3_path_style_set)
@@ -1196,12 +904,43 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
     else
         snprintf(s->root_url, sizeof(s->root_url), "%.*s%s.%.*s/",
                  (int)(host - endpoint), endpoint, s->bucket, (int)(v - host), host);
+    return 0;
+}
 
+static void on_creds(void *arg)
+{
+    pump(arg);
+}
+
+static int s3_open(const char *url, const struct store_ctx *ctx, struct store **ret, char *err,
+                   size_t errlen)
+{
+    const char *b = url + 5, *slash = strchr(b, '/'), *v;
+    size_t blen = slash ? (size_t)(slash - b) : strlen(b);
+    struct s3_store *s;
+    int r;
+
+    if (!bucket_valid(b, blen)) {
+        snprintf(err, errlen, "invalid store '%s': expected s3://bucket[/prefix], a bucket of "
+                              "1 to 63 letters, digits, '.', '-', '_'", url);
+        return -EINVAL;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    memcpy(s->bucket, b, blen);
+    r = set_prefix(s, url, slash, err, errlen);
+    if (r == 0)
+        r = set_endpoint(s, ctx, err, errlen);
+    if (r < 0)
+        goto out_free;
     v = getenv("AWS_CA_BUNDLE");
     if (v && *v && !(s->ca_file = strdup(v))) {
         snprintf(err, errlen, "out of memory");
-        free(s);
-        return -ENOMEM;
+        r = -ENOMEM;
+        goto out_free;
     }
     s->max_inflight = ctx->max_inflight ? ctx->max_inflight : DEFAULT_INFLIGHT;
     s->retries = ctx->retries ? ctx->retries : DEFAULT_RETRIES;
@@ -1212,45 +951,34 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
     if (!s->rng)
         s->rng = 1;
 
-    r = static_creds(s, err, errlen);
-    if (r < 0) {
-        free(s->ca_file);
-        free(s);
-        return r;
-    }
-    if (r == 0) {
-        s->cstate = CREDS_OK;
-    } else {
-        v = getenv("AWS_EC2_METADATA_DISABLED");
-        s->csrc = SRC_IMDS;
-        if (!(v && strcasecmp(v, "true") == 0)) {
-            v = getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT");
-            snprintf(s->imds_url, sizeof(s->imds_url), "%s", v && *v ? v : IMDS_DEFAULT);
-            hlen = strlen(s->imds_url);
-            while (hlen > 0 && s->imds_url[hlen - 1] == '/')
-                s->imds_url[--hlen] = '\0';
-        }
-    }
+    r = s3creds_init(&s->creds, err, errlen);
+    if (r < 0)
+        goto out_free;
     s->http = http_new(ctx->base, err, errlen);
     if (!s->http) {
-        awscreds_wipe(&s->creds);
-        free(s->ca_file);
-        free(s);
-        return -ENOENT;
+        r = -ENOENT;
+        goto out_wipe;
     }
     http_set_max_host_connections(s->http, (long)s->max_inflight);
+    s3creds_attach(&s->creds, s->http, on_creds, s);
     s->kick = event_new(ctx->base, -1, 0, on_kick, s);
     if (!s->kick) {
         snprintf(err, errlen, "out of memory");
-        http_free(s->http);
-        awscreds_wipe(&s->creds);
-        free(s->ca_file);
-        free(s);
-        return -ENOMEM;
+        r = -ENOMEM;
+        goto out_http;
     }
     s->base.backend = &store_s3_backend;
     *ret = &s->base;
     return 0;
+
+out_http:
+    http_free(s->http);
+out_wipe:
+    s3creds_release(&s->creds);
+out_free:
+    free(s->ca_file);
+    free(s);
+    return r;
 }
 
 /* Requests still in flight are cancelled without their callbacks; the
@@ -1260,8 +988,7 @@ static void s3_close(struct store *base)
     struct s3_store *s = (struct s3_store *)base;
 
     s->closing = true;
-    if (s->imds_req)
-        http_cancel(s->imds_req);
+    s3creds_release(&s->creds);
     for (struct s3_op *op = s->ops, *next; op; op = next) {
         next = op->next;
         if (op->req)
