@@ -101,8 +101,10 @@ SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supe
               supervisord/watch_alibaba.c supervisord/watch_tencent.c supervisord/watch_gcp.c \
               supervisord/watch_azure.c supervisord/webhook.c
 SPOTD_OBJ  := $(SPOTD_SRC:%.c=$(O)/%.o)
+SPOTCTL_SRC := spotctl/spotctl.c spotctl/store_cmds.c spotctl/store_show.c spotctl/resume.c \
+               spotctl/daemon_cmds.c
 # Under obj/: $(O)/spotctl is the program itself.
-SPOTCTL_OBJ := $(O)/obj/spotctl/spotctl.o
+SPOTCTL_OBJ := $(SPOTCTL_SRC:%.c=$(O)/obj/%.o)
 
 UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c tests/unit/test_dmi.c \
               tests/unit/test_pool.c tests/unit/test_chunk.c tests/unit/test_store.c \
