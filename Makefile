@@ -101,7 +101,10 @@ SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supe
               supervisord/watch_alibaba.c supervisord/watch_tencent.c supervisord/watch_gcp.c \
               supervisord/watch_azure.c supervisord/webhook.c
 SPOTD_OBJ  := $(SPOTD_SRC:%.c=$(O)/%.o)
-SPOTCTL_OBJ := $(O)/supervisord/spotctl.o
+SPOTCTL_SRC := spotctl/spotctl.c spotctl/store_cmds.c spotctl/store_show.c spotctl/resume.c \
+               spotctl/daemon_cmds.c
+# Under obj/: $(O)/spotctl is the program itself.
+SPOTCTL_OBJ := $(SPOTCTL_SRC:%.c=$(O)/obj/%.o)
 
 UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c tests/unit/test_dmi.c \
               tests/unit/test_pool.c tests/unit/test_chunk.c tests/unit/test_store.c \
@@ -123,6 +126,10 @@ EXAMPLES   := $(O)/examples/c-trainer/trainer
 all: $(PROGS) $(LIBS) $(EXAMPLES)
 
 $(O)/%.o: %.c $(O)/config.mk
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(SPOTCTL_OBJ): $(O)/obj/%.o: %.c $(O)/config.mk
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
@@ -157,9 +164,9 @@ man_dest = $(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(1)))/$(notdir $(1))
 $(O)/spotd: $(SPOTD_OBJ) $(O)/libspot.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(SPOTD_OBJ) $(O)/libspot.a $(SPOTCTL_LIBS)
 
-# The criu method's PID 1 (supervisord/spotd-init.c): libc only, static,
+# The criu method's PID 1 (spotd-init/spotd-init.c): libc only, static,
 # and never sanitized: CRIU dumps and restores it with the command.
-$(O)/spotd-init: supervisord/spotd-init.c $(O)/config.mk
+$(O)/spotd-init: spotd-init/spotd-init.c $(O)/config.mk
 	$(CC) -std=gnu11 $(WARN) $(if $(DEV),$(WARN_DEV)) -D_GNU_SOURCE -O2 -static \
 	    -o $@ $< $(LDFLAGS)
 

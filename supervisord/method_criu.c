@@ -1,15 +1,15 @@
 /* method criu: CRIU snapshots the command's whole process tree; the
  * command needs no change.
  *
- * The command runs under spotd-init (spotd-init.c) as PID 1 of a PID
- * namespace of its own, its output in pipes the outer spotd-init copies to
- * spotd's.  A save runs `criu dump` of that PID 1 into the generation's
- * directory, which the snapshot engine then chunks, deduplicates and
- * uploads like any other: --leave-running for periodic and requested
- * checkpoints, --leave-stopped for the last one before a stop (nothing the
- * tree does after it can contradict the images), and the stop then kills
- * the namespace.  A start from a restored generation runs `spotd-init
- * restore`, which has CRIU bring the tree back under it.
+ * The command runs under spotd-init (spotd-init/spotd-init.c) as PID 1 of a
+ * PID namespace of its own, its output in pipes the outer spotd-init copies
+ * to spotd's.  A save runs `criu dump` of that PID 1 into the generation's
+ * directory, which the snapshot engine then chunks, deduplicates and uploads
+ * like any other: --leave-running for periodic and requested checkpoints,
+ * --leave-stopped for the last one before a stop (nothing the tree does
+ * after it can contradict the images), and the stop then kills the
+ * namespace.  A start from a restored generation runs `spotd-init restore`,
+ * which has CRIU bring the tree back under it.
  *
  * CRIU runs from its command line, not its RPC service (criu swrk): the
  * command line needs no protobuf, its options are CRIU's documented
@@ -138,7 +138,7 @@ static int write_pipes(const struct method *m, pid_t init, const char *dir)
     char path[4400], ids[3][64];
     FILE *f;
 
-    /* Output, errors, and the lifeline (spotd-init.c). */
+    /* Output, errors, and the lifeline (spotd-init/spotd-init.c). */
     for (int fd = 1; fd <= 3; fd++) {
         ssize_t n;
         snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)init, fd);

@@ -291,20 +291,6 @@ static const struct watcher_ops *pick_cloud(const struct config *cfg)
     return watch_find(found);
 }
 
-struct run {
-    struct child *child;
-    struct watch_local *local;
-};
-
-/* spotctl drill, through the orchestrator. */
-static void on_drill(void *arg, int kind, uint64_t window_ms)
-{
-    struct run *run = arg;
-
-    if (run->local)
-        watch_local_drill(run->local, kind, window_ms, "spotctl drill");
-}
-
 /* The number of local workers: --local-workers, else LOCAL_WORLD_SIZE,
  * else 0 (as many as connect). */
 static unsigned local_workers(const struct config *cfg)
@@ -500,14 +486,6 @@ keyed:
     return 0;
 }
 
-static void on_notice_signal(void *arg, int sig)
-{
-    struct run *run = arg;
-
-    if (run->local)
-        watch_local_signal(run->local, sig);
-}
-
 static void on_acked(void *arg)
 {
     event_base_loopbreak(arg);
@@ -543,323 +521,433 @@ static const char *state_dir_of(const struct config *cfg, char *buf, size_t size
     return buf;
 }
 
-static int cmd_run(int argc, char **argv)
-{
-    const struct watcher_ops *cloud = NULL;
-    struct watcher *watcher = NULL;
-    struct notices *notices = NULL;
-    struct http *http = NULL;
-    struct webhook *webhook = NULL;
-    struct run run = { NULL, NULL };
-    struct child_opts opts;
-    struct watch_local_opts lo;
-    struct event_base *base;
-    struct config cfg;
-    struct child *child;
-    struct orch *orch = NULL;
-    struct metrics *metrics = NULL;
-    struct timeline *timeline = NULL;
-    struct world_cfg wc = { 0 };
-    struct frame_key job_key = { .len = 0 };
-    bool job_keyed = false;
-    sigset_t orig_mask, notice_sigs;
-    char err[1024], url[1024], state_dir[4096];
-    int cmd, code = EXIT_USAGE, r, drill_kind = -1;
-    uint64_t drill_ms = 0;
-    char **command;
-    cJSON *e;
+/* ---- spotd run ------------------------------------------------------------- */
 
-    cmd = load_config(&cfg, argc, argv, 2);
+/* What spotd run checks and builds, in the order it builds it.
+ * run_teardown() undoes whatever was built, in the reverse order, from
+ * wherever building stopped.  The command's notice signals and the
+ * orchestrator's drills reach the local watcher through it. */
+struct run {
+    struct config cfg;
+    int code;                      /* the exit code */
+    char **command;                /* the command line's, else the file's */
+    sigset_t orig_mask, notice_sigs;
+    int drill_kind;
+    uint64_t drill_ms;
+    bool logging;                  /* log_open() done: the keys are read from here on */
+    struct world_cfg wc;
+    struct frame_key job_key;
+    bool job_keyed;
+    struct event_base *base;
+    struct child_opts opts;
+    struct child *child;           /* everything below needs it */
+    struct webhook *webhook;
+    char state_dir[4096];
+    struct orch *orch;
+    struct notices *notices;
+    struct timeline *timeline;
+    struct metrics *metrics;
+    struct watch_ctx ctx;
+    struct watch_local_opts lo;
+    struct watch_local *local;
+    const struct watcher_ops *cloud;
+    char url[1024];                /* the watchers keep it */
+    struct http *http;
+    struct watcher *watcher;
+};
+
+/* spotctl drill, through the orchestrator. */
+static void on_drill(void *arg, int kind, uint64_t window_ms)
+{
+    struct run *run = arg;
+
+    if (run->local)
+        watch_local_drill(run->local, kind, window_ms, "spotctl drill");
+}
+
+static void on_notice_signal(void *arg, int sig)
+{
+    struct run *run = arg;
+
+    if (run->local)
+        watch_local_signal(run->local, sig);
+}
+
+/* The options checked, and what spotd refuses, before anything is built;
+ * then the event log, the world and the job key, the secrets gone from
+ * the environment.  Returns 0, or -1 after saying why (run->code is 0 for
+ * --help). */
+static int run_validate(struct run *run, int argc, char **argv)
+{
+    struct config *cfg = &run->cfg;
+    char err[1024];
+    int cmd, r;
+
+    cmd = load_config(cfg, argc, argv, 2);
     if (cmd < 0) {
-        code = cmd == -2 ? 0 : EXIT_USAGE;
-        goto out_config;
+        run->code = cmd == -2 ? 0 : EXIT_USAGE;
+        return -1;
     }
     /* The command line's command wins over the file's. */
-    command = cmd < argc ? argv + cmd : cfg.command;
-    if (!command) {
+    run->command = cmd < argc ? argv + cmd : cfg->command;
+    if (!run->command) {
         say("no command to run: give it after the options (spotd run [OPTIONS] -- COMMAND "
             "[ARGS...]) or as \"command\" in the configuration file%s%s",
-            cfg.file ? " " : "", cfg.file ? cfg.file : "");
-        goto out_config;
+            cfg->file ? " " : "", cfg->file ? cfg->file : "");
+        return -1;
     }
-    if (config_check_implemented(&cfg, err, sizeof(err)) < 0) {
+    if (config_check_implemented(cfg, err, sizeof(err)) < 0) {
         say("%s", err);
-        goto out_config;
+        return -1;
     }
-    if (config_str(&cfg, OPT_INTERVAL) && !config_str(&cfg, OPT_STORE)) {
+    if (config_str(cfg, OPT_INTERVAL) && !config_str(cfg, OPT_STORE)) {
         say("--interval checkpoints need --job and --store");
-        goto out_config;
+        return -1;
     }
-    if (!config_str(&cfg, OPT_JOB) != !config_str(&cfg, OPT_STORE)) {
+    if (!config_str(cfg, OPT_JOB) != !config_str(cfg, OPT_STORE)) {
         say("checkpoints need both --job and --store (%s is missing)",
-            config_str(&cfg, OPT_JOB) ? "--store" : "--job");
-        goto out_config;
+            config_str(cfg, OPT_JOB) ? "--store" : "--job");
+        return -1;
     }
-    if (parse_notice_signals(&cfg, &notice_sigs) < 0)
-        goto out_config;
+    if (parse_notice_signals(cfg, &run->notice_sigs) < 0)
+        return -1;
     /* With checkpoints, SIGTERM to spotd (systemd, Kubernetes) is a notice
      * and nothing else: the trainers save, then spotd stops them.  Passed
      * on at once it would end them before they could. */
-    if (config_str(&cfg, OPT_JOB))
-        sigaddset(&notice_sigs, SIGTERM);
-    if (config_str(&cfg, OPT_DRILL_AFTER) &&
-        watch_parse_drill(config_str(&cfg, OPT_DRILL_AFTER), &drill_ms, &drill_kind) < 0) {
+    if (config_str(cfg, OPT_JOB))
+        sigaddset(&run->notice_sigs, SIGTERM);
+    if (config_str(cfg, OPT_DRILL_AFTER) &&
+        watch_parse_drill(config_str(cfg, OPT_DRILL_AFTER), &run->drill_ms,
+                          &run->drill_kind) < 0) {
         say("invalid drill_after '%s' (from %s): expected DURATION[:KIND], like 30s or "
             "2m:terminate; kinds: terminate, stop, hibernate, rebalance, maintenance, signal, "
-            "drill", config_str(&cfg, OPT_DRILL_AFTER), cfg.v[OPT_DRILL_AFTER].origin);
-        goto out_config;
+            "drill", config_str(cfg, OPT_DRILL_AFTER), cfg->v[OPT_DRILL_AFTER].origin);
+        return -1;
     }
-    if (config_str(&cfg, OPT_METADATA_URL) &&
-        strncmp(config_str(&cfg, OPT_METADATA_URL), "http://", 7) != 0 &&
-        strncmp(config_str(&cfg, OPT_METADATA_URL), "https://", 8) != 0) {
+    if (config_str(cfg, OPT_METADATA_URL) &&
+        strncmp(config_str(cfg, OPT_METADATA_URL), "http://", 7) != 0 &&
+        strncmp(config_str(cfg, OPT_METADATA_URL), "https://", 8) != 0) {
         say("invalid metadata_url '%s' (from %s): expected an http:// or https:// URL",
-            config_str(&cfg, OPT_METADATA_URL), cfg.v[OPT_METADATA_URL].origin);
-        goto out_config;
+            config_str(cfg, OPT_METADATA_URL), cfg->v[OPT_METADATA_URL].origin);
+        return -1;
     }
-    r = log_open((enum log_format)config_num(&cfg, OPT_LOG_FORMAT),
-                 (enum log_level)config_num(&cfg, OPT_LOG_LEVEL), config_str(&cfg, OPT_EVENTS));
+    r = log_open((enum log_format)config_num(cfg, OPT_LOG_FORMAT),
+                 (enum log_level)config_num(cfg, OPT_LOG_LEVEL), config_str(cfg, OPT_EVENTS));
     if (r < 0) {
-        say("cannot open event log '%s': %s; check --events", config_str(&cfg, OPT_EVENTS),
+        say("cannot open event log '%s': %s; check --events", config_str(cfg, OPT_EVENTS),
             strerror(-r));
-        goto out_config;
+        return -1;
     }
-    if (world_config(&cfg, &wc) < 0)
-        goto out_log;
-    if (config_str(&cfg, OPT_JOB_KEY_FILE) && !config_str(&cfg, OPT_JOB)) {
+    run->logging = true;
+    if (world_config(cfg, &run->wc) < 0)
+        return -1;
+    if (config_str(cfg, OPT_JOB_KEY_FILE) && !config_str(cfg, OPT_JOB)) {
         say("job_key_file (from %s) signs commit records: it needs --job and --store",
-            cfg.v[OPT_JOB_KEY_FILE].origin);
-        goto out_log;
+            cfg->v[OPT_JOB_KEY_FILE].origin);
+        return -1;
     }
-    if (read_job_key(&cfg, wc.keyed, &job_key, &job_keyed) < 0)
-        goto out_log;
+    if (read_job_key(cfg, run->wc.keyed, &run->job_key, &run->job_keyed) < 0)
+        return -1;
     drop_secret_env();
+    return 0;
+}
+
+/* The webhooks, when a URL is given.  Returns 0, or -1 after saying why. */
+static int build_webhook(struct run *run)
+{
+    const struct config *cfg = &run->cfg;
+    char err[1024];
+
+    if (config_str(cfg, OPT_WEBHOOK) || config_str(cfg, OPT_WEBHOOK_FILE)) {
+        run->webhook = webhook_new(&(struct webhook_opts){
+                                       .base = run->base,
+                                       .urls = config_str(cfg, OPT_WEBHOOK),
+                                       .urls_origin = cfg->v[OPT_WEBHOOK].origin,
+                                       .urls_file = config_str(cfg, OPT_WEBHOOK_FILE),
+                                       .urls_file_origin = cfg->v[OPT_WEBHOOK_FILE].origin,
+                                       .template_path = config_str(cfg, OPT_WEBHOOK_TEMPLATE),
+                                       .template_origin = cfg->v[OPT_WEBHOOK_TEMPLATE].origin,
+                                       .timeout_ms = config_num(cfg, OPT_WEBHOOK_TIMEOUT),
+                                       .job = config_str(cfg, OPT_JOB),
+                                       .rank = config_str(cfg, OPT_RANK)
+                                                   ? (long)config_num(cfg, OPT_RANK)
+                                                   : -1,
+                                   },
+                                   err, sizeof(err));
+        if (!run->webhook) {
+            say("%s", err);
+            return -1;
+        }
+    } else if (config_str(cfg, OPT_WEBHOOK_TEMPLATE)) {
+        say("webhook_template (from %s) needs webhook or webhook_file: without a URL nothing "
+            "is sent", cfg->v[OPT_WEBHOOK_TEMPLATE].origin);
+        return -1;
+    }
+    return 0;
+}
+
+/* The orchestrator, for checkpoints (--job and --store).  Returns 0, or -1
+ * after saying why. */
+static int build_orch(struct run *run)
+{
+    const struct config *cfg = &run->cfg;
+    const struct world_cfg *wc = &run->wc;
+    char err[1024];
+
+    run->orch = orch_new(&(struct orch_opts){
+                             .base = run->base,
+                             .child = run->child,
+                             .job = config_str(cfg, OPT_JOB),
+                             .store = config_str(cfg, OPT_STORE),
+                             .state_dir = run->state_dir,
+                             .grace_ms = config_num(cfg, OPT_GRACE),
+                             .margin_ms = config_num(cfg, OPT_NOTICE_MARGIN),
+                             .interval_ms = config_str(cfg, OPT_INTERVAL)
+                                                ? config_num(cfg, OPT_INTERVAL)
+                                                : 0,
+                             .method = config_str(cfg, OPT_METHOD),
+                             .ckpt_dir = config_str(cfg, OPT_CKPT_DIR),
+                             .ckpt_signal = (int)config_num(cfg, OPT_CKPT_SIGNAL),
+                             .settle_ms = config_num(cfg, OPT_SETTLE),
+                             .resume = config_str(cfg, OPT_RESUME),
+                             .on_unrestorable = (int)config_num(cfg, OPT_ON_UNRESTORABLE),
+                             .store_wait_ms = config_num(cfg, OPT_STORE_WAIT),
+                             .preserve_special_modes =
+                                 config_num(cfg, OPT_PRESERVE_SPECIAL_MODES) != 0,
+                             .local_workers = local_workers(cfg),
+                             .socket = config_str(cfg, OPT_SOCKET),
+                             .hooks_dir = config_str(cfg, OPT_HOOKS_DIR),
+                             .hook_timeout_ms = config_num(cfg, OPT_HOOK_TIMEOUT),
+                             .drill_window_ms = config_num(cfg, OPT_SIGNAL_DEADLINE),
+                             .argv = run->command,
+                             .rank = wc->rank,
+                             .rank_unknown = wc->rank_unknown,
+                             .rendezvous = wc->rendezvous,
+                             .world_size = wc->size,
+                             .listen = config_str(cfg, OPT_LISTEN),
+                             .peers = wc->rendezvous ? NULL : wc->peers,
+                             .key = wc->keyed ? &wc->key : NULL,
+                             .job_key = run->job_keyed ? &run->job_key : NULL,
+                             .peer_timeout_ms = config_num(cfg, OPT_PEER_TIMEOUT),
+                             .criu = config_str(cfg, OPT_CRIU),
+                             .min_nodes = wc->min_nodes,
+                             .join_timeout_ms = config_num(cfg, OPT_JOIN_TIMEOUT),
+                             .master_port = (unsigned)config_num(cfg, OPT_MASTER_PORT),
+                             .split_upload = config_num(cfg, OPT_SPLIT_UPLOAD) != 0,
+                             .drill = on_drill,
+                             .drill_arg = run,
+                         },
+                         err, sizeof(err));
+    if (!run->orch) {
+        say("%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The metrics endpoint (--metrics).  Returns 0, or -1 after saying why. */
+static int build_metrics(struct run *run)
+{
+    char err[1024];
+
+    run->metrics = metrics_new(&(struct metrics_opts){
+                                   .base = run->base,
+                                   .addr = config_str(&run->cfg, OPT_METRICS),
+                                   .child = run->child,
+                                   .orch = run->orch,
+                                   .gpu_idle_threshold = (unsigned)config_num(
+                                       &run->cfg, OPT_GPU_IDLE_THRESHOLD),
+                               },
+                               err, sizeof(err));
+    if (!run->metrics) {
+        say("%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The notice sources: the local ones (signals, the notice file, drills),
+ * then the cloud's metadata service when there is one.  Returns 0, or -1
+ * after saying why. */
+static int build_watchers(struct run *run)
+{
+    const struct config *cfg = &run->cfg;
+    char err[1024];
+
+    run->ctx = (struct watch_ctx){
+        .base = run->base,
+        .poll_ms = config_num(cfg, OPT_POLL_INTERVAL),
+        .imdsv1 = config_num(cfg, OPT_AWS_IMDSV1) != 0,
+        .emit = notices_emit,
+        .emit_arg = run->notices,
+    };
+    run->lo = (struct watch_local_opts){
+        .notice_file = config_str(cfg, OPT_NOTICE_FILE),
+        .drill_after_ms = run->drill_ms,
+        .drill_kind = run->drill_kind,
+        .signal_deadline_ms = config_num(cfg, OPT_SIGNAL_DEADLINE),
+    };
+    run->local = watch_local_new(&run->ctx, &run->lo);
+    if (!run->local) {
+        say("cannot set up the local notice sources (see above)");
+        return -1;
+    }
+    run->cloud = pick_cloud(cfg);
+    if (run->cloud) {
+        const char *u = config_str(cfg, OPT_METADATA_URL);
+        size_t len;
+
+        snprintf(run->url, sizeof(run->url), "%s", u ? u : run->cloud->default_url);
+        len = strlen(run->url);
+        while (len > 0 && run->url[len - 1] == '/')
+            run->url[--len] = '\0';
+        run->http = http_new(run->base, err, sizeof(err));
+        if (!run->http) {
+            say("cannot watch %s: %s", run->cloud->name, err);
+            return -1;
+        }
+        run->ctx.http = run->http;
+        run->ctx.base_url = run->url;
+        run->watcher = run->cloud->start(&run->ctx);
+        if (!run->watcher) {
+            say("cannot start watching %s", run->cloud->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Everything the loop runs on: the loop, the command's supervision, the
+ * webhooks, the state directory, the orchestrator, notices, metrics and
+ * the watchers.  Returns 0, or -1 after saying why. */
+static int run_build(struct run *run)
+{
+    struct config *cfg = &run->cfg;
+    char err[1024];
+    cJSON *e;
 
     /* The command gets the mask spotd was given; its dispositions are reset
      * in child.c.  A closed stderr must not kill spotd. */
-    sigprocmask(SIG_SETMASK, NULL, &orig_mask);
+    sigprocmask(SIG_SETMASK, NULL, &run->orig_mask);
     signal(SIGPIPE, SIG_IGN);
     if (getpid() != 1 && prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
         log_msg(LOGL_WARN, "cannot become a child subreaper (%s): orphans of the command "
                 "will not be reaped by spotd", strerror(errno));
 
-    base = event_base_new();
-    if (!base) {
+    run->base = event_base_new();
+    if (!run->base) {
         say("cannot create the event loop");
-        goto out_log;
+        return -1;
     }
-    opts = (struct child_opts){
-        .argv = command,
-        .restart = (enum config_restart)config_num(&cfg, OPT_RESTART),
-        .max_restarts = (unsigned)config_num(&cfg, OPT_MAX_RESTARTS),
-        .grace_ms = config_num(&cfg, OPT_GRACE),
-        .stop_signal = (int)config_num(&cfg, OPT_STOP_SIGNAL),
-        .notice_only = notice_sigs,
+    run->opts = (struct child_opts){
+        .argv = run->command,
+        .restart = (enum config_restart)config_num(cfg, OPT_RESTART),
+        .max_restarts = (unsigned)config_num(cfg, OPT_MAX_RESTARTS),
+        .grace_ms = config_num(cfg, OPT_GRACE),
+        .stop_signal = (int)config_num(cfg, OPT_STOP_SIGNAL),
+        .notice_only = run->notice_sigs,
         .on_notice_signal = on_notice_signal,
-        .arg = &run,
-        .pass_credentials = config_num(&cfg, OPT_PASS_CREDENTIALS) != 0,
+        .arg = run,
+        .pass_credentials = config_num(cfg, OPT_PASS_CREDENTIALS) != 0,
     };
-    child = child_new(base, &opts, &orig_mask);
-    if (!child) {
+    run->child = child_new(run->base, &run->opts, &run->orig_mask);
+    if (!run->child) {
         say("cannot set up signal handling: %s", strerror(errno));
-        goto out_base;
+        return -1;
     }
-    run.child = child;
-    if (config_str(&cfg, OPT_WEBHOOK) || config_str(&cfg, OPT_WEBHOOK_FILE)) {
-        webhook = webhook_new(&(struct webhook_opts){
-                                  .base = base,
-                                  .urls = config_str(&cfg, OPT_WEBHOOK),
-                                  .urls_origin = cfg.v[OPT_WEBHOOK].origin,
-                                  .urls_file = config_str(&cfg, OPT_WEBHOOK_FILE),
-                                  .urls_file_origin = cfg.v[OPT_WEBHOOK_FILE].origin,
-                                  .template_path = config_str(&cfg, OPT_WEBHOOK_TEMPLATE),
-                                  .template_origin = cfg.v[OPT_WEBHOOK_TEMPLATE].origin,
-                                  .timeout_ms = config_num(&cfg, OPT_WEBHOOK_TIMEOUT),
-                                  .job = config_str(&cfg, OPT_JOB),
-                                  .rank = config_str(&cfg, OPT_RANK)
-                                              ? (long)config_num(&cfg, OPT_RANK)
-                                              : -1,
-                              },
-                              err, sizeof(err));
-        if (!webhook) {
-            say("%s", err);
-            goto out_child;
-        }
-    } else if (config_str(&cfg, OPT_WEBHOOK_TEMPLATE)) {
-        say("webhook_template (from %s) needs webhook or webhook_file: without a URL nothing "
-            "is sent", cfg.v[OPT_WEBHOOK_TEMPLATE].origin);
-        goto out_child;
-    }
+    if (build_webhook(run) < 0)
+        return -1;
 
     e = log_event_new("start");
     cJSON_AddStringToObject(e, "version", SPOT_VERSION);
     cJSON_AddNumberToObject(e, "pid", getpid());
-    if (cfg.file)
-        cJSON_AddStringToObject(e, "config", cfg.file);
-    cJSON_AddItemToObject(e, "settings", config_to_json(&cfg));
+    if (cfg->file)
+        cJSON_AddStringToObject(e, "config", cfg->file);
+    cJSON_AddItemToObject(e, "settings", config_to_json(cfg));
     log_event(LOGL_INFO, e, "spotd %s starting", SPOT_VERSION);
 
     /* Before anything uses the state directory: it is this spotd's, and
      * what a spotd that died left running there is stopped. */
-    if (state_dir_of(&cfg, state_dir, sizeof(state_dir)) &&
-        child_claim_state_dir(child, state_dir, err, sizeof(err)) < 0) {
+    if (state_dir_of(cfg, run->state_dir, sizeof(run->state_dir)) &&
+        child_claim_state_dir(run->child, run->state_dir, err, sizeof(err)) < 0) {
         say("%s", err);
-        goto out_child;
+        return -1;
     }
-    if (config_str(&cfg, OPT_JOB) || config_str(&cfg, OPT_STORE)) {
-        orch = orch_new(&(struct orch_opts){
-                            .base = base,
-                            .child = child,
-                            .job = config_str(&cfg, OPT_JOB),
-                            .store = config_str(&cfg, OPT_STORE),
-                            .state_dir = state_dir,
-                            .grace_ms = config_num(&cfg, OPT_GRACE),
-                            .margin_ms = config_num(&cfg, OPT_NOTICE_MARGIN),
-                            .interval_ms = config_str(&cfg, OPT_INTERVAL)
-                                               ? config_num(&cfg, OPT_INTERVAL)
-                                               : 0,
-                            .method = config_str(&cfg, OPT_METHOD),
-                            .ckpt_dir = config_str(&cfg, OPT_CKPT_DIR),
-                            .ckpt_signal = (int)config_num(&cfg, OPT_CKPT_SIGNAL),
-                            .settle_ms = config_num(&cfg, OPT_SETTLE),
-                            .resume = config_str(&cfg, OPT_RESUME),
-                            .on_unrestorable = (int)config_num(&cfg, OPT_ON_UNRESTORABLE),
-                            .store_wait_ms = config_num(&cfg, OPT_STORE_WAIT),
-                            .preserve_special_modes =
-                                config_num(&cfg, OPT_PRESERVE_SPECIAL_MODES) != 0,
-                            .local_workers = local_workers(&cfg),
-                            .socket = config_str(&cfg, OPT_SOCKET),
-                            .hooks_dir = config_str(&cfg, OPT_HOOKS_DIR),
-                            .hook_timeout_ms = config_num(&cfg, OPT_HOOK_TIMEOUT),
-                            .drill_window_ms = config_num(&cfg, OPT_SIGNAL_DEADLINE),
-                            .argv = command,
-                            .rank = wc.rank,
-                            .rank_unknown = wc.rank_unknown,
-                            .rendezvous = wc.rendezvous,
-                            .world_size = wc.size,
-                            .listen = config_str(&cfg, OPT_LISTEN),
-                            .peers = wc.rendezvous ? NULL : wc.peers,
-                            .key = wc.keyed ? &wc.key : NULL,
-                            .job_key = job_keyed ? &job_key : NULL,
-                            .peer_timeout_ms = config_num(&cfg, OPT_PEER_TIMEOUT),
-                            .criu = config_str(&cfg, OPT_CRIU),
-                            .min_nodes = wc.min_nodes,
-                            .join_timeout_ms = config_num(&cfg, OPT_JOIN_TIMEOUT),
-                            .master_port = (unsigned)config_num(&cfg, OPT_MASTER_PORT),
-                            .split_upload = config_num(&cfg, OPT_SPLIT_UPLOAD) != 0,
-                            .drill = on_drill,
-                            .drill_arg = &run,
-                        },
-                        err, sizeof(err));
-        if (!orch) {
-            say("%s", err);
-            goto out_child;
-        }
-    }
-    notices = notices_new(base, child, &(struct notices_opts){
-                                          .margin_ms = config_num(&cfg, OPT_NOTICE_MARGIN),
-                                          .grace_ms = config_num(&cfg, OPT_GRACE),
-                                          .on_notice = orch ? orch_notice : NULL,
-                                          .arg = orch,
-                                      });
-    if (!notices) {
+    if ((config_str(cfg, OPT_JOB) || config_str(cfg, OPT_STORE)) && build_orch(run) < 0)
+        return -1;
+    run->notices = notices_new(run->base, run->child, &(struct notices_opts){
+                                   .margin_ms = config_num(cfg, OPT_NOTICE_MARGIN),
+                                   .grace_ms = config_num(cfg, OPT_GRACE),
+                                   .on_notice = run->orch ? orch_notice : NULL,
+                                   .arg = run->orch,
+                               });
+    if (!run->notices) {
         say("out of memory");
-        goto out_child;
+        return -1;
     }
-    if (orch)
-        timeline = timeline_new(base);
-    if (config_str(&cfg, OPT_METRICS)) {
-        metrics = metrics_new(&(struct metrics_opts){
-                                  .base = base,
-                                  .addr = config_str(&cfg, OPT_METRICS),
-                                  .child = child,
-                                  .orch = orch,
-                                  .gpu_idle_threshold =
-                                      (unsigned)config_num(&cfg, OPT_GPU_IDLE_THRESHOLD),
-                              },
-                              err, sizeof(err));
-        if (!metrics) {
-            say("%s", err);
-            goto out_child;
-        }
-    }
-    struct watch_ctx ctx = {
-        .base = base,
-        .poll_ms = config_num(&cfg, OPT_POLL_INTERVAL),
-        .imdsv1 = config_num(&cfg, OPT_AWS_IMDSV1) != 0,
-        .emit = notices_emit,
-        .emit_arg = notices,
-    };
-    lo = (struct watch_local_opts){
-        .notice_file = config_str(&cfg, OPT_NOTICE_FILE),
-        .drill_after_ms = drill_ms,
-        .drill_kind = drill_kind,
-        .signal_deadline_ms = config_num(&cfg, OPT_SIGNAL_DEADLINE),
-    };
-    run.local = watch_local_new(&ctx, &lo);
-    if (!run.local) {
-        say("cannot set up the local notice sources (see above)");
-        goto out_child;
-    }
-    cloud = pick_cloud(&cfg);
-    if (cloud) {
-        const char *u = config_str(&cfg, OPT_METADATA_URL);
-        size_t len;
+    if (run->orch)
+        run->timeline = timeline_new(run->base);
+    if (config_str(cfg, OPT_METRICS) && build_metrics(run) < 0)
+        return -1;
+    return build_watchers(run);
+}
 
-        snprintf(url, sizeof(url), "%s", u ? u : cloud->default_url);
-        len = strlen(url);
-        while (len > 0 && url[len - 1] == '/')
-            url[--len] = '\0';
-        http = http_new(base, err, sizeof(err));
-        if (!http) {
-            say("cannot watch %s: %s", cloud->name, err);
-            goto out_child;
-        }
-        ctx.http = http;
-        ctx.base_url = url;
-        watcher = cloud->start(&ctx);
-        if (!watcher) {
-            say("cannot start watching %s", cloud->name);
-            goto out_child;
-        }
-    }
-
-    if (orch) {
-        orch_start(orch); /* resumes, then starts the command */
-    } else if (child_start(child) < 0) {
+/* The command started (by the orchestrator, which resumes first), the
+ * loop until it is done for good, and the exit code it leaves. */
+static void run_loop(struct run *run)
+{
+    if (run->orch) {
+        orch_start(run->orch); /* resumes, then starts the command */
+    } else if (child_start(run->child) < 0) {
         say("cannot schedule the command's start: out of memory");
-        goto out_child;
+        return;
     }
-    event_base_dispatch(base);
-    orch_finish(orch);
+    event_base_dispatch(run->base);
+    orch_finish(run->orch);
     /* A preemption's commit webhook gets its chance before spotd goes. */
-    webhook_drain(webhook, WEBHOOK_DRAIN_MS);
-    code = child_exit_code(child);
-    if (orch_exit_code(orch) >= 0)
-        code = orch_exit_code(orch);
-    if (config_num(&cfg, OPT_AZURE_ACK) && cloud && cloud->ack)
-        acknowledge(base, cloud, watcher, notices_stop_cause(notices));
-out_child:
-    if (cloud)
-        cloud->stop(watcher);
-    http_free(http);
-    watch_local_free(run.local);
-    metrics_free(metrics);
-    timeline_free(timeline);
-    notices_free(notices);
-    orch_free(orch);
-    webhook_free(webhook);
+    webhook_drain(run->webhook, WEBHOOK_DRAIN_MS);
+    run->code = child_exit_code(run->child);
+    if (orch_exit_code(run->orch) >= 0)
+        run->code = orch_exit_code(run->orch);
+    if (config_num(&run->cfg, OPT_AZURE_ACK) && run->cloud && run->cloud->ack)
+        acknowledge(run->base, run->cloud, run->watcher, notices_stop_cause(run->notices));
+}
 
-    child_free(child);
-out_base:
-    event_base_free(base);
-out_log:
-    free(wc.list);
-    memset(&wc.key, 0, sizeof(wc.key));
-    memset(&job_key, 0, sizeof(job_key));
-    log_close();
-out_config:
-    config_release(&cfg);
-    return code;
+/* What run_validate() and run_build() made, from wherever they stopped. */
+static void run_teardown(struct run *run)
+{
+    if (run->child) {
+        if (run->cloud)
+            run->cloud->stop(run->watcher);
+        http_free(run->http);
+        watch_local_free(run->local);
+        metrics_free(run->metrics);
+        timeline_free(run->timeline);
+        notices_free(run->notices);
+        orch_free(run->orch);
+        webhook_free(run->webhook);
+
+        child_free(run->child);
+    }
+    if (run->base)
+        event_base_free(run->base);
+    if (run->logging) {
+        free(run->wc.list);
+        memset(&run->wc.key, 0, sizeof(run->wc.key));
+        memset(&run->job_key, 0, sizeof(run->job_key));
+        log_close();
+    }
+    config_release(&run->cfg);
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    struct run run = { .code = EXIT_USAGE, .drill_kind = -1 };
+
+    if (run_validate(&run, argc, argv) == 0 && run_build(&run) == 0)
+        run_loop(&run);
+    run_teardown(&run);
+    return run.code;
 }
 
 int main(int argc, char **argv)
