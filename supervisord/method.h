@@ -43,8 +43,19 @@ struct method_ctx {
 typedef void (*method_saved_fn)(void *arg, int err, const char *msg, int64_t step,
                                 const char *dir);
 
+/* What a method is, for the orchestrator's decisions (method_ops.flags). */
+enum {
+    /* Its trainers connect through libckpt and save when asked: a checkpoint
+     * needs a connected one, and the control socket counts them. */
+    METHOD_WORKERS = 1 << 0,
+    /* It cannot serve a world: its checkpoints appear on each node's own
+     * schedule, so the nodes cannot agree on a step. */
+    METHOD_NO_WORLD = 1 << 1,
+};
+
 struct method_ops {
     const char *name;
+    unsigned flags;                /* METHOD_* */
     /* The chunk size its saves are cut into; 0: the store's default.  A
      * dump's memory changes in runs of pages: smaller chunks let more of
      * the unchanged ones be skipped. */
@@ -91,7 +102,7 @@ struct method_ops {
 
 extern const struct method_ops method_app, method_signal, method_dir, method_criu;
 
-/* By name ("app", "signal", "dir", "criu"); NULL when unknown. */
+/* By name ("app", "signal", "dir", "criu"); NULL when unknown (method.c). */
 const struct method_ops *method_find(const char *name);
 
 #endif

@@ -118,6 +118,7 @@ static void app_close(struct method *m)
 
 const struct method_ops method_app = {
     .name = "app",
+    .flags = METHOD_WORKERS,
     .open = app_open,
     .save = app_save,
     .query = app_query,
@@ -126,14 +127,3 @@ const struct method_ops method_app = {
     .stop = app_stop,
     .close = app_close,
 };
-
-const struct method_ops *method_find(const char *name)
-{
-    static const struct method_ops *const all[] = { &method_app, &method_signal, &method_dir,
-                                                    &method_criu };
-
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        if (strcmp(all[i]->name, name) == 0)
-            return all[i];
-    return NULL;
-}

@@ -329,6 +329,7 @@ static void dir_close(struct method *m)
 
 const struct method_ops method_dir = {
     .name = "dir",
+    .flags = METHOD_NO_WORLD,
     .open = dir_open,
     .save = dir_save,
     .stop = dir_stop,

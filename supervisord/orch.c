@@ -132,9 +132,9 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
         return orch_free(r);
     r->master_port = o->master_port;
     snprintf(r->master_addr, sizeof(r->master_addr), "127.0.0.1");
-    if (o->world_size > 1 && r->mops == &method_dir) {
-        snprintf(err, errlen, "the dir method cannot serve a world yet: its folders appear on "
-                 "each node's own schedule; use app (libckpt) or signal");
+    if (o->world_size > 1 && (r->mops->flags & METHOD_NO_WORLD)) {
+        snprintf(err, errlen, "the %s method cannot serve a world yet: its folders appear on "
+                 "each node's own schedule; use app (libckpt) or signal", r->mops->name);
         return orch_free(r);
     }
     if (o->world_size > 1 && o->rendezvous &&
@@ -241,7 +241,7 @@ void orch_run_command(struct orch *r)
         .resume_step = r->resume_step,
         .resume_gen = r->resume_gen,
         .expect = r->o.local_workers,
-        .flat = r->mops != &method_app,
+        .flat = !(r->mops->flags & METHOD_WORKERS),
         .on_request = on_request,
         .on_saved = on_trainer_saved,
         .on_command = orch_on_command,
@@ -375,7 +375,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
             orch_world_want(r, "periodic", notice_now_ms() + (int64_t)limit);
         return;
     }
-    if (r->state == IDLE && (strcmp(r->mops->name, "app") != 0 || control_workers(r->control)))
+    if (r->state == IDLE && (!(r->mops->flags & METHOD_WORKERS) || control_workers(r->control)))
         orch_begin_checkpoint(r, NULL, "periodic");
 }
 

@@ -249,7 +249,8 @@ void orch_on_command(void *arg, const char *cmd, const struct jsonl_msg *m, char
         orch_status(r, o);
     } else if (strcmp(cmd, "checkpoint") == 0) {
         bool idle = r->state == IDLE;
-        bool nobody = r->mops == &method_app && r->control && !control_workers(r->control);
+        bool nobody = (r->mops->flags & METHOD_WORKERS) && r->control &&
+                      !control_workers(r->control);
         if (idle && !nobody && r->world)
             orch_world_want(r, "manual", 0);
         else if (idle && !nobody)

@@ -58,7 +58,7 @@ expect_eq "at start: source aws" aws "$(jget "$n" source)"
 expect_eq "at start: deadline is the notice's time" "${t%Z}.000Z" "$(jget "$n" deadline)"
 stop=$(ev "$d/ev" stop | head -n 1)
 gap=$(( $(ts_ms "${t%Z}.000Z") - $(ts_ms "$(jget "$stop" ts)") ))
-expect_ge "at start: stop signal about margin + grace (3 s) before the deadline" $((3000 - $(late 100))) "$gap"
+expect_ge "at start: stop signal about margin + grace (3 s) before the deadline" $((3000 - $(late 200))) "$gap"
 expect_lt "at start: ... and not much earlier" 3600 "$gap"
 expect_eq "at start: one notice" 1 "$(event_count "$d/ev" notice)"
 mock_reset

@@ -26,7 +26,7 @@ expect_eq "e2e: the bucket is created" 200 \
 TRAINER="$TOP/$O/examples/c-trainer/trainer"
 STORE=s3://bkt/e2e
 ref=$(reference "$TRAINER" 3000 2)
-export TRAINER_STEP_US=1000
+export TRAINER_STEP_US=2000
 
 # ---- helpers ----------------------------------------------------------------
 
