@@ -21,6 +21,11 @@ expect_eq "world-commit: the bucket is created" 200 \
         -w '%{http_code}' -H "x-amz-content-sha256: $EMPTY_SHA" -X PUT "$S3_ENDPOINT/bkt")"
 fault_start "${S3_ENDPOINT#http://}" || { fail "world-commit: the fault proxy starts"; exit 1; }
 c_trainer_world
+# Slower steps than the other world tests: the cases below kill nodes while
+# their trainers run, and a loaded machine must not let a trainer reach the
+# end of its 4000 steps first (seen: "rank 0 leaves (finished)" before the
+# kill, in a parallel CI run).
+export TRAINER_STEP_US=4000
 STORE=s3://bkt/world
 JOB=wc
 P=$(free_ports 2)
