@@ -41,6 +41,11 @@ expect_eq() {
     if [ "$2" = "$3" ]; then pass "$1"; else fail "$1" "expected '$2', got '$3'"; fi
 }
 
+# expect_match NAME ERE ACTUAL: ACTUAL matches the whole extended regex ERE.
+expect_match() {
+    if grep -qxE "$2" <<<"$3"; then pass "$1"; else fail "$1" "expected /$2/, got '$3'"; fi
+}
+
 # run_spotd ARGS...: run spotd in the foreground (bounded: a guard against
 # a hang, 120 s, for a run that takes seconds on an idle machine and may take
 # several times that beside other suites); sets RC, and leaves its stderr in

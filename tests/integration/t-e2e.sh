@@ -116,12 +116,9 @@ wait_exit "$SPOTD_PID" 40
 after_notice app e2e-app "$T/app1.ev" aws app
 # The trainer leaves on its own once told to; on a loaded machine it may take
 # longer than the drain (10 s), and the stop signal follows: either is right.
-seq=$(events_of "$T/app1.ev")
-if grep -qE "notice plan checkpoint_begin checkpoint_saved upload_done commit timeline( stop)? child_exit exit$" <<<"$seq"; then
-    pass "app: notice, checkpoint, commit, stop, in that order"
-else
-    fail "app: notice, checkpoint, commit, stop, in that order" "$seq"
-fi
+expect_match "app: notice, checkpoint, commit, stop, in that order" \
+    ".*notice plan checkpoint_begin checkpoint_saved upload_done commit timeline( stop)? child_exit exit" \
+    "$(events_of "$T/app1.ev")"
 expect_eq "app: generation 1, the notice's" "1 notice" "$GEN $(jget "$(committed e2e-app)" reason)"
 mock_reset
 replacement app e2e-app "$GEN" "$STEP" "$ref" --cloud aws --metadata-url "$MOCK_URL" \

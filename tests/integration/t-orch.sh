@@ -14,12 +14,9 @@ run_spotd run --cloud none --job j --store "file://$T/store" --state-dir "$T/nod
 expect_eq "orch: after the notice's checkpoint spotd exits 75 (preempted, state saved)" 75 "$RC"
 # (A stop after the timeline when the trainer, told to leave, takes longer
 # than the 10 s drain on a loaded machine: the sequence then stops it.)
-seq=$(events_of "$T/ev1")
-if grep -qxE "start child_start notice plan checkpoint_begin checkpoint_saved upload_done commit timeline( stop)? child_exit exit" <<<"$seq"; then
-    pass "orch: the events of the checkpoint, in order"
-else
-    fail "orch: the events of the checkpoint, in order" "$seq"
-fi
+expect_match "orch: the events of the checkpoint, in order" \
+    "start child_start notice plan checkpoint_begin checkpoint_saved upload_done commit timeline( stop)? child_exit exit" \
+    "$(events_of "$T/ev1")"
 commit=$(ev "$T/ev1" commit)
 expect_eq "orch: generation 1 is committed" 1 "$(jget "$commit" gen)"
 step=$(jget "$commit" step)
