@@ -185,7 +185,7 @@ static void show_json(const struct ctl *c, const struct commit *cm, const struct
         uint64_t chunks = 0;
 
         cJSON_AddItemToArray(ranks, jr);
-        chunk_hex(cm->ranks[r].sha256, hex);
+        hash_hex(cm->ranks[r].sha256, hex);
         cJSON_AddNumberToObject(jr, "rank", r);
         cJSON_AddNumberToObject(jr, "bytes", (double)cm->ranks[r].bytes);
         cJSON_AddStringToObject(jr, "manifest_sha256", hex);
@@ -262,7 +262,7 @@ static void on_shown(void *arg, int err, const char *msg, const struct commit *c
             chunks += m->files[i].n_chunks;
         spotctl_human(size, sizeof(size), cm->ranks[r].bytes);
         spotctl_human(cs, sizeof(cs), m->chunk_size);
-        chunk_hex(cm->ranks[r].sha256, hex);
+        hash_hex(cm->ranks[r].sha256, hex);
         printf("%-5u %-10s %-7zu %-8" PRIu64 " %-10s %.16s...\n", r, size, m->n_files, chunks,
                cs, hex);
     }

@@ -1,8 +1,7 @@
-/* chunk: hash, compress and frame chunks; check and decode them. */
+/* chunk: compress and frame chunks (hashed by hash.c); check and decode them. */
 #include "spot/chunk.h"
 
 #include <errno.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,51 +60,6 @@ static ZSTD_DCtx *dctx(void)
     return d;
 }
 
-int chunk_sha256(const void *data, size_t len, uint8_t out[CHUNK_HASH_LEN])
-{
-    unsigned int n = 0;
-
-    if (!EVP_Digest(data, len, out, &n, EVP_sha256(), NULL) || n != CHUNK_HASH_LEN)
-        return -EIO;
-    return 0;
-}
-
-void chunk_hex(const uint8_t hash[CHUNK_HASH_LEN], char hex[2 * CHUNK_HASH_LEN + 1])
-{
-    static const char digits[] = "0123456789abcdef";
-
-    for (size_t i = 0; i < CHUNK_HASH_LEN; i++) {
-        hex[2 * i] = digits[hash[i] >> 4];
-        hex[2 * i + 1] = digits[hash[i] & 15];
-    }
-    hex[2 * CHUNK_HASH_LEN] = '\0';
-}
-
-int chunk_parse_hex(const char *s, uint8_t out[CHUNK_HASH_LEN])
-{
-    uint8_t tmp[CHUNK_HASH_LEN];
-
-    if (strlen(s) != 2 * CHUNK_HASH_LEN)
-        return -EINVAL;
-    for (size_t i = 0; i < CHUNK_HASH_LEN; i++) {
-        int v = 0;
-
-        for (int j = 0; j < 2; j++) {
-            char c = s[2 * i + j];
-            v <<= 4;
-            if (c >= '0' && c <= '9')
-                v |= c - '0';
-            else if (c >= 'a' && c <= 'f')
-                v |= c - 'a' + 10;
-            else
-                return -EINVAL; /* lowercase only: one spelling per hash */
-        }
-        tmp[i] = (uint8_t)v;
-    }
-    memcpy(out, tmp, sizeof(tmp));
-    return 0;
-}
-
 /* The trailer, at h (just after the payload). */
 static void put_trailer(uint8_t *h, enum chunk_encoding enc, uint64_t plain_len)
 {
@@ -143,7 +97,7 @@ int chunk_encode(const void *plain, size_t len, int level, double min_saving,
 
     if (len > CHUNK_MAX_PLAIN || (len && !plain))
         return -EINVAL;
-    if (chunk_sha256(plain, len, hash) < 0)
+    if (hash_sha256(plain, len, hash) < 0)
         return -EIO;
     buf = malloc(len + CHUNK_TRAILER_LEN);
     if (!buf)
@@ -169,7 +123,7 @@ int chunk_encode_buf(uint8_t *buf, size_t len, const uint8_t hash[CHUNK_HASH_LEN
         return -ENOMEM;
     memset(&c, 0, sizeof(c));
     memcpy(c.hash, hash, CHUNK_HASH_LEN);
-    chunk_hex(c.hash, c.hex);
+    hash_hex(c.hash, c.hex);
     if (worth_compressing(z, plain, len, level, min_saving)) {
         size_t bound = ZSTD_compressBound(len), n;
         uint8_t *zb = malloc(bound + CHUNK_TRAILER_LEN);
@@ -197,49 +151,31 @@ int chunk_encode_buf(uint8_t *buf, size_t len, const uint8_t hash[CHUNK_HASH_LEN
 }
 
 int chunk_hash_plain(const void *plain, size_t len, uint8_t hash[CHUNK_HASH_LEN],
-                     struct chunk_hasher *keep)
+                     struct hash_state *keep)
 {
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new(), *copy = NULL;
-    unsigned int n = 0;
+    struct hash_state h;
+    int r;
 
-    if (!ctx)
-        return -ENOMEM;
-    if (!EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) || !EVP_DigestUpdate(ctx, plain, len))
-        goto fail;
-    if (keep) {
-        if (!(copy = EVP_MD_CTX_new()) || !EVP_MD_CTX_copy_ex(copy, ctx))
-            goto fail;
+    if ((r = hash_begin(&h)) < 0)
+        return r;
+    if ((r = hash_update(&h, plain, len)) < 0 || (keep && (r = hash_copy(keep, &h)) < 0)) {
+        hash_release(&h);
+        return r;
     }
-    if (!EVP_DigestFinal_ex(ctx, hash, &n) || n != CHUNK_HASH_LEN)
-        goto fail;
-    EVP_MD_CTX_free(ctx);
-    if (keep)
-        keep->ctx = copy;
-    return 0;
-fail:
-    EVP_MD_CTX_free(ctx);
-    EVP_MD_CTX_free(copy);
-    return -EIO;
-}
-
-int chunk_raw_payload_sha256(struct chunk_hasher *h, const struct chunk_enc *enc,
-                             uint8_t out[CHUNK_HASH_LEN])
-{
-    unsigned int n = 0;
-    int r = 0;
-
-    if (!h->ctx || enc->encoding != CHUNK_RAW || enc->len < CHUNK_TRAILER_LEN ||
-        !EVP_DigestUpdate(h->ctx, enc->data + enc->len - CHUNK_TRAILER_LEN, CHUNK_TRAILER_LEN) ||
-        !EVP_DigestFinal_ex(h->ctx, out, &n) || n != CHUNK_HASH_LEN)
-        r = -EIO;
-    chunk_hasher_release(h);
+    if ((r = hash_finish(&h, hash)) < 0 && keep)
+        hash_release(keep);
     return r;
 }
 
-void chunk_hasher_release(struct chunk_hasher *h)
+int chunk_raw_payload_sha256(struct hash_state *h, const struct chunk_enc *enc,
+                             uint8_t out[CHUNK_HASH_LEN])
 {
-    EVP_MD_CTX_free(h->ctx);
-    h->ctx = NULL;
+    if (enc->encoding != CHUNK_RAW || enc->len < CHUNK_TRAILER_LEN ||
+        hash_update(h, enc->data + enc->len - CHUNK_TRAILER_LEN, CHUNK_TRAILER_LEN) < 0) {
+        hash_release(h);
+        return -EIO;
+    }
+    return hash_finish(h, out);
 }
 
 bool chunk_is_zero(const void *data, size_t len)
@@ -312,7 +248,7 @@ int chunk_decode_view(const void *enc, size_t len, const uint8_t expect[CHUNK_HA
     }
     if (payload != plain_len)
         return -EBADMSG;
-    if (expect && (chunk_sha256(enc, plain_len, hash) < 0 ||
+    if (expect && (hash_sha256(enc, plain_len, hash) < 0 ||
                    memcmp(hash, expect, CHUNK_HASH_LEN) != 0))
         return -EBADMSG;
     *ret_plain = enc;
@@ -361,7 +297,7 @@ int chunk_decode(const void *enc, size_t len, const uint8_t expect[CHUNK_HASH_LE
         goto out_bad;
     }
     if (expect) {
-        if (chunk_sha256(plain, plain_len, hash) < 0 || memcmp(hash, expect, CHUNK_HASH_LEN) != 0)
+        if (hash_sha256(plain, plain_len, hash) < 0 || memcmp(hash, expect, CHUNK_HASH_LEN) != 0)
             goto out_bad;
     }
     *ret_plain = plain;

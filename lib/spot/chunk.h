@@ -24,9 +24,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "spot/hash.h"
+
 #define CHUNK_TRAILER_LEN 16
 #define CHUNK_MAX_PLAIN (64u * 1024 * 1024)
-#define CHUNK_HASH_LEN 32
+#define CHUNK_HASH_LEN HASH_LEN
 
 enum chunk_encoding { CHUNK_RAW = 0, CHUNK_ZSTD = 1 };
 
@@ -73,24 +75,11 @@ bool chunk_is_zero(const void *data, size_t len);
  * after it, from which chunk_raw_payload_sha256() finishes the SHA-256 of
  * the plaintext's raw encoding without reading the plaintext again.
  * Returns 0, -EIO or -ENOMEM. */
-struct chunk_hasher {
-    void *ctx;                       /* EVP_MD_CTX, NULL when none */
-};
 int chunk_hash_plain(const void *plain, size_t len, uint8_t hash[CHUNK_HASH_LEN],
-                     struct chunk_hasher *keep);
+                     struct hash_state *keep);
 /* The SHA-256 of raw chunk enc, from the state kept when its plaintext
  * was hashed; the state is used up.  Returns 0 or -EIO. */
-int chunk_raw_payload_sha256(struct chunk_hasher *h, const struct chunk_enc *enc,
+int chunk_raw_payload_sha256(struct hash_state *h, const struct chunk_enc *enc,
                              uint8_t out[CHUNK_HASH_LEN]);
-void chunk_hasher_release(struct chunk_hasher *h);
-
-/* SHA-256 of data.  Returns 0 or -EIO. */
-int chunk_sha256(const void *data, size_t len, uint8_t out[CHUNK_HASH_LEN]);
-
-/* Lowercase hex of a hash into hex (65 bytes). */
-void chunk_hex(const uint8_t hash[CHUNK_HASH_LEN], char hex[2 * CHUNK_HASH_LEN + 1]);
-/* The reverse: exactly 64 lowercase hex digits (one spelling per hash).
- * Returns 0, or -EINVAL with out untouched. */
-int chunk_parse_hex(const char *s, uint8_t out[CHUNK_HASH_LEN]);
 
 #endif

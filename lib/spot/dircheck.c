@@ -79,7 +79,7 @@ static int check_content(struct check *k, const struct mf_file *f, int fd)
             break;
         }
         if (ch->zero ? !chunk_is_zero(buf, ch->len)
-                     : chunk_sha256(buf, ch->len, hash) < 0 ||
+                     : hash_sha256(buf, ch->len, hash) < 0 ||
                            memcmp(hash, ch->hash, CHUNK_HASH_LEN) != 0)
             r = differ(k, -EBADMSG, "'%s' changed (chunk %zu at offset %llu)", f->path, i,
                        (unsigned long long)off);

@@ -3,9 +3,11 @@
 
 #include <errno.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <string.h>
+
+#include "spot/hash.h"
+
+_Static_assert(FRAME_MAC == HASH_LEN, "a frame's MAC is an HMAC-SHA256");
 
 static void put_u32(uint8_t *p, uint32_t v)
 {
@@ -26,18 +28,6 @@ static uint64_t get_be(const uint8_t *p, int n)
     for (int i = 0; i < n; i++)
         v = v << 8 | p[i];
     return v;
-}
-
-/* HMAC-SHA256 of data with key into mac.  Returns 0 or -EIO. */
-static int mac_of(const struct frame_key *key, const uint8_t *data, size_t len, uint8_t *mac)
-{
-    static const uint8_t none[1];
-    unsigned int n = 0;
-
-    if (!HMAC(EVP_sha256(), key->len ? key->k : none, (int)key->len, data, len, mac, &n) ||
-        n != FRAME_MAC)
-        return -EIO;
-    return 0;
 }
 
 static int hex_value(int c)
@@ -88,7 +78,7 @@ static int derive(const struct frame_key *world, const uint8_t *data, size_t len
 {
     struct frame_key k = { .len = FRAME_MAC };
 
-    if (mac_of(world, data, len, k.k) < 0)
+    if (hash_hmac(world->k, world->len, data, len, k.k) < 0)
         return -EIO;
     *ret = k;
     return 0;
@@ -138,7 +128,7 @@ int frame_encode(const struct frame_key *key, uint64_t seq, const char *body, si
     put_u32(out + 8, (uint32_t)len);
     put_u64(out + 12, seq);
     memcpy(out + FRAME_HEADER, body, len);
-    if (mac_of(key, out, FRAME_HEADER + len, out + FRAME_HEADER + len) < 0)
+    if (hash_hmac(key->k, key->len, out, FRAME_HEADER + len, out + FRAME_HEADER + len) < 0)
         return -EIO;
     return (int)size;
 }
@@ -165,7 +155,7 @@ int frame_decode(const struct frame_key *key, const uint8_t *buf, size_t len, st
     size = FRAME_HEADER + (size_t)body_len + FRAME_MAC;
     if (len < size)
         return 0;
-    if (mac_of(key, buf, FRAME_HEADER + (size_t)body_len, mac) < 0 ||
+    if (hash_hmac(key->k, key->len, buf, FRAME_HEADER + (size_t)body_len, mac) < 0 ||
         CRYPTO_memcmp(mac, buf + FRAME_HEADER + body_len, FRAME_MAC) != 0)
         return -EBADMSG;
     f->seq = get_be(buf + 12, 8);

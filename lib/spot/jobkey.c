@@ -4,8 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +11,7 @@
 #include <unistd.h>
 
 #include "spot/config.h"
+#include "spot/hash.h"
 
 #define ID_INPUT "spotd job key id v1"
 
@@ -24,19 +23,6 @@ const char *jobkey_auth_name(enum jobkey_auth a)
     return (unsigned)a < sizeof(names) / sizeof(names[0]) ? names[a] : "?";
 }
 
-/* HMAC-SHA256 of data with key into mac.  Returns 0 or -EIO. */
-static int hmac(const struct frame_key *key, const void *data, size_t len,
-                uint8_t mac[CHUNK_HASH_LEN])
-{
-    static const uint8_t none[1];
-    unsigned int n = 0;
-
-    if (!HMAC(EVP_sha256(), key->len ? key->k : none, (int)key->len, data, len, mac, &n) ||
-        n != CHUNK_HASH_LEN)
-        return -EIO;
-    return 0;
-}
-
 int jobkey_init(struct jobkey *jk, const struct frame_key *key)
 {
     static const char digits[] = "0123456789abcdef";
@@ -44,7 +30,7 @@ int jobkey_init(struct jobkey *jk, const struct frame_key *key)
 
     memset(jk, 0, sizeof(*jk));
     jk->key = *key;
-    if (hmac(key, ID_INPUT, strlen(ID_INPUT), mac) < 0) {
+    if (hash_hmac(key->k, key->len, ID_INPUT, strlen(ID_INPUT), mac) < 0) {
         jobkey_clear(jk);
         return -EIO;
     }
@@ -132,7 +118,7 @@ static int mac_of(const struct jobkey *jk, const struct commit *c, uint8_t mac[C
 
     if (!bytes)
         return -ENOMEM;
-    r = hmac(&jk->key, bytes, len, mac);
+    r = hash_hmac(jk->key.k, jk->key.len, bytes, len, mac);
     free(bytes);
     return r;
 }

@@ -279,7 +279,7 @@ char *manifest_to_json(const struct manifest *m, size_t *ret_len)
             }
             if (f->chunks[c].zero)
                 continue;
-            chunk_hex(f->chunks[c].hash, hex);
+            hash_hex(f->chunks[c].hash, hex);
             if (!cJSON_AddItemToArray(a, cJSON_CreateString(hex)))
                 b.oom = true;
         }
@@ -311,7 +311,7 @@ char *commit_to_json(const struct commit *c, size_t *ret_len)
             b.oom = true;
             break;
         }
-        chunk_hex(c->ranks[i].sha256, hex);
+        hash_hex(c->ranks[i].sha256, hex);
         add_num(&b, o, "rank", c->ranks[i].rank);
         add_str(&b, o, "sha256", hex);
         add_num(&b, o, "bytes", (double)c->ranks[i].bytes);
@@ -319,7 +319,7 @@ char *commit_to_json(const struct commit *c, size_t *ret_len)
     if (c->has_mac) {
         char hex[2 * CHUNK_HASH_LEN + 1];
 
-        chunk_hex(c->mac, hex);
+        hash_hex(c->mac, hex);
         add_str(&b, root, "mac_alg", c->mac_alg);
         add_str(&b, root, "key_id", c->key_id);
         add_str(&b, root, "mac", hex);
@@ -536,7 +536,7 @@ static int parse_chunks(const cJSON *arr, struct mf_file *f, uint32_t chunk_size
         c->len = (uint32_t)len->valuedouble;
         if (items == 1) {
             c->zero = true;
-        } else if (!cJSON_IsString(hash) || chunk_parse_hex(hash->valuestring, c->hash) < 0) {
+        } else if (!cJSON_IsString(hash) || hash_parse_hex(hash->valuestring, c->hash) < 0) {
             return garbage(ret_why, "chunk hash invalid");
         }
         total += c->len;
@@ -710,7 +710,7 @@ static int parse_mac(const cJSON *root, struct commit *c, const char **ret_why)
     if (strlen(c->key_id) != COMMIT_KEY_ID_LEN ||
         strspn(c->key_id, "0123456789abcdef") != COMMIT_KEY_ID_LEN)
         return garbage(ret_why, "key_id invalid");
-    if (!cJSON_IsString(mac) || chunk_parse_hex(mac->valuestring, c->mac) < 0)
+    if (!cJSON_IsString(mac) || hash_parse_hex(mac->valuestring, c->mac) < 0)
         return garbage(ret_why, "mac invalid");
     c->has_mac = true;
     return 0;
@@ -770,7 +770,7 @@ int commit_parse(const char *text, size_t len, struct commit *out, const char **
             (r = strict_json_member_string(o, "sha256", true, &hex, "rank sha256 missing",
                                            ret_why)) < 0)
             goto out;
-        if (chunk_parse_hex(hex, c.ranks[rank].sha256) < 0) {
+        if (hash_parse_hex(hex, c.ranks[rank].sha256) < 0) {
             r = garbage(ret_why, "rank sha256 invalid");
             goto out;
         }

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "spot/chunk.h"
+#include "spot/hash.h"
 #include "spot/strict.h"
 
 static const char *const names[PEERMSG__COUNT] = {
@@ -200,7 +200,7 @@ int peermsg_parse(const char *body, size_t len, struct peermsg *ret, const char 
         m.split = cJSON_IsTrue(split);
     }
     r = allowed[m.type] & M_SHA ? strict_json_copy(o, "sha256", sha, sizeof(sha), true) : 0;
-    if (r < 0 || (r && chunk_parse_hex(sha, m.sha256) < 0)) {
+    if (r < 0 || (r && hash_parse_hex(sha, m.sha256) < 0)) {
         *why = "member 'sha256' is not 64 lowercase hex digits";
         goto out;
     }
@@ -237,7 +237,7 @@ cJSON *peermsg_to_json(const struct peermsg *m)
     if (may & M_DEADLINE)
         cJSON_AddNumberToObject(o, "deadline_ms", (double)m->deadline_ms);
     if (may & M_SHA) {
-        chunk_hex(m->sha256, sha);
+        hash_hex(m->sha256, sha);
         cJSON_AddStringToObject(o, "sha256", sha);
     }
     if (may & M_BYTES)

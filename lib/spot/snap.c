@@ -104,7 +104,7 @@ void snap_chunk_key(const struct snap *s, const uint8_t *hash, char *key, size_t
 {
     char hex[2 * CHUNK_HASH_LEN + 1];
 
-    chunk_hex(hash, hex);
+    hash_hex(hash, hex);
     snprintf(key, size, "%s/chunks/%.2s/%s", s->job, hex, hex);
 }
 
@@ -486,7 +486,7 @@ static void on_manifest_got(void *arg, int err, const char *msg, void *data, siz
                  (unsigned long long)f->c->gen, rank);
     } else if (err) {
         fail_msg(&f->err, f->msg, err, "%s", msg);
-    } else if (chunk_sha256(data, len, sha) < 0) {
+    } else if (hash_sha256(data, len, sha) < 0) {
         fail_msg(&f->err, f->msg, -EIO, "cannot hash a manifest");
     } else if (memcmp(sha, f->digests[rank], CHUNK_HASH_LEN) != 0) {
         fail_msg(&f->err, f->msg, -EBADMSG,

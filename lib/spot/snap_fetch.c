@@ -679,7 +679,7 @@ static void on_chunk_got(void *arg, int err, const char *msg, void *data, size_t
     char hex[2 * CHUNK_HASH_LEN + 1], path[SHOWN_MAX];
 
     if (err) {
-        chunk_hex(t->ch->hash, hex);
+        hash_hex(t->ch->hash, hex);
         if (err == -ENOENT || err == -EFBIG)
             fe->report.bad_chunks++;
         if (err == -ENOENT)
@@ -768,7 +768,7 @@ static void ftask_done(struct pool_job *job)
         ftask_get(t);
         return;
     } else if (t->err == -EBADMSG) {
-        chunk_hex(t->ch->hash, hex);
+        hash_hex(t->ch->hash, hex);
         fe->report.bad_chunks++;
         fetch_fail(fe, -EBADMSG,
                    "generation %llu, rank %u: chunk %s of '%s' (offset %llu) is corrupt in the "

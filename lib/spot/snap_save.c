@@ -49,7 +49,7 @@ struct task {
     uint8_t *buf;
     uint8_t hash[CHUNK_HASH_LEN];
     uint8_t payload_sha[CHUNK_HASH_LEN];
-    struct chunk_hasher hasher;  /* the plaintext's hash state, for payload_sha */
+    struct hash_state hasher;  /* the plaintext's hash state, for payload_sha */
     bool zero;
     int stage;
     int err;
@@ -716,7 +716,7 @@ static void task_run(struct task *t)
      * pass over the data. */
     if (s->sign && (t->enc.encoding == CHUNK_RAW
                         ? chunk_raw_payload_sha256(&t->hasher, &t->enc, t->payload_sha)
-                        : chunk_sha256(t->enc.data, t->enc.len, t->payload_sha)) < 0) {
+                        : hash_sha256(t->enc.data, t->enc.len, t->payload_sha)) < 0) {
         t->err = -EIO;
         snprintf(t->msg, sizeof(t->msg), "cannot hash a chunk of '%s'", f->path);
     }
@@ -880,7 +880,7 @@ static void task_free(struct task *t)
     struct snap *s = t->sv->s;
 
     buf_put(s, t->buf);
-    chunk_hasher_release(&t->hasher);
+    hash_release(&t->hasher);
     /* A raw chunk is the task's buffer with its trailer written in. */
     if (t->enc.encoding == CHUNK_RAW)
         buf_put(s, t->enc.data);
@@ -938,7 +938,7 @@ static int fingerprint(const struct save *sv, uint8_t out[CHUNK_HASH_LEN])
             buf[len++] = f->chunks[c].zero;
         }
     }
-    r = chunk_sha256(buf, len, out);
+    r = hash_sha256(buf, len, out);
     free(buf);
     return r;
 }
@@ -958,7 +958,7 @@ static void save_manifest(struct save *sv)
     snprintf(m->version, sizeof(m->version), "%s", SPOT_VERSION);
     m->chunk_size = s->chunk_size;
     sv->json = manifest_to_json(m, &sv->json_len);
-    if (!sv->json || chunk_sha256(sv->json, sv->json_len, sv->result.sha256) < 0) {
+    if (!sv->json || hash_sha256(sv->json, sv->json_len, sv->result.sha256) < 0) {
         save_fail(sv, -ENOMEM, "out of memory");
         save_report(sv);
         return;

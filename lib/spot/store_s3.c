@@ -37,7 +37,7 @@
 #include <unistd.h>
 
 #include "spot/awscreds.h"
-#include "spot/chunk.h"
+#include "spot/hash.h"
 #include "spot/http.h"
 #include "spot/pool.h"
 #include "spot/s3creds.h"
@@ -89,7 +89,7 @@ struct s3_op {
     char key[STORE_KEY_MAX + 1];
     const void *data;
     size_t len, max;
-    char sha[2 * CHUNK_HASH_LEN + 1];
+    char sha[2 * HASH_LEN + 1];
     bool hashed;
     bool in_pool;                     /* its hash job has not come back */
     store_done_fn done;
@@ -644,10 +644,10 @@ static void on_response(void *arg, const struct http_result *res)
 static void hash_work(struct pool_job *job)
 {
     struct s3_op *op = (struct s3_op *)((char *)job - offsetof(struct s3_op, job));
-    uint8_t h[CHUNK_HASH_LEN];
+    uint8_t h[HASH_LEN];
 
-    if (chunk_sha256(op->data, op->len, h) == 0) {
-        chunk_hex(h, op->sha);
+    if (hash_sha256(op->data, op->len, h) == 0) {
+        hash_hex(h, op->sha);
         op->hashed = true;
     }
 }
@@ -688,7 +688,7 @@ static int put_op(struct store *base, const char *key, const void *data, size_t 
     op->done = done;
     op->arg = arg;
     if (sha256) {
-        chunk_hex(sha256, op->sha);
+        hash_hex(sha256, op->sha);
         op->hashed = true;
     } else if (len <= HASH_INLINE_MAX || !s->pool) {
         hash_work(&op->job);

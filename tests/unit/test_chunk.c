@@ -61,19 +61,6 @@ TEST(chunk_round_trip)
     free(buf);
 }
 
-TEST(chunk_hash)
-{
-    uint8_t h[CHUNK_HASH_LEN];
-    char hex[65];
-
-    CHECK_INT(chunk_sha256("abc", 3, h), 0);
-    chunk_hex(h, hex);
-    CHECK_STR(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-    CHECK_INT(chunk_sha256("", 0, h), 0);
-    chunk_hex(h, hex);
-    CHECK_STR(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-}
-
 TEST(chunk_corrupt)
 {
     uint8_t data[4096], *copy;

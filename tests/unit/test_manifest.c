@@ -213,7 +213,7 @@ TEST(commit_signed)
     CHECK_INT(auth_of(&a, &c), JOBKEY_UNSIGNED);
     CHECK_INT(auth_of(NULL, &c), JOBKEY_UNSIGNED);
     CHECK_INT(jobkey_sign(&a, &c), 0);
-    chunk_hex(c.mac, hex);
+    hash_hex(c.mac, hex);
     CHECK_STR(hex, "85dc0615eec8c1565b2a03e937c90a507e526ad0cd120533789f0d56f3289c17");
     CHECK_STR(c.key_id, a.id);
 

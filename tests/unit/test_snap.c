@@ -350,7 +350,7 @@ static void forge(const char *root, uint64_t from, uint64_t to, const struct fra
         memcpy(p, now, strlen(now));
     }
     len = strlen(mf);
-    chunk_sha256(mf, len, cr.sha256);
+    hash_sha256(mf, len, cr.sha256);
     snprintf(path, sizeof(path), "%s/j/gens/%08llu/rank-0.json", root, (unsigned long long)to);
     spit(path, mf, len);
     free(mf);
@@ -567,7 +567,7 @@ static void put_gen(const char *store, uint64_t gen, uint32_t chunk_size, struct
         cr.bytes = bytes;
     json = manifest_to_json(&m, &len);
     CHECK(json != NULL);
-    chunk_sha256(json, len, cr.sha256);
+    hash_sha256(json, len, cr.sha256);
     manifest_key(key, sizeof(key), "j", gen, 0);
     snprintf(path, sizeof(path), "%s/%s", store, key);
     write_file(path, json, len);
