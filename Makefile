@@ -92,7 +92,7 @@ SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)
 CKPT_SRC   := lib/libckpt/ckpt.c lib/libckpt/jsonl.c
 CKPT_OBJ   := $(CKPT_SRC:%.c=$(O)/pic/%.o)
 SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supervisord/watch.c \
-              supervisord/control.c supervisord/orch.c supervisord/orch_plan.c \
+              supervisord/control.c supervisord/orch_decide.c supervisord/orch.c supervisord/orch_plan.c \
               supervisord/orch_resume.c supervisord/orch_world.c supervisord/hooks.c supervisord/peer.c \
               supervisord/world.c supervisord/rendezvous.c supervisord/metrics.c supervisord/timeline.c \
               supervisord/method.c supervisord/method_app.c supervisord/method_signal.c supervisord/method_dir.c \
@@ -112,7 +112,7 @@ UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c
               tests/unit/test_timeparse.c tests/unit/test_cloudparse.c tests/unit/test_s3xml.c tests/unit/test_awscreds.c tests/unit/test_imds.c \
               tests/unit/test_manifest.c tests/unit/test_control.c tests/unit/test_frame.c \
               tests/unit/test_peer.c tests/unit/test_peermsg.c tests/unit/test_snap.c \
-              tests/unit/test_worldrec.c tests/unit/test_world.c tests/unit/test_gpuinv.c tests/unit/test_nvml.c tests/unit/test_proc.c
+              tests/unit/test_worldrec.c tests/unit/test_world.c tests/unit/test_orch.c tests/unit/test_gpuinv.c tests/unit/test_nvml.c tests/unit/test_proc.c
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)
 FUZZ_NAMES := config duration aws azure gcp time termination chunk s3xml awscreds manifest zipgrid jsonl \
               frame peermsg worldrec gpuinv proc
@@ -176,7 +176,7 @@ $(O)/spotctl: $(SPOTCTL_OBJ) $(O)/libspot.a
 $(O)/examples/c-trainer/trainer: $(O)/examples/c-trainer/trainer.o $(O)/libckpt.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/libckpt.a
 
-UNIT_SPOTD := $(O)/supervisord/control.o $(O)/supervisord/peer.o $(O)/supervisord/world.o \
+UNIT_SPOTD := $(O)/supervisord/orch_decide.o $(O)/supervisord/control.o $(O)/supervisord/peer.o $(O)/supervisord/world.o \
               $(O)/supervisord/nvml.o
 $(O)/tests/unit/run: $(UNIT_OBJ) $(UNIT_SPOTD) $(O)/libspot.a $(O)/libckpt.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(UNIT_SPOTD) $(O)/libspot.a \

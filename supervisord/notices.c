@@ -1,4 +1,6 @@
-/* notices: deduplicate, log, and act on notices. */
+/* notices: deduplicate, log, and act on notices: the stop a terminating
+ * notice calls for, at the time notice_stop_plan() says (the
+ * orchestrator's checkpoint is given up before it, by the same plan). */
 #include "notices.h"
 
 #include <cjson/cJSON.h>
@@ -22,6 +24,7 @@ struct notices {
     size_t n_seen, next_seen;
     struct event *stop_timer;
     int64_t stop_at_ms;           /* 0: none planned */
+    uint64_t stop_grace_ms;       /* of the planned stop */
     char stop_reason[64];
     struct notice cause;          /* of the planned or begun stop */
     bool have_cause;
@@ -52,34 +55,24 @@ static void on_stop_timer(evutil_socket_t fd, short what, void *arg)
     struct notices *ns = arg;
 
     ns->stop_at_ms = 0;
-    child_stop(ns->child, ns->stop_reason, ns->o.grace_ms);
+    child_stop(ns->child, ns->stop_reason, ns->stop_grace_ms);
 }
 
 void notices_emit(void *arg, struct notice *n)
 {
     struct notices *ns = arg;
-    int64_t now = notice_now_ms(), stop_at, left;
-    uint64_t grace = ns->o.grace_ms;
+    int64_t now = notice_now_ms(), stop_at;
+    struct notice_stop st;
+    uint64_t grace;
     char when[40], action[160];
     cJSON *e;
 
     if (seen_before(ns, n))
         return;
-
-    /* With an orchestrator, this stop is only the fallback for a
-     * checkpoint that takes too long (the orchestrator stops the command
-     * itself once the checkpoint is committed): a short grace leaves the
-     * checkpoint the most time. */
-    if (ns->o.on_notice && grace > NOTICE_FALLBACK_GRACE_MS)
-        grace = NOTICE_FALLBACK_GRACE_MS;
-    /* SIGKILL must land margin before the deadline: the stop signal goes
-     * grace before that, or now with what is left when that has passed. */
-    stop_at = n->deadline_ms - (int64_t)ns->o.margin_ms - (int64_t)grace;
-    if (stop_at <= now) {
-        left = n->deadline_ms - (int64_t)ns->o.margin_ms - now;
-        if (left < (int64_t)grace)
-            grace = left > 0 ? (uint64_t)left : 0;
-    }
+    st = notice_stop_plan(n->deadline_ms, now, ns->o.margin_ms, ns->o.grace_ms,
+                          ns->o.on_notice != NULL);
+    stop_at = st.stop_at_ms;
+    grace = st.grace_ms;
     if (!n->terminating)
         snprintf(action, sizeof(action), "none: advisory");
     else if (stop_at <= now)
@@ -115,6 +108,7 @@ void notices_emit(void *arg, struct notice *n)
         struct timeval tv = { (time_t)((stop_at - now) / 1000),
                               (suseconds_t)((stop_at - now) % 1000) * 1000 };
         ns->stop_at_ms = stop_at;
+        ns->stop_grace_ms = grace;
         evtimer_add(ns->stop_timer, &tv);
     }
 }

@@ -2,7 +2,8 @@
  * terminating notice run the stop sequence so that SIGKILL would land
  * `margin` before the deadline.  With an orchestrator (on_notice), which
  * checkpoints and then stops the command itself, this stop is the fallback,
- * with a grace of at most NOTICE_FALLBACK_GRACE_MS. */
+ * with a grace of at most NOTICE_FALLBACK_GRACE_MS (notice_stop_plan() in
+ * spot/notice.h decides when, for both). */
 #ifndef SPOTD_NOTICES_H
 #define SPOTD_NOTICES_H
 
@@ -13,10 +14,6 @@
 struct event_base;
 struct child;
 struct notices;
-
-/* The grace of the fallback stop when an orchestrator checkpoints first:
- * its checkpoint must be committed before deadline - margin - this. */
-#define NOTICE_FALLBACK_GRACE_MS 2000
 
 struct notices_opts {
     uint64_t margin_ms;

@@ -37,9 +37,6 @@
 /* A world's periodic round has at least this long (see on_tick). */
 #define WORLD_PERIODIC_MIN_MS (60 * 1000)
 
-const char *const orch_state_name[] = { "resuming", "idle",     "saving", "uploading",
-                                        "committing", "draining", "waiting" };
-
 static void on_tick(evutil_socket_t fd, short what, void *arg);
 static void on_request(void *arg);
 static void on_trainer_saved(void *arg, int64_t step);
@@ -49,11 +46,15 @@ static void go_checkpoint(struct orch *r);
 static void on_pre_checkpoint(void *arg, int code, const char *msg);
 static void ask_method(struct orch *r);
 static void ask_world(struct orch *r);
+static void nothing_new(struct orch *r);
 static void on_ask(void *arg, int64_t step);
 static void on_split(void *arg, struct snap_split *sp, const uint8_t fingerprint[32]);
 static void on_uploaded(void *arg, int err, const char *msg, const struct snap_saved *s);
 static void hook_env_now(const struct orch *r, struct hook_env *e, const char *result);
 static bool busy(const struct orch *r);
+static void finish(struct orch *r, enum orch_state from, int err, const char *msg);
+static void record(struct orch *r);
+static void make_last(struct orch *r, const struct notice *n);
 static void on_withdrawn(void *arg, int err, const char *msg);
 
 struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
@@ -201,7 +202,7 @@ void orch_finish(struct orch *r)
     }
     if (r->state == SAVING) {
         r->terminating = false;
-        orch_finish_checkpoint(r, -ECANCELED, "the command ended before its trainers saved");
+        orch_fail(r, -ECANCELED, "the command ended before its trainers saved");
     }
     /* An upload waiting for the other nodes' word stores what it has: the
      * world gives the generation up without this node. */
@@ -269,7 +270,8 @@ void orch_run_command(struct orch *r)
     }
     if (r->ending) {
         orch_set_state(r, DRAINING);
-        child_end(r->o.child, r->exit_code, "preempted while the world waited");
+        child_end(r->o.child, r->exit_code, r->world ? "preempted while the world waited"
+                                                     : "preempted before the command started");
         return;
     }
     if (r->world) {
@@ -324,58 +326,63 @@ void orch_notice(void *arg, const struct notice *n)
     struct hook_env he = { .job = r->job, .reason = notice_kind_name(n->kind),
                            .gen = r->resume_gen, .step = r->resume_step,
                            .deadline_ms = n->deadline_ms };
+    unsigned acts;
 
     snprintf(r->last_notice, sizeof(r->last_notice), "%s %s%s", n->source,
              notice_kind_name(n->kind), n->drill ? " (drill)" : "");
     hooks_run(r->hooks, "on-notice", &he, NULL, NULL);
-    if (r->o.world_size > 1 && !r->world) {
-        /* Still asking the coordinator for a rank: nothing runs yet. */
-        if (n->terminating) {
-            log_msg(LOGL_INFO, "a terminating notice before this node had a rank: exiting");
-            orch_set_state(r, IDLE);
-            r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
-            child_end(r->o.child, ORCH_EXIT_PREEMPTED_SAVED, "preempted before joining");
-        }
-        return;
+    /* A world's node that is told to go saves in no later round. */
+    if (r->world && n->terminating)
+        r->want_stop = true;
+    acts = orch_event(r, n->terminating ? EV_TERMINATING : EV_NOTICE, NULL);
+    if (acts & A_EXIT_UNRANKED) {
+        log_msg(LOGL_INFO, "a terminating notice before this node had a rank: exiting");
+        r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
+        child_end(r->o.child, ORCH_EXIT_PREEMPTED_SAVED, "preempted before joining");
     }
-    if (r->world && (r->state == IDLE || r->state == WAITING || r->state == RESUMING ||
-                     r->pausing || r->parked)) {
-        orch_world_notice(r, n);
-        return;
-    }
-    if (r->state == IDLE) {
+    if (acts & (A_LEAVE | A_END))
+        log_msg(LOGL_INFO, "a terminating notice while the command is %s: %s (generation %llu "
+                "is the newest)", r->pausing ? "stopping" : "not running",
+                r->world ? "leaving the world" : "it is not started",
+                (unsigned long long)r->resume_gen);
+    if (acts & A_LEAVE)
+        world_leave(r->world, "preempted while the world waited");
+    if (acts & A_END)
+        orch_end(r, ORCH_EXIT_PREEMPTED_SAVED);
+    if (acts & A_MAKE_LAST)
+        make_last(r, n);
+    if (acts & A_BEGIN)
         orch_begin_checkpoint(r, n, "notice");
-        return;
-    }
-    /* A terminating notice during a periodic or advisory checkpoint: that
-     * checkpoint becomes the last one, and the stop follows it. */
-    if (n->terminating && r->state != DRAINING && r->state != RESUMING && !r->terminating) {
-        r->terminating = true;
-        orch_notice_reason(n, r->reason, sizeof(r->reason));
-        /* The deadline that matters now, for the margin reported; the
-         * method keeps the one it was given (an earlier one fails the
-         * checkpoint sooner; the fallback stop bounds a later one). */
-        if (n->deadline_ms > 0)
-            r->deadline_ms = orch_notice_deadline(r, n);
-    }
+}
+
+/* A terminating notice during a periodic or advisory checkpoint: that
+ * checkpoint becomes the last one, and the stop follows it. */
+static void make_last(struct orch *r, const struct notice *n)
+{
+    r->terminating = true;
+    orch_notice_reason(n, r->reason, sizeof(r->reason));
+    /* The deadline that matters now, for the margin reported; the method
+     * keeps the one it was given (an earlier one fails the checkpoint
+     * sooner; the fallback stop bounds a later one). */
+    if (n->deadline_ms > 0)
+        r->deadline_ms = orch_notice_deadline(r, n);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct orch *r = arg;
+    unsigned acts = orch_event(r, EV_TICK, NULL);
 
-    if (r->world) {
+    if (acts & A_TRIGGER) {
         /* The round's deadline goes to every node as a time of day, which
          * the nodes' clocks read apart (an NTP step, a skew): a periodic
          * round gets at least WORLD_PERIODIC_MIN_MS, so a node whose clock
          * is seconds ahead does not find it passed on arrival. */
         uint64_t limit = r->o.interval_ms > WORLD_PERIODIC_MIN_MS ? r->o.interval_ms
                                                                    : WORLD_PERIODIC_MIN_MS;
-        if (world_is_coordinator(r->world))
-            orch_world_want(r, "periodic", notice_now_ms() + (int64_t)limit);
-        return;
+        orch_world_want(r, "periodic", notice_now_ms() + (int64_t)limit);
     }
-    if (r->state == IDLE && (!(r->mops->flags & METHOD_WORKERS) || control_workers(r->control)))
+    if (acts & A_BEGIN)
         orch_begin_checkpoint(r, NULL, "periodic");
 }
 
@@ -383,10 +390,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 static void on_request(void *arg)
 {
     struct orch *r = arg;
+    unsigned acts = orch_event(r, EV_REQUEST, NULL);
 
-    if (r->world)
+    if (acts & A_TRIGGER)
         orch_world_want(r, "request", 0);
-    else if (r->state == IDLE)
+    if (acts & A_BEGIN)
         orch_begin_checkpoint(r, NULL, "request");
 }
 
@@ -395,7 +403,7 @@ static void on_trainer_saved(void *arg, int64_t step)
 {
     struct orch *r = arg;
 
-    if (r->state == SAVING && r->mops->trainer_saved)
+    if ((orch_event(r, EV_TRAINER_SAVED, NULL) & A_TO_METHOD) && r->mops->trainer_saved)
         r->mops->trainer_saved(r->method, step);
 }
 
@@ -404,7 +412,7 @@ static void on_found(void *arg)
 {
     struct orch *r = arg;
 
-    if (r->state == IDLE)
+    if (orch_event(r, EV_FOUND, NULL) & A_BEGIN)
         orch_begin_checkpoint(r, NULL, "dir");
 }
 
@@ -412,8 +420,12 @@ static void on_found(void *arg)
 
 void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *why)
 {
-    /* What it will be, for the plan's message: the claim says for sure. */
-    r->gen = r->claimed ? r->claimed : r->newest_gen + 1;
+    bool late;
+    unsigned acts;
+
+    /* What it will be, for the plan's message: the claim (or a world's
+     * coordinator) says for sure. */
+    r->gen = r->claimed && !r->world ? r->claimed : r->newest_gen + 1;
     r->why = n ? "notice" : why;
     r->terminating = n && n->terminating;
     r->step = -1;
@@ -429,11 +441,15 @@ void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *w
         r->deadline_ms = notice_now_ms() + SAVE_LIMIT_MS;
     snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
              (unsigned long long)r->gen);
-    if (r->terminating && n->deadline_ms > 0 && !orch_plan_fits(r)) {
+    late = r->terminating && n->deadline_ms > 0 && !orch_plan_fits(r);
+    acts = orch_event(r, late ? EV_TOO_LATE : EV_GO, NULL);
+    if (acts & A_STOP_UNSAVED)
         orch_stop_command(r, false);
-        return;
-    }
-    orch_start_checkpoint(r);
+    if (acts & A_START)
+        orch_start_checkpoint(r);
+    if (acts & A_TRIGGER)
+        world_trigger(r->world, n ? notice_kind_name(n->kind) : "checkpoint", r->why,
+                      r->terminating, n && n->deadline_ms > 0 ? r->deadline_ms : 0);
 }
 
 /* The checkpoint set up in r begins: its generation number claimed (a
@@ -444,7 +460,6 @@ void orch_start_checkpoint(struct orch *r)
     r->t_begin = notice_mono_ms();
     r->aborted = false;
     r->saving = SV_HOOK;
-    orch_set_state(r, SAVING);
     if (!r->world && (!r->claimed || r->claimed <= r->newest_gen)) {
         /* None held (or one made stale by a world's number). */
         r->claimed = 0;
@@ -474,7 +489,7 @@ static void on_claimed(void *arg, int err, const char *msg, uint64_t gen)
     r->claim_waits = false;
     if (err) {
         if (waits)
-            orch_finish_checkpoint(r, err, msg);
+            orch_fail(r, err, msg);
         else
             log_msg(LOGL_WARN, "%s; the next checkpoint tries again", msg);
         return;
@@ -513,7 +528,7 @@ static void go_checkpoint(struct orch *r)
     if (err == -ENOENT)
         ask_method(r);
     else if (err < 0)
-        orch_finish_checkpoint(r, err, "cannot run the pre-checkpoint hook");
+        orch_fail(r, err, "cannot run the pre-checkpoint hook");
 }
 
 static void on_pre_checkpoint(void *arg, int code, const char *msg)
@@ -523,7 +538,7 @@ static void on_pre_checkpoint(void *arg, int code, const char *msg)
 
     if (code != 0) {
         snprintf(why, sizeof(why), "the pre-checkpoint hook refused it: %s", msg);
-        orch_finish_checkpoint(r, -ECANCELED, why);
+        orch_fail(r, -ECANCELED, why);
         return;
     }
     ask_method(r);
@@ -535,7 +550,7 @@ static void ask_method(struct orch *r)
     int err;
 
     if (r->aborted) {
-        orch_finish_checkpoint(r, -ECANCELED, r->abort_reason);
+        orch_fail(r, -ECANCELED, r->abort_reason);
         return;
     }
     if (r->world) {
@@ -548,7 +563,24 @@ static void ask_method(struct orch *r)
     if (err == 0)
         err = r->mops->save(r->method, r->gen, r->dir, r->deadline_ms, orch_on_method_saved, r);
     if (err == -EALREADY) {
-        cJSON *e = log_event_new("checkpoint_skipped");
+        nothing_new(r);
+        return;
+    }
+    if (err < 0) {
+        snprintf(msg, sizeof(msg), "cannot start it (%s method, '%s'): %s", r->mops->name,
+                 r->dir, strerror(-err));
+        orch_fail(r, err, msg);
+    }
+}
+
+/* The method has nothing newer than the newest generation to save. */
+static void nothing_new(struct orch *r)
+{
+    unsigned acts = orch_event(r, EV_NOTHING_NEW, NULL);
+    cJSON *e;
+
+    if (acts & A_DISCARD) {
+        e = log_event_new("checkpoint_skipped");
         cJSON_AddNumberToObject(e, "gen", (double)r->resume_gen);
         cJSON_AddStringToObject(e, "why", "nothing new");
         if (r->resume_gen)
@@ -557,16 +589,8 @@ static void ask_method(struct orch *r)
         else
             log_event(LOGL_WARN, e, "no checkpoint to save: the trainer has written none yet");
         orch_remove_tree(r->dir);
-        orch_set_state(r, IDLE);
-        if (r->terminating)
-            orch_stop_command(r, r->resume_gen > 0);
-        return;
     }
-    if (err < 0) {
-        snprintf(msg, sizeof(msg), "cannot start it (%s method, '%s'): %s", r->mops->name,
-                 r->dir, strerror(-err));
-        orch_finish_checkpoint(r, err, msg);
-    }
+    orch_after(r, acts);
 }
 
 /* World: ask the method for the node's step (or answer 0 for a method
@@ -587,7 +611,7 @@ static void ask_world(struct orch *r)
     if (err < 0) {
         snprintf(msg, sizeof(msg), "cannot start it (%s method, '%s'): %s", r->mops->name,
                  r->dir, strerror(-err));
-        orch_finish_checkpoint(r, err, msg);
+        orch_fail(r, err, msg);
     }
 }
 
@@ -605,14 +629,21 @@ void orch_on_method_saved(void *arg, int err, const char *msg, int64_t step, con
     struct snap_save_req req = { .gen = r->gen,
                                  .rank = r->world ? world_trainer_rank(r->world) : 0,
                                  .method = r->mops->name };
+    enum orch_state from;
+    unsigned acts;
     cJSON *e;
 
-    if (!err && r->aborted)
-        err = -ECANCELED, msg = r->abort_reason;
     if (err) {
-        orch_finish_checkpoint(r, err, msg);
+        orch_fail(r, err, msg);
         return;
     }
+    acts = orch_event(r, EV_SAVED, &from);
+    if (acts & A_FINISH) {
+        finish(r, from, -ECANCELED, r->abort_reason);
+        orch_after(r, acts);
+    }
+    if (!(acts & A_UPLOAD))
+        return;
     r->step = step;
     snprintf(r->dir, sizeof(r->dir), "%s", dir);
     r->t_saved = notice_mono_ms();
@@ -623,7 +654,6 @@ void orch_on_method_saved(void *arg, int err, const char *msg, int64_t step, con
     cJSON_AddNumberToObject(e, "ms", (double)(r->t_saved - r->t_begin));
     log_event(LOGL_INFO, e, "trainers saved step %lld for generation %llu", (long long)step,
               (unsigned long long)r->gen);
-    orch_set_state(r, UPLOADING);
     req.dir = r->dir;
     req.step = (uint64_t)step;
     if (r->world && world_trainer_size(r->world) > 1 && r->split_upload) {
@@ -668,17 +698,24 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     struct orch *r = arg;
     struct commit_rank rank;
     struct commit c;
+    enum orch_state from;
     char why[160];
+    unsigned acts;
     cJSON *e;
 
-    if (!err && r->aborted)
-        err = -ECANCELED, msg = r->abort_reason;
-    if (!err && r->mops->stands && !r->mops->stands(r->method, why, sizeof(why)))
+    if (!err && !r->aborted && r->mops->stands && !r->mops->stands(r->method, why, sizeof(why)))
         err = -ECANCELED, msg = why;
     if (err) {
-        orch_finish_checkpoint(r, err, msg);
+        orch_fail(r, err, msg);
         return;
     }
+    acts = orch_event(r, EV_UPLOADED, &from);
+    if (acts & A_FINISH) {
+        finish(r, from, -ECANCELED, r->abort_reason);
+        orch_after(r, acts);
+    }
+    if (!(acts & A_COMMIT))
+        return;
     r->saved = *s;
     r->t_uploaded = notice_mono_ms();
     e = log_event_new("upload_done");
@@ -693,7 +730,6 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     cJSON_AddNumberToObject(e, "encode_ms", (double)(r->counters.cpu_encode_ns / 1000000));
     log_event(LOGL_INFO, e, "generation %llu uploaded: %llu bytes sent",
               (unsigned long long)r->gen, (unsigned long long)r->counters.bytes_sent);
-    orch_set_state(r, COMMITTING);
     if (r->world) {
         /* The coordinator commits once every rank's shard is in. */
         world_saved(r->world, r->gen, r->step, s->sha256, s->bytes);
@@ -718,16 +754,30 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
 void orch_on_committed(void *arg, int err, const char *msg)
 {
     struct orch *r = arg;
+    enum orch_state from;
+    unsigned acts;
+
+    if (err) {
+        orch_fail(r, err, msg);
+        return;
+    }
+    acts = orch_event(r, EV_COMMITTED, &from);
+    if (acts & A_RECORD)
+        record(r);
+    if (acts & A_FINISH)
+        finish(r, from, 0, "");
+    orch_after(r, acts);
+}
+
+/* The commit: the figures, its event, what a restart resumes from, gc. */
+static void record(struct orch *r)
+{
     /* Durations on the monotonic clock; the deadline and the figures' time
      * of the commit (kept across runs) on the wall clock. */
     int64_t now = notice_now_ms(), mono = notice_mono_ms();
     char copy[4200];
     cJSON *e;
 
-    if (err) {
-        orch_finish_checkpoint(r, err, msg);
-        return;
-    }
     r->newest_gen = r->gen;
     orch_add_own(r, r->gen);
     r->fig.save_ms = r->t_saved - r->t_begin;
@@ -773,10 +823,21 @@ void orch_on_committed(void *arg, int err, const char *msg)
      * for it then), but not after a preemption's: spotd should be gone. */
     if (!(r->finishing && r->terminating) && (!r->world || world_is_coordinator(r->world)))
         orch_collect(r);
-    orch_finish_checkpoint(r, 0, "");
 }
 
-void orch_finish_checkpoint(struct orch *r, int err, const char *msg)
+void orch_fail(struct orch *r, int err, const char *msg)
+{
+    enum orch_state from;
+    unsigned acts = orch_event(r, EV_FAILED, &from);
+
+    if (acts & A_FINISH)
+        finish(r, from, err, msg);
+    orch_after(r, acts);
+}
+
+/* The checkpoint that was in state from ends, committed (err 0) or failed
+ * with msg: its event and the post-checkpoint hook. */
+static void finish(struct orch *r, enum orch_state from, int err, const char *msg)
 {
     struct hook_env he;
     cJSON *e;
@@ -791,20 +852,23 @@ void orch_finish_checkpoint(struct orch *r, int err, const char *msg)
             r->newest_gen = r->gen;
         e = log_event_new("checkpoint_failed");
         cJSON_AddNumberToObject(e, "gen", (double)r->gen);
-        cJSON_AddStringToObject(e, "phase", orch_state_name[r->state]);
+        cJSON_AddStringToObject(e, "phase", orch_state_str(from));
         cJSON_AddStringToObject(e, "error", msg);
         log_event(LOGL_ERROR, e, "checkpoint of generation %llu failed while %s: %s; generation "
-                  "%llu stays the newest", (unsigned long long)r->gen,
-                  orch_state_name[r->state], msg, (unsigned long long)r->resume_gen);
+                  "%llu stays the newest", (unsigned long long)r->gen, orch_state_str(from), msg,
+                  (unsigned long long)r->resume_gen);
     }
     hook_env_now(r, &he, err ? "failed" : "committed");
     hooks_run(r->hooks, "post-checkpoint", &he, NULL, NULL);
-    orch_set_state(r, IDLE);
-    if (!r->terminating)
+}
+
+void orch_after(struct orch *r, unsigned acts)
+{
+    if (acts & (A_STOP_SAVED | A_STOP_UNSAVED))
+        orch_stop_command(r, acts & A_STOP_SAVED);
+    if (acts & A_CLAIM_NEXT)
         orch_claim_next(r);
-    if (r->terminating)
-        orch_stop_command(r, err == 0);
-    else if (r->world)
+    if (acts & A_READY)
         orch_maybe_ready(r);
 }
 
@@ -814,10 +878,9 @@ void orch_stop_command(struct orch *r, bool saved)
 {
     if (r->world)
         world_leave(r->world, saved ? "preempted" : "preempted without a new checkpoint");
-    orch_set_state(r, DRAINING);
     if (r->world && (r->parked || r->pausing)) {
         /* A world's pause stopped the command already, or is stopping it. */
-        orch_world_end(r, saved ? ORCH_EXIT_PREEMPTED_SAVED : child_exit_code(r->o.child));
+        orch_end(r, saved ? ORCH_EXIT_PREEMPTED_SAVED : child_exit_code(r->o.child));
         return;
     }
     if (r->finishing) {
@@ -833,6 +896,55 @@ void orch_stop_command(struct orch *r, bool saved)
     r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
     child_set_exit_code(r->o.child, ORCH_EXIT_PREEMPTED_SAVED);
     r->mops->stop(r->method, r->reason, r->o.grace_ms);
+}
+
+/* This node goes, with code, its command not running: now, once a pause's
+ * stop has ended the command, or, while resuming, instead of starting it
+ * (at once when the resume only waits to try the store again). */
+void orch_end(struct orch *r, int code)
+{
+    r->exit_code = code;
+    r->ending = true;
+    if (r->state == RESUMING && event_pending(r->retry, EV_TIMEOUT, NULL)) {
+        event_del(r->retry);
+        orch_run_command(r);
+    } else if (!r->pausing && r->state != RESUMING) {
+        child_end(r->o.child, code, r->world ? "preempted while the world waited"
+                                             : "preempted before the command started");
+    }
+}
+
+/* ---- the decisions ------------------------------------------------------- */
+
+/* What orch_decide() reads, from r. */
+static struct orch_facts facts(const struct orch *r)
+{
+    return (struct orch_facts){
+        .state = r->state,
+        .world = r->o.world_size > 1,
+        .ranked = r->world != NULL,
+        .coordinator = r->world && world_is_coordinator(r->world),
+        .stopping = r->pausing || r->parked,
+        .last = r->terminating,
+        .trainers = !(r->mops->flags & METHOD_WORKERS) ||
+                    (r->control && control_workers(r->control) > 0),
+        .aborted = r->aborted,
+        .have_gen = r->resume_gen > 0,
+    };
+}
+
+unsigned orch_event(struct orch *r, enum orch_event ev, enum orch_state *from)
+{
+    struct orch_facts f = facts(r);
+    struct orch_decision d = orch_decide(&f, ev);
+
+    if (from)
+        *from = r->state;
+    if (d.acts || d.next != r->state)
+        log_msg(LOGL_DEBUG, "orchestrator: %s in %s", orch_event_str(ev),
+                orch_state_str(r->state));
+    orch_set_state(r, d.next);
+    return d.acts;
 }
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -882,8 +994,8 @@ static void on_withdrawn(void *arg, int err, const char *msg)
 void orch_set_state(struct orch *r, enum orch_state s)
 {
     if (r->state != s)
-        log_msg(LOGL_DEBUG, "orchestrator: %s -> %s", orch_state_name[r->state],
-                orch_state_name[s]);
+        log_msg(LOGL_DEBUG, "orchestrator: %s -> %s", orch_state_str(r->state),
+                orch_state_str(s));
     r->state = s;
 }
 

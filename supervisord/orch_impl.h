@@ -3,7 +3,9 @@
  * states, and the functions one part calls in another, by the file that
  * defines them:
  *
- *   orch.c         life, triggers, one checkpoint from claim to commit
+ *   orch_decide.c  the decisions: (state, event) -> (next state, actions), no I/O
+ *   orch.c         life, triggers, one checkpoint from claim to commit: the
+ *                  events decided, the actions carried out
  *   orch_resume.c  resume at start and after a crash, gc
  *   orch_world.c   a world's rounds, the command line, the rendezvous
  *   orch_plan.c    figures, the plan at a notice, spotctl's commands */
@@ -16,13 +18,12 @@
 #include <stdint.h>
 
 #include "orch.h"
+#include "orch_decide.h"
 #include "spot/snap.h"
 
 struct jsonl_msg;
 struct notice;
 struct rendezvous_ops;
-
-enum orch_state { RESUMING, IDLE, SAVING, UPLOADING, COMMITTING, DRAINING, WAITING };
 
 /* Where a world's checkpoint is, in SAVING. */
 enum orch_saving { SV_HOOK, SV_METHOD, SV_PREPARE };
@@ -127,8 +128,9 @@ struct orch {
 
 /* ---- orch.c ---- */
 
-/* The states' names, indexed by enum orch_state. */
-extern const char *const orch_state_name[];
+/* Decide event ev on r's facts and enter its next state; returns the
+ * actions to carry out (enum orch_act), and the state left in *from. */
+unsigned orch_event(struct orch *r, enum orch_event ev, enum orch_state *from);
 /* r's state becomes s (a debug line when it changes). */
 void orch_set_state(struct orch *r, enum orch_state s);
 /* mkdir -p path; 0 or -errno. */
@@ -141,9 +143,10 @@ void orch_prune_local(struct orch *r, const char *sub, const char *keep);
 void orch_notice_reason(const struct notice *n, char *buf, size_t size);
 /* Start the command from what was resumed: control socket, method, environment. */
 void orch_run_command(struct orch *r);
-/* A checkpoint of this node alone, for notice n (or NULL) or why. */
+/* A checkpoint of this node alone, for notice n (or NULL) or why: set
+ * up, planned, begun (EV_GO) or not (EV_TOO_LATE). */
 void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *why);
-/* The checkpoint set up in r begins: its number claimed, the hook, the method. */
+/* The checkpoint set up in r begins (A_START): its number claimed, the hook, the method. */
 void orch_start_checkpoint(struct orch *r);
 /* Claim the next generation number ahead, when none is held or being claimed. */
 void orch_claim_next(struct orch *r);
@@ -153,10 +156,15 @@ void orch_on_method_saved(void *arg, int err, const char *msg, int64_t step, con
 void orch_release_split(struct orch *r, bool rest);
 /* The checkpoint's commit record is written (or failed): figures, resume point, gc. */
 void orch_on_committed(void *arg, int err, const char *msg);
-/* The checkpoint under way ends, committed (err 0) or failed with msg. */
-void orch_finish_checkpoint(struct orch *r, int err, const char *msg);
-/* After a terminating notice: the method's stop when saved, else the stop sequence. */
+/* A step of the checkpoint under way failed with msg (EV_FAILED). */
+void orch_fail(struct orch *r, int err, const char *msg);
+/* What ends a checkpoint, from acts: the stop, the next claim, a world's ready. */
+void orch_after(struct orch *r, unsigned acts);
+/* The stop (A_STOP_SAVED: the method's, else the stop sequence at once). */
 void orch_stop_command(struct orch *r, bool saved);
+/* This node goes, with code, its command not running (A_END): now, once a
+ * pause's stop has ended the command, or instead of starting it. */
+void orch_end(struct orch *r, int code);
 
 /* ---- orch_resume.c ---- */
 
@@ -190,12 +198,8 @@ void orch_collect(struct orch *r);
 
 /* The world, once this node's rank is known; -EINVAL with the reason in err. */
 int orch_make_world(struct orch *r, uint32_t rank, char *err, size_t errlen);
-/* A checkpoint wanted here: the world's coordinator runs it. */
+/* A checkpoint wanted here (A_TRIGGER): the world's coordinator runs it. */
 void orch_world_want(struct orch *r, const char *why, int64_t deadline_ms);
-/* A notice in a world: a trigger for the coordinator, or this node leaves. */
-void orch_world_notice(struct orch *r, const struct notice *n);
-/* This node goes, with code, once its command is not running. */
-void orch_world_end(struct orch *r, int code);
 /* Nothing under way and the command stopped: wait for the world's resume. */
 void orch_maybe_ready(struct orch *r);
 /* The world's environment and command line for the next start; 0 or -ENOMEM. */

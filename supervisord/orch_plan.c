@@ -18,8 +18,6 @@
 #include "spot/log.h"
 #include "world.h"
 
-/* A notice's checkpoint is given up this long before the fallback stop. */
-#define GIVE_UP_MS 250
 /* The figures file's size cap. */
 #define FIGURES_MAX 4096
 
@@ -177,10 +175,8 @@ bool orch_plan_fits(struct orch *r)
  * notices.c's fallback stop begins. */
 int64_t orch_notice_deadline(const struct orch *r, const struct notice *n)
 {
-    uint64_t grace = r->o.grace_ms < NOTICE_FALLBACK_GRACE_MS ? r->o.grace_ms
-                                                               : NOTICE_FALLBACK_GRACE_MS;
-
-    return n->deadline_ms - (int64_t)r->o.margin_ms - (int64_t)grace - GIVE_UP_MS;
+    return notice_stop_plan(n->deadline_ms, notice_now_ms(), r->o.margin_ms, r->o.grace_ms, true)
+        .give_up_ms;
 }
 
 /* ---- spotctl's commands -------------------------------------------------- */
@@ -215,7 +211,7 @@ void orch_status(struct orch *r, cJSON *o)
         cJSON_AddNumberToObject(o, "alive", world_alive(r->world));
     }
     cJSON_AddStringToObject(o, "method", r->mops->name);
-    cJSON_AddStringToObject(o, "state", orch_state_name[r->state]);
+    cJSON_AddStringToObject(o, "state", orch_state_str(r->state));
     cJSON_AddNumberToObject(o, "workers", r->control ? control_workers(r->control) : 0);
     cJSON_AddNumberToObject(o, "step", r->control ? (double)control_step(r->control) : -1);
     cJSON_AddNumberToObject(o, "committed_gen", (double)r->resume_gen);
@@ -228,7 +224,7 @@ void orch_status(struct orch *r, cJSON *o)
         cJSON *p = cJSON_AddObjectToObject(o, "in_progress");
         cJSON_AddNumberToObject(p, "gen", (double)r->gen);
         cJSON_AddStringToObject(p, "reason", r->reason);
-        cJSON_AddStringToObject(p, "phase", orch_state_name[r->state]);
+        cJSON_AddStringToObject(p, "phase", orch_state_str(r->state));
         cJSON_AddNumberToObject(p, "bytes_total", (double)r->counters.bytes_total);
         cJSON_AddNumberToObject(p, "bytes_read", (double)r->counters.bytes_read);
         cJSON_AddNumberToObject(p, "bytes_sent", (double)r->counters.bytes_sent);
@@ -248,26 +244,28 @@ void orch_on_command(void *arg, const char *cmd, const struct jsonl_msg *m, char
         cJSON_AddBoolToObject(o, "ok", 1);
         orch_status(r, o);
     } else if (strcmp(cmd, "checkpoint") == 0) {
-        bool idle = r->state == IDLE;
-        bool nobody = (r->mops->flags & METHOD_WORKERS) && r->control &&
-                      !control_workers(r->control);
-        if (idle && !nobody && r->world)
+        bool nobody = (r->mops->flags & METHOD_WORKERS) &&
+                      !(r->control && control_workers(r->control) > 0);
+        unsigned acts = orch_event(r, EV_REQUEST, NULL);
+
+        if (acts & A_TRIGGER)
             orch_world_want(r, "manual", 0);
-        else if (idle && !nobody)
+        if (acts & A_BEGIN)
             orch_begin_checkpoint(r, NULL, "manual");
-        cJSON_AddBoolToObject(o, "ok", idle && !nobody);
-        if (idle && nobody) {
+        cJSON_AddBoolToObject(o, "ok", acts != 0);
+        if (acts & A_TRIGGER) {
+            cJSON_AddStringToObject(o, "note", "asked the world's coordinator");
+        } else if (acts & A_BEGIN) {
+            cJSON_AddNumberToObject(o, "gen", (double)r->gen);
+        } else if (r->state == IDLE && nobody) {
             cJSON_AddStringToObject(o, "error", "no trainer is connected to the control "
                                     "socket (yet): is it linked with libckpt?");
-        } else if (idle && r->world) {
-            cJSON_AddStringToObject(o, "note", "asked the world's coordinator");
-        } else if (idle) {
-            cJSON_AddNumberToObject(o, "gen", (double)r->gen);
         } else {
             char why[160];
-            snprintf(why, sizeof(why), "spotd is %s%s", orch_state_name[r->state],
+            snprintf(why, sizeof(why), "spotd is %s%s", orch_state_str(r->state),
                      r->state >= SAVING && r->state <= COMMITTING
-                         ? " (a checkpoint is under way): try again when it is done" : "");
+                         ? " (a checkpoint is under way): try again when it is done"
+                         : r->pausing || r->parked ? " (the world's command is stopped)" : "");
             cJSON_AddStringToObject(o, "error", why);
         }
     } else if (strcmp(cmd, "drill") == 0) {

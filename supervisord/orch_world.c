@@ -86,13 +86,15 @@ static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, const char *re
 {
     struct orch *r = arg;
     static const char *const whys[] = { "notice", "periodic", "request", "manual", "grow" };
+    unsigned acts;
 
     if (gen > r->newest_gen)
         r->newest_gen = gen;
-    if (r->state != IDLE || r->pausing || r->parked) {
+    acts = orch_event(r, EV_QUERY, NULL);
+    if (acts & A_REFUSE) {
         char why[96];
         snprintf(why, sizeof(why), "rank %u is %s", world_rank(r->world),
-                 r->pausing || r->parked ? "stopping its command" : orch_state_name[r->state]);
+                 r->pausing || r->parked ? "stopping its command" : orch_state_str(r->state));
         world_failed(r->world, gen, why);
         return;
     }
@@ -108,7 +110,8 @@ static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, const char *re
         snprintf(r->reason, sizeof(r->reason), "%s", reason);
     snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
              (unsigned long long)r->gen);
-    orch_start_checkpoint(r);
+    if (acts & A_START)
+        orch_start_checkpoint(r);
 }
 
 static void w_prepare(void *arg, uint64_t gen, int64_t step, bool split)
@@ -130,7 +133,7 @@ static void w_prepare(void *arg, uint64_t gen, int64_t step, bool split)
     if (err < 0) {
         snprintf(msg, sizeof(msg), "cannot save at step %lld (%s method): %s", (long long)step,
                  r->mops->name, err == -EALREADY ? "nothing new to save" : strerror(-err));
-        orch_finish_checkpoint(r, err, msg);
+        orch_fail(r, err, msg);
     }
 }
 
@@ -163,7 +166,7 @@ static void w_abort(void *arg, uint64_t gen, const char *reason)
     r->aborted = true;
     snprintf(r->abort_reason, sizeof(r->abort_reason), "the world gave it up: %s", reason);
     if (r->state == COMMITTING || (r->state == SAVING && r->saving == SV_PREPARE))
-        orch_finish_checkpoint(r, -ECANCELED, r->abort_reason);
+        orch_fail(r, -ECANCELED, r->abort_reason);
     else if (r->state == SAVING && r->saving == SV_METHOD && r->mops->cancel)
         r->mops->cancel(r->method, r->abort_reason);
     else if (r->state == UPLOADING)
@@ -348,52 +351,10 @@ static void on_pick(void *arg, int err, const char *msg, struct snap_gen *gens, 
 
 /* ---- what this node asks of the world ------------------------------------ */
 
-/* A checkpoint wanted here: the world's coordinator runs it. */
+/* A checkpoint wanted here (A_TRIGGER): the world's coordinator runs it. */
 void orch_world_want(struct orch *r, const char *why, int64_t deadline_ms)
 {
-    if (r->state != IDLE || r->pausing || r->parked)
-        return;
     world_trigger(r->world, "checkpoint", why, false, deadline_ms);
-}
-
-/* A notice that the world's round cannot serve now, or that starts one. */
-void orch_world_notice(struct orch *r, const struct notice *n)
-{
-    if (n->terminating)
-        r->want_stop = true;
-    if (r->state == IDLE && !r->pausing && !r->parked) {
-        r->gen = r->newest_gen + 1;
-        orch_notice_reason(n, r->reason, sizeof(r->reason));
-        if (n->terminating && n->deadline_ms > 0) {
-            r->deadline_ms = orch_notice_deadline(r, n);
-            if (!orch_plan_fits(r)) {
-                orch_stop_command(r, false);
-                return;
-            }
-        }
-        world_trigger(r->world, notice_kind_name(n->kind), "notice", n->terminating,
-                      n->deadline_ms > 0 ? orch_notice_deadline(r, n) : 0);
-        return;
-    }
-    if (!n->terminating)
-        return;
-    /* The command is not running: nothing to save that the world's newest
-     * generation does not hold.  This node goes. */
-    log_msg(LOGL_INFO, "a terminating notice while the command is %s: leaving the world "
-            "(generation %llu is the newest)", r->pausing ? "stopping" : "not running",
-            (unsigned long long)r->resume_gen);
-    world_leave(r->world, "preempted while the world waited");
-    orch_world_end(r, ORCH_EXIT_PREEMPTED_SAVED);
-}
-
-/* This node goes, with its command not running: now, once the pause's
- * stop has ended it, or instead of starting it. */
-void orch_world_end(struct orch *r, int code)
-{
-    r->exit_code = code;
-    r->ending = true;
-    if (!r->pausing && r->state != RESUMING)
-        child_end(r->o.child, code, "preempted while the world waited");
 }
 
 /* The command is stopped (or never started) and nothing is under way:

@@ -138,3 +138,22 @@ void notice_to_json(const struct notice *n, struct cJSON *obj)
     cJSON_AddBoolToObject(obj, "terminating", n->terminating);
     add_time(obj, "detected", n->detected_ms);
 }
+
+struct notice_stop notice_stop_plan(int64_t deadline_ms, int64_t now_ms, uint64_t margin_ms,
+                                    uint64_t grace_ms, bool checkpoints)
+{
+    struct notice_stop st;
+    int64_t left;
+
+    if (checkpoints && grace_ms > NOTICE_FALLBACK_GRACE_MS)
+        grace_ms = NOTICE_FALLBACK_GRACE_MS;
+    st.stop_at_ms = deadline_ms - (int64_t)margin_ms - (int64_t)grace_ms;
+    st.give_up_ms = st.stop_at_ms - NOTICE_GIVE_UP_MS;
+    if (st.stop_at_ms <= now_ms) {
+        left = deadline_ms - (int64_t)margin_ms - now_ms;
+        if (left < (int64_t)grace_ms)
+            grace_ms = left > 0 ? (uint64_t)left : 0;
+    }
+    st.grace_ms = grace_ms;
+    return st;
+}

@@ -61,6 +61,23 @@ int64_t notice_mono_ms(void);
  * raw, drill, terminating, detected) to obj. */
 void notice_to_json(const struct notice *n, struct cJSON *obj);
 
+/* The stop a terminating notice calls for: the one place that decides
+ * when.  SIGKILL must land margin before the deadline, so the stop signal
+ * goes grace before that, or now with what is left when that has passed.
+ * When spotd checkpoints first (checkpoints), this stop is the fallback for
+ * a checkpoint that takes too long, with a grace of at most
+ * NOTICE_FALLBACK_GRACE_MS so that the checkpoint has the most time, and
+ * the checkpoint is given up NOTICE_GIVE_UP_MS before it begins. */
+#define NOTICE_FALLBACK_GRACE_MS 2000
+#define NOTICE_GIVE_UP_MS 250
+struct notice_stop {
+    int64_t stop_at_ms;      /* the stop signal, wall clock; <= now: at once */
+    uint64_t grace_ms;       /* from the stop signal to SIGKILL */
+    int64_t give_up_ms;      /* a checkpoint still under way fails here */
+};
+struct notice_stop notice_stop_plan(int64_t deadline_ms, int64_t now_ms, uint64_t margin_ms,
+                                    uint64_t grace_ms, bool checkpoints);
+
 /* Write ms since the epoch as RFC 3339 UTC with milliseconds into buf
  * (at least 32 bytes).  Returns buf. */
 char *notice_format_time(int64_t ms, char *buf, size_t size);

@@ -7,7 +7,8 @@
 #   unless --on-unrestorable fresh; --on-unrestorable fail stops at the
 #   first; --resume fresh starts afresh and keeps what was there;
 # - a store that cannot be listed at start: tried again, then refused
-#   (exit 125), never taken for an empty one;
+#   (exit 125), never taken for an empty one; a terminating notice meanwhile
+#   ends spotd at once (exit 75) without starting the command;
 # - a crash restart resumes from spotd's own copy of the newest committed
 #   generation, checked first: not from the folder the trainer pruned
 #   (dir), nor the live one it half rewrote (signal), nor a copy someone
@@ -156,6 +157,23 @@ rm "$T/store/l/gens"
 mv "$T/store/l/gens.real" "$T/store/l/gens"
 expect_eq "store unreadable: nothing was written over the committed generations" "$gens" \
     "$(committed l)"
+
+# A terminating notice (the drill, 1 s in) while the start waits for the
+# store: nothing runs that a checkpoint could save, so the command is not
+# started and spotd exits at once, preempted with the committed state
+# saved, instead of waiting out --store-wait (or starting the command and
+# losing what it does before the stop).
+mv "$T/store/l/gens" "$T/store/l/gens.real"
+ln -s gens "$T/store/l/gens"
+run_spotd run --cloud none --job l --store "$S" --state-dir "$T/l4" --store-wait 20s \
+    --drill-after 1s --events "$T/l4.ev" -- "$TRAINER" 6000 2
+expect_eq "notice while resuming: spotd exits preempted, saved (75)" 75 "$RC"
+check "notice while resuming: the command never ran" test ! -s "$T/stdout"
+check "notice while resuming: said so" grep -q "terminating notice.*it is not started" \
+    "$T/stderr"
+rm "$T/store/l/gens"
+mv "$T/store/l/gens.real" "$T/store/l/gens"
+expect_eq "notice while resuming: the committed generations stay" "$gens" "$(committed l)"
 
 # ---- crash restarts resume from spotd's own checked copy -------------------
 # dir: the trainer's own retention deleted the committed folder before the

@@ -99,6 +99,40 @@ static void run_notice_cases(const struct notice_case *cases, size_t count)
 #define AWS_OK "{\"action\": \"terminate\", \"time\": \"2017-09-18T08:22:00Z\"}"
 #define T_AWS 1505722920000
 
+/* When a terminating notice's stop begins: SIGKILL margin before the
+ * deadline; with a checkpoint first, a grace of at most 2 s and the
+ * checkpoint given up 250 ms before; a notice seen late stops at once with
+ * what is left. */
+TEST(notice_stop_plan)
+{
+    const int64_t now = 1000000, deadline = now + 120000;
+    struct notice_stop st;
+
+    /* spotd alone: --grace 30s, --notice-margin 5s. */
+    st = notice_stop_plan(deadline, now, 5000, 30000, false);
+    CHECK_INT(st.stop_at_ms, deadline - 5000 - 30000);
+    CHECK_INT(st.grace_ms, 30000);
+    /* Checkpointing first: the fallback's grace is 2 s. */
+    st = notice_stop_plan(deadline, now, 5000, 30000, true);
+    CHECK_INT(st.stop_at_ms, deadline - 5000 - 2000);
+    CHECK_INT(st.grace_ms, 2000);
+    CHECK_INT(st.give_up_ms, deadline - 5000 - 2000 - 250);
+    /* A grace under 2 s stays. */
+    st = notice_stop_plan(deadline, now, 5000, 500, true);
+    CHECK_INT(st.stop_at_ms, deadline - 5500);
+    CHECK_INT(st.grace_ms, 500);
+    /* Seen with 10 s left: at once, with the 5 s that remain before the
+     * margin as the grace. */
+    st = notice_stop_plan(now + 10000, now, 5000, 30000, false);
+    CHECK(st.stop_at_ms <= now);
+    CHECK_INT(st.grace_ms, 5000);
+    /* Seen past the margin: at once, SIGKILL with no grace. */
+    st = notice_stop_plan(now + 3000, now, 5000, 30000, true);
+    CHECK(st.stop_at_ms <= now);
+    CHECK_INT(st.grace_ms, 0);
+    CHECK(st.give_up_ms < now);
+}
+
 TEST(notice_kinds)
 {
     static const char *const names[] = { "terminate", "stop", "hibernate", "rebalance",

@@ -1,0 +1,423 @@
+/* supervisord/orch_decide.c: the orchestrator's (state, event) table,
+ * driven cell by cell with the facts set by hand, then its invariants
+ * over every combination of facts, then the failure paths as sequences
+ * of events.  No orchestrator and no I/O. */
+#include <stdbool.h>
+
+#include "harness.h"
+#include "../../supervisord/orch_decide.h"
+
+#define NS ORCH_NSTATES
+#define S_ (-1) /* the cell keeps the state it is in */
+
+struct cell {
+    int next;                      /* enum orch_state, or S_ */
+    unsigned acts;
+};
+
+#define FIN_GO (A_FINISH | A_CLAIM_NEXT)       /* ended, the job goes on */
+#define FIN_STOP (A_FINISH | A_STOP_UNSAVED)   /* ended, the last: nothing new */
+
+/* A node alone, trainers connected, a committed generation, nothing
+ * making the checkpoint under way the last: every cell, written out
+ * again by hand.  Columns: resuming idle saving uploading committing
+ * draining waiting. */
+static const struct cell alone[EV__COUNT][NS] = {
+    [EV_NOTICE] = { { S_, 0 }, { IDLE, A_BEGIN }, { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 },
+                    { S_, 0 } },
+    [EV_TERMINATING] = { { RESUMING, A_END }, { IDLE, A_BEGIN }, { SAVING, A_MAKE_LAST },
+                         { UPLOADING, A_MAKE_LAST }, { COMMITTING, A_MAKE_LAST }, { S_, 0 },
+                         { WAITING, A_END } },
+    [EV_TICK] = { { S_, 0 }, { IDLE, A_BEGIN }, { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 },
+                  { S_, 0 } },
+    [EV_REQUEST] = { { S_, 0 }, { IDLE, A_BEGIN }, { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 },
+                     { S_, 0 } },
+    [EV_FOUND] = { { S_, 0 }, { IDLE, A_BEGIN }, { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 },
+                   { S_, 0 } },
+    [EV_TRAINER_SAVED] = { { S_, 0 }, { S_, 0 }, { SAVING, A_TO_METHOD }, { S_, 0 }, { S_, 0 },
+                           { S_, 0 }, { S_, 0 } },
+    [EV_QUERY] = { { S_, A_REFUSE }, { SAVING, A_START }, { S_, A_REFUSE }, { S_, A_REFUSE },
+                   { S_, A_REFUSE }, { S_, A_REFUSE }, { S_, A_REFUSE } },
+    [EV_GO] = { { S_, 0 }, { SAVING, A_START }, { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 },
+                { S_, 0 } },
+    [EV_TOO_LATE] = { { S_, 0 }, { DRAINING, A_STOP_UNSAVED }, { S_, 0 }, { S_, 0 }, { S_, 0 },
+                      { S_, 0 }, { S_, 0 } },
+    [EV_SAVED] = { { S_, 0 }, { S_, 0 }, { UPLOADING, A_UPLOAD }, { S_, 0 }, { S_, 0 },
+                   { S_, 0 }, { S_, 0 } },
+    [EV_NOTHING_NEW] = { { S_, 0 }, { S_, 0 }, { IDLE, A_DISCARD }, { S_, 0 }, { S_, 0 },
+                         { S_, 0 }, { S_, 0 } },
+    [EV_UPLOADED] = { { S_, 0 }, { S_, 0 }, { S_, 0 }, { COMMITTING, A_COMMIT }, { S_, 0 },
+                      { S_, 0 }, { S_, 0 } },
+    [EV_COMMITTED] = { { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 },
+                       { IDLE, A_RECORD | FIN_GO }, { S_, 0 }, { S_, 0 } },
+    [EV_FAILED] = { { S_, 0 }, { S_, 0 }, { IDLE, FIN_GO }, { IDLE, FIN_GO }, { IDLE, FIN_GO },
+                    { S_, 0 }, { S_, 0 } },
+};
+
+/* The cells that differ from alone[] under one changed fact. */
+struct diff {
+    enum orch_event ev;
+    enum orch_state in;
+    struct cell want;
+};
+
+/* The checkpoint under way is the last (a terminating notice came). */
+static const struct diff last[] = {
+    { EV_TERMINATING, SAVING, { S_, 0 } },
+    { EV_TERMINATING, UPLOADING, { S_, 0 } },
+    { EV_TERMINATING, COMMITTING, { S_, 0 } },
+    { EV_NOTHING_NEW, SAVING, { DRAINING, A_DISCARD | A_STOP_SAVED } },
+    { EV_COMMITTED, COMMITTING, { DRAINING, A_RECORD | A_FINISH | A_STOP_SAVED } },
+    { EV_FAILED, SAVING, { DRAINING, FIN_STOP } },
+    { EV_FAILED, UPLOADING, { DRAINING, FIN_STOP } },
+    { EV_FAILED, COMMITTING, { DRAINING, FIN_STOP } },
+};
+
+/* The world gave the checkpoint under way up: the step that ends next
+ * ends it. */
+static const struct diff aborted[] = {
+    { EV_SAVED, SAVING, { IDLE, FIN_GO } },
+    { EV_UPLOADED, UPLOADING, { IDLE, FIN_GO } },
+};
+
+/* No trainer connected (the app method before libckpt's hello). */
+static const struct diff nobody[] = {
+    { EV_TICK, IDLE, { S_, 0 } },
+    { EV_REQUEST, IDLE, { S_, 0 } },
+};
+
+/* Nothing was ever committed: the last checkpoint with nothing new has
+ * nothing saved to stop on. */
+static const struct diff no_gen_last[] = {
+    { EV_TERMINATING, SAVING, { S_, 0 } },
+    { EV_TERMINATING, UPLOADING, { S_, 0 } },
+    { EV_TERMINATING, COMMITTING, { S_, 0 } },
+    { EV_NOTHING_NEW, SAVING, { DRAINING, A_DISCARD | A_STOP_UNSAVED } },
+    { EV_COMMITTED, COMMITTING, { DRAINING, A_RECORD | A_FINISH | A_STOP_SAVED } },
+    { EV_FAILED, SAVING, { DRAINING, FIN_STOP } },
+    { EV_FAILED, UPLOADING, { DRAINING, FIN_STOP } },
+    { EV_FAILED, COMMITTING, { DRAINING, FIN_STOP } },
+};
+
+/* A world's node with its rank, not the coordinator, its command running. */
+static const struct diff world_node[] = {
+    { EV_NOTICE, IDLE, { IDLE, A_BEGIN } },
+    { EV_TERMINATING, RESUMING, { RESUMING, A_LEAVE | A_END } },
+    { EV_TERMINATING, WAITING, { WAITING, A_LEAVE | A_END } },
+    { EV_TICK, IDLE, { S_, 0 } },
+    { EV_REQUEST, IDLE, { IDLE, A_TRIGGER } },
+    { EV_FOUND, IDLE, { S_, 0 } },
+    { EV_GO, IDLE, { IDLE, A_TRIGGER } },
+    { EV_COMMITTED, COMMITTING, { IDLE, A_RECORD | FIN_GO | A_READY } },
+    { EV_FAILED, SAVING, { IDLE, FIN_GO | A_READY } },
+    { EV_FAILED, UPLOADING, { IDLE, FIN_GO | A_READY } },
+    { EV_FAILED, COMMITTING, { IDLE, FIN_GO | A_READY } },
+};
+
+static const struct orch_facts base = {
+    .trainers = true,
+    .have_gen = true,
+};
+
+static int check_cell(const struct orch_facts *f0, enum orch_event ev, enum orch_state s,
+                      struct cell want, const char *table)
+{
+    struct orch_facts f = *f0;
+    struct orch_decision d;
+    int next = want.next == S_ ? (int)s : want.next;
+
+    f.state = s;
+    d = orch_decide(&f, ev);
+    if ((int)d.next == next && d.acts == want.acts)
+        return 0;
+    printf("  %s: %s in %s: %s with %#x, expected %s with %#x\n", table, orch_event_str(ev),
+           orch_state_str(s), orch_state_str(d.next), d.acts,
+           orch_state_str((enum orch_state)next), want.acts);
+    harness_failed = 1;
+    return 1;
+}
+
+/* Every cell of alone[], with the cells of diffs[] instead where listed. */
+static void check_table(const struct orch_facts *f, const struct diff *diffs, size_t n,
+                        const char *name)
+{
+    for (int ev = 0; ev < EV__COUNT; ev++)
+        for (int s = 0; s < NS; s++) {
+            struct cell want = alone[ev][s];
+
+            for (size_t i = 0; i < n; i++)
+                if ((int)diffs[i].ev == ev && (int)diffs[i].in == s)
+                    want = diffs[i].want;
+            check_cell(f, (enum orch_event)ev, (enum orch_state)s, want, name);
+        }
+}
+
+#define DIFFS(a) a, sizeof(a) / sizeof(a[0])
+
+TEST(orch_table_alone)
+{
+    check_table(&base, NULL, 0, "alone");
+}
+
+TEST(orch_table_facts)
+{
+    struct orch_facts f;
+
+    f = base, f.last = true;
+    check_table(&f, DIFFS(last), "last");
+    f = base, f.aborted = true;
+    check_table(&f, DIFFS(aborted), "aborted");
+    f = base, f.trainers = false;
+    check_table(&f, DIFFS(nobody), "nobody");
+    f = base, f.have_gen = false, f.last = true;
+    check_table(&f, DIFFS(no_gen_last), "no generation, last");
+    f = base, f.have_gen = false;
+    check_table(&f, NULL, 0, "no generation");
+}
+
+TEST(orch_table_world)
+{
+    struct orch_facts f = base;
+    static const struct diff coordinator[] = {
+        { EV_NOTICE, IDLE, { IDLE, A_BEGIN } },
+        { EV_TERMINATING, RESUMING, { RESUMING, A_LEAVE | A_END } },
+        { EV_TERMINATING, WAITING, { WAITING, A_LEAVE | A_END } },
+        { EV_TICK, IDLE, { IDLE, A_TRIGGER } },
+        { EV_REQUEST, IDLE, { IDLE, A_TRIGGER } },
+        { EV_FOUND, IDLE, { S_, 0 } },
+        { EV_GO, IDLE, { IDLE, A_TRIGGER } },
+        { EV_COMMITTED, COMMITTING, { IDLE, A_RECORD | FIN_GO | A_READY } },
+        { EV_FAILED, SAVING, { IDLE, FIN_GO | A_READY } },
+        { EV_FAILED, UPLOADING, { IDLE, FIN_GO | A_READY } },
+        { EV_FAILED, COMMITTING, { IDLE, FIN_GO | A_READY } },
+    };
+
+    f.world = f.ranked = true;
+    check_table(&f, DIFFS(world_node), "world node");
+    f.coordinator = true;
+    check_table(&f, DIFFS(coordinator), "world coordinator");
+}
+
+/* A world's pause stopped the command (or is stopping it): a terminating
+ * notice in any state makes the node leave; nothing else starts. */
+TEST(orch_table_world_stopped)
+{
+    struct orch_facts f = base;
+
+    f.world = f.ranked = f.coordinator = f.stopping = true;
+    for (int s = 0; s < NS; s++) {
+        check_cell(&f, EV_TERMINATING, (enum orch_state)s,
+                   (struct cell){ S_, A_LEAVE | A_END }, "stopped");
+        check_cell(&f, EV_NOTICE, (enum orch_state)s, (struct cell){ S_, 0 }, "stopped");
+        check_cell(&f, EV_TICK, (enum orch_state)s, (struct cell){ S_, 0 }, "stopped");
+        check_cell(&f, EV_REQUEST, (enum orch_state)s, (struct cell){ S_, 0 }, "stopped");
+        check_cell(&f, EV_QUERY, (enum orch_state)s, (struct cell){ S_, A_REFUSE }, "stopped");
+    }
+    /* Before the rank (spotd is resuming): a terminating notice ends
+     * spotd, nothing else. */
+    f = base, f.world = true;
+    check_cell(&f, EV_TERMINATING, RESUMING, (struct cell){ IDLE, A_EXIT_UNRANKED }, "unranked");
+    check_cell(&f, EV_TERMINATING, DRAINING, (struct cell){ S_, 0 }, "unranked");
+    for (int s = 0; s < NS; s++) {
+        check_cell(&f, EV_NOTICE, (enum orch_state)s, (struct cell){ S_, 0 }, "unranked");
+        check_cell(&f, EV_TICK, (enum orch_state)s, (struct cell){ S_, 0 }, "unranked");
+    }
+}
+
+static bool under_way(enum orch_state s)
+{
+    return s == SAVING || s == UPLOADING || s == COMMITTING;
+}
+
+static int popcount(unsigned v)
+{
+    int n = 0;
+
+    for (; v; v &= v - 1)
+        n++;
+    return n;
+}
+
+/* What must hold in every cell, over every combination of facts. */
+TEST(orch_table_invariants)
+{
+    unsigned bad = 0, cells = 0;
+
+    for (unsigned bits = 0; bits < 1u << 8; bits++)
+        for (int s = 0; s < NS; s++)
+            for (int ev = 0; ev < EV__COUNT; ev++) {
+                struct orch_facts f = {
+                    .state = (enum orch_state)s, .world = bits & 1, .ranked = bits & 2,
+                    .coordinator = bits & 4, .stopping = bits & 8, .last = bits & 16,
+                    .trainers = bits & 32, .aborted = bits & 64, .have_gen = bits & 128,
+                };
+                struct orch_decision d = orch_decide(&f, (enum orch_event)ev);
+                unsigned stops = d.acts & (A_STOP_SAVED | A_STOP_UNSAVED);
+                const char *why = NULL;
+
+                cells++;
+                if (d.acts & ~orch_event_acts((enum orch_event)ev))
+                    why = "an action its handler does not carry out";
+                else if (s == DRAINING && (d.acts & ~(unsigned)(A_LEAVE | A_END | A_REFUSE)))
+                    why = "something begun while the command stops";
+                else if (under_way(f.state) && !under_way(d.next) &&
+                         !(d.acts & (A_FINISH | A_DISCARD)))
+                    why = "a checkpoint under way that vanishes without its end";
+                else if ((d.acts & A_FINISH) && popcount(stops | (d.acts & A_CLAIM_NEXT)) != 1)
+                    why = "an end that neither stops nor goes on, or both";
+                else if (f.last && (d.acts & A_FINISH) && !stops)
+                    why = "the last checkpoint ends and the command is not stopped";
+                else if (d.next == DRAINING && s != DRAINING && !stops)
+                    why = "draining without a stop";
+                else if ((d.acts & A_STOP_SAVED) && ev != EV_COMMITTED &&
+                         !(ev == EV_NOTHING_NEW && f.have_gen))
+                    why = "a stop that says saved with nothing committed";
+                else if (ev == EV_TERMINATING && !d.acts && s != DRAINING &&
+                         !(under_way(f.state) && f.last))
+                    why = "a terminating notice dropped";
+                else if ((d.acts & A_END) && !(s == RESUMING || s == WAITING || f.stopping))
+                    why = "ended while the command runs";
+                else if (ev != EV_TERMINATING && ev != EV_NOTICE && (d.acts & (A_END | A_LEAVE)))
+                    why = "a node that leaves without being told to";
+                if (why) {
+                    if (bad++ < 10)
+                        printf("  %s in %s (facts %#x): %s\n", orch_event_str(ev),
+                               orch_state_str(f.state), bits, why);
+                    harness_failed = 1;
+                }
+            }
+    CHECK_INT(cells, 256 * NS * EV__COUNT);
+    CHECK_INT(bad, 0);
+}
+
+/* A node alone that carries each decision's effect on the facts out, for
+ * the failure paths as sequences of events. */
+struct run {
+    struct orch_facts f;
+    unsigned acts;                 /* of the last event */
+};
+
+static void feed(struct run *r, enum orch_event ev)
+{
+    struct orch_decision d = orch_decide(&r->f, ev);
+
+    r->f.state = d.next;
+    r->acts = d.acts;
+    if (d.acts & A_MAKE_LAST)
+        r->f.last = true;
+    if (d.acts & A_RECORD)
+        r->f.have_gen = true;
+}
+
+/* A terminating notice during an upload: that checkpoint is the last,
+ * and the stop (saved) follows its commit. */
+TEST(orch_path_notice_during_upload)
+{
+    struct run r = { .f = base };
+
+    r.f.state = IDLE;
+    feed(&r, EV_TICK);
+    CHECK_INT(r.acts, A_BEGIN);
+    feed(&r, EV_GO);
+    CHECK_INT(r.f.state, SAVING);
+    feed(&r, EV_SAVED);
+    CHECK_INT(r.f.state, UPLOADING);
+    feed(&r, EV_TERMINATING);
+    CHECK_INT(r.acts, A_MAKE_LAST);
+    CHECK_INT(r.f.state, UPLOADING);
+    feed(&r, EV_TERMINATING); /* the same notice from a second source */
+    CHECK_INT(r.acts, 0);
+    feed(&r, EV_UPLOADED);
+    feed(&r, EV_COMMITTED);
+    CHECK_INT(r.f.state, DRAINING);
+    CHECK_INT(r.acts, A_RECORD | A_FINISH | A_STOP_SAVED);
+    feed(&r, EV_TICK);
+    CHECK_INT(r.acts, 0);
+}
+
+/* A terminating notice during a rebalance (advisory) checkpoint whose
+ * save then misses its deadline: the stop follows, unsaved. */
+TEST(orch_path_rebalance_then_deadline_missed)
+{
+    struct run r = { .f = base };
+
+    r.f.state = IDLE;
+    feed(&r, EV_NOTICE);
+    feed(&r, EV_GO);
+    CHECK_INT(r.f.state, SAVING);
+    feed(&r, EV_TERMINATING);
+    CHECK(r.f.last);
+    feed(&r, EV_FAILED); /* the method's save ran past the deadline */
+    CHECK_INT(r.f.state, DRAINING);
+    CHECK_INT(r.acts, FIN_STOP);
+    /* The method's late answer changes nothing. */
+    feed(&r, EV_SAVED);
+    CHECK_INT(r.f.state, DRAINING);
+    CHECK_INT(r.acts, 0);
+}
+
+/* The plan says a new checkpoint will not fit: the newest committed
+ * generation stands and the command stops at once. */
+TEST(orch_path_too_late)
+{
+    struct run r = { .f = base };
+
+    r.f.state = IDLE;
+    feed(&r, EV_TERMINATING);
+    CHECK_INT(r.acts, A_BEGIN);
+    feed(&r, EV_TOO_LATE);
+    CHECK_INT(r.f.state, DRAINING);
+    CHECK_INT(r.acts, A_STOP_UNSAVED);
+}
+
+/* A peer lost mid-save: the world aborts the round, and the method's
+ * save that then comes back ends the checkpoint instead of uploading. */
+TEST(orch_path_peer_lost_mid_save)
+{
+    struct run r = { .f = base };
+
+    r.f.world = r.f.ranked = true;
+    r.f.state = IDLE;
+    feed(&r, EV_QUERY);
+    CHECK_INT(r.f.state, SAVING);
+    r.f.aborted = true; /* the coordinator's abort */
+    feed(&r, EV_SAVED);
+    CHECK_INT(r.f.state, IDLE);
+    CHECK_INT(r.acts, FIN_GO | A_READY);
+    /* The next round's query is taken. */
+    r.f.aborted = false;
+    feed(&r, EV_QUERY);
+    CHECK_INT(r.acts, A_START);
+}
+
+/* A terminating notice while resuming at start (a store that is retried,
+ * a long restore): the command is not started and spotd exits saved,
+ * instead of starting it and losing what it then does. */
+TEST(orch_path_notice_while_resuming)
+{
+    struct run r = { .f = base };
+
+    r.f.state = RESUMING;
+    feed(&r, EV_NOTICE);
+    CHECK_INT(r.acts, 0);
+    feed(&r, EV_TERMINATING);
+    CHECK_INT(r.acts, A_END);
+    CHECK_INT(r.f.state, RESUMING);
+    feed(&r, EV_TICK);
+    CHECK_INT(r.acts, 0);
+}
+
+TEST(orch_names)
+{
+    CHECK_STR(orch_state_str(RESUMING), "resuming");
+    CHECK_STR(orch_state_str(WAITING), "waiting");
+    CHECK_STR(orch_state_str((enum orch_state)NS), "?");
+    CHECK_STR(orch_event_str(EV_FAILED), "failed");
+    CHECK_STR(orch_event_str(EV__COUNT), "?");
+    CHECK_INT(orch_event_acts(EV__COUNT), 0);
+    /* Unknown events change nothing. */
+    struct orch_facts f = base;
+    f.state = SAVING;
+    CHECK_INT(orch_decide(&f, EV__COUNT).acts, 0);
+    CHECK_INT(orch_decide(&f, EV__COUNT).next, SAVING);
+}
