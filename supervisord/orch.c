@@ -55,6 +55,7 @@ static bool busy(const struct orch *r);
 static void finish(struct orch *r, enum orch_state from, int err, const char *msg);
 static void record(struct orch *r);
 static void make_last(struct orch *r, const struct notice *n);
+static bool step_done(struct orch *r, enum orch_event ev, unsigned next);
 static void on_withdrawn(void *arg, int err, const char *msg);
 
 struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
@@ -629,20 +630,13 @@ void orch_on_method_saved(void *arg, int err, const char *msg, int64_t step, con
     struct snap_save_req req = { .gen = r->gen,
                                  .rank = r->world ? world_trainer_rank(r->world) : 0,
                                  .method = r->mops->name };
-    enum orch_state from;
-    unsigned acts;
     cJSON *e;
 
     if (err) {
         orch_fail(r, err, msg);
         return;
     }
-    acts = orch_event(r, EV_SAVED, &from);
-    if (acts & A_FINISH) {
-        finish(r, from, -ECANCELED, r->abort_reason);
-        orch_after(r, acts);
-    }
-    if (!(acts & A_UPLOAD))
+    if (!step_done(r, EV_SAVED, A_UPLOAD))
         return;
     r->step = step;
     snprintf(r->dir, sizeof(r->dir), "%s", dir);
@@ -698,9 +692,7 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     struct orch *r = arg;
     struct commit_rank rank;
     struct commit c;
-    enum orch_state from;
     char why[160];
-    unsigned acts;
     cJSON *e;
 
     if (!err && !r->aborted && r->mops->stands && !r->mops->stands(r->method, why, sizeof(why)))
@@ -709,12 +701,7 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
         orch_fail(r, err, msg);
         return;
     }
-    acts = orch_event(r, EV_UPLOADED, &from);
-    if (acts & A_FINISH) {
-        finish(r, from, -ECANCELED, r->abort_reason);
-        orch_after(r, acts);
-    }
-    if (!(acts & A_COMMIT))
+    if (!step_done(r, EV_UPLOADED, A_COMMIT))
         return;
     r->saved = *s;
     r->t_uploaded = notice_mono_ms();
@@ -749,6 +736,20 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     rank.bytes = s->bytes;
     c.ranks = &rank;
     snap_commit(r->snap, &c, orch_on_committed, r);
+}
+
+/* A step of the checkpoint is done (ev): whether the next (act) follows,
+ * or the checkpoint ends here because the world gave it up meanwhile. */
+static bool step_done(struct orch *r, enum orch_event ev, unsigned next)
+{
+    enum orch_state from;
+    unsigned acts = orch_event(r, ev, &from);
+
+    if (acts & A_FINISH) {
+        finish(r, from, -ECANCELED, r->abort_reason);
+        orch_after(r, acts);
+    }
+    return acts & next;
 }
 
 void orch_on_committed(void *arg, int err, const char *msg)
