@@ -5,6 +5,10 @@
                                    # {"types": {family: type},
                                    #  "samples": {"name{a=\"x\",b=\"y\"}": value}}
                                    # exit 1 with the first error on stderr
+    python3 promparse.py --check FILE...
+                                   # every file parsed, in one process: the
+                                   # number that do not parse on stdout, and
+                                   # each one's first error on stderr
 
 Strict where Prometheus is lenient, so that spotd's output is exactly what
 the format says: every family has one HELP and one TYPE, before its
@@ -175,7 +179,21 @@ def parse(text):
     return {"types": types, "samples": samples}
 
 
+def check(paths):
+    bad = 0
+    for path in paths:
+        try:
+            parse(open(path, encoding="utf-8").read())
+        except (Bad, UnicodeDecodeError) as e:
+            print("promparse: %s: %s" % (path, e), file=sys.stderr)
+            bad += 1
+    print(bad)
+
+
 def main():
+    if sys.argv[1] == "--check":
+        check(sys.argv[2:])
+        return
     text = open(sys.argv[1], encoding="utf-8").read()
     try:
         out = parse(text)
