@@ -471,6 +471,8 @@ static void maybe_resume(struct world *w)
 static void take_over(struct world *w)
 {
     uint32_t was = w->coordinator;
+    struct world_facts f = { .phase = w->phase, .running = w->running };
+    unsigned acts;
 
     w->coordinator = lowest_up(w);
     if (w->coordinator == was)
@@ -481,16 +483,19 @@ static void take_over(struct world *w)
         w->resuming = false;
         return;
     }
-    if (w->phase == WORLD_QUERY && !w->running)
+    acts = world_on_take_over(&f);
+    if (acts & WA_ABORT)
         abort_round(w, "the coordinator (rank %u) went away before the step was chosen", was);
-    else if (w->phase == WORLD_PREPARE) {
+    if (acts & WA_RUN) {
         int64_t left = w->deadline_ms - notice_now_ms();
         struct timeval tv = { left > 0 ? left / 1000 : 0, left > 0 ? (left % 1000) * 1000 : 0 };
         w->running = true;
         evtimer_add(w->timer, &tv);
-        maybe_commit(w);
     }
-    maybe_resume(w);
+    if (acts & WA_COMMIT)
+        maybe_commit(w);
+    if (acts & WA_RESUME)
+        maybe_resume(w);
 }
 
 /* ---- messages ------------------------------------------------------------------ */
@@ -769,6 +774,40 @@ enum world_verdict world_admit(enum peermsg_type t, const struct world_facts *f)
     return WORLD_TAKE;
 }
 
+/* A member lost during the round: at the coordinator, a round whose
+ * shards are being saved commits without it or aborts (maybe_commit()
+ * tells which); one still asking for the step is given up, since the
+ * step must be every member's.  The commit record being written needs
+ * nobody.  Unless it said it leaves, the world pauses. */
+unsigned world_on_down(const struct world_facts *f, bool left)
+{
+    unsigned acts = 0;
+
+    if (!f->from_member)
+        return 0;
+    if (f->coordinator && f->phase == WORLD_PREPARE)
+        acts |= WA_COMMIT;
+    else if (f->coordinator && f->running &&
+             (f->phase == WORLD_QUERY || f->phase == WORLD_CLAIM))
+        acts |= WA_ABORT;
+    if (!left)
+        acts |= WA_PAUSE;
+    return acts;
+}
+
+/* The coordinator's place fell to this node: a round its old coordinator
+ * was asking the step for is given up (this node does not know what the
+ * others answered); one being saved, this node runs on to its commit;
+ * then the world resumes if it waits. */
+unsigned world_on_take_over(const struct world_facts *f)
+{
+    if (f->phase == WORLD_QUERY && !f->running)
+        return WA_ABORT | WA_RESUME;
+    if (f->phase == WORLD_PREPARE)
+        return WA_RUN | WA_COMMIT | WA_RESUME;
+    return WA_RESUME;
+}
+
 /* A message from rank from (this node's own included): the checks every
  * message shares, then its handler. */
 static void handle(struct world *w, uint32_t from, const struct peermsg *m)
@@ -845,21 +884,20 @@ static void on_up(void *arg, uint32_t rank)
 static void on_down(void *arg, uint32_t rank, const char *why)
 {
     struct world *w = arg;
-    bool left = w->m[rank].left;
+    struct world_facts f;
+    unsigned acts;
 
     w->m[rank].ready = false;
     w->m[rank].synced = false;
     take_over(w);
-    if (!w->m[rank].in) {
-        send_ready(w);
-        return;
-    }
-    if (w->coordinator == w->o.rank && w->phase == WORLD_PREPARE)
+    f = (struct world_facts){ .phase = w->phase, .coordinator = w->coordinator == w->o.rank,
+                              .running = w->running, .from_member = w->m[rank].in };
+    acts = world_on_down(&f, w->m[rank].left);
+    if (acts & WA_COMMIT)
         maybe_commit(w);
-    else if (w->coordinator == w->o.rank && (w->phase == WORLD_QUERY || w->phase == WORLD_CLAIM) &&
-             w->running)
+    if (acts & WA_ABORT)
         abort_round(w, "rank %u went down (%s) before it said its step", rank, why);
-    if (!left)
+    if (acts & WA_PAUSE)
         pause_world(w, "rank %u is down (%s)", rank, why);
     send_ready(w);
 }

@@ -187,4 +187,24 @@ enum world_verdict {
 /* What becomes of a peer message of type t under f. */
 enum world_verdict world_admit(enum peermsg_type t, const struct world_facts *f);
 
+/* ---- a peer lost, a coordinator lost: the round's decisions -----------------
+ *
+ * What this node does with the round when a peer goes down (world_on_down)
+ * and when the coordinator's place falls to it (world_on_take_over): from
+ * the phase and f's coordinator, running and from_member (the rank that
+ * went down is a member), with no I/O; world.c carries the actions out in
+ * this order. */
+enum world_act {
+    WA_COMMIT = 1 << 0,            /* see whether the round commits, or aborts without it */
+    WA_ABORT = 1 << 1,             /* the round is given up */
+    WA_RUN = 1 << 2,               /* this node runs the round its old coordinator ran */
+    WA_PAUSE = 1 << 3,             /* the command stops until the world is whole */
+    WA_RESUME = 1 << 4,            /* see whether the world can resume */
+};
+
+/* A peer went down; left: it said it leaves first. */
+unsigned world_on_down(const struct world_facts *f, bool left);
+/* This node became the coordinator. */
+unsigned world_on_take_over(const struct world_facts *f);
+
 #endif

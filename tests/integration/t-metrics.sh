@@ -46,8 +46,10 @@ CASES
 expect_eq "the strict parser refuses every malformed exposition" "" "$bad_parse"
 
 # ---- a job with checkpoints ------------------------------------------------------------------
-start_spotd run --job m --store "file://$T/store" --state-dir "$T/n1" --cloud none \
-    --metrics "$ADDR" --events "$T/ev" -- "$TRAINER" 200000 32
+# The trainer sleeps 1 ms a step: it runs until the drill below ends it,
+# and needs only to move on between the checkpoints, not to spin a core.
+TRAINER_STEP_US=1000 start_spotd run --job m --store "file://$T/store" --state-dir "$T/n1" \
+    --cloud none --metrics "$ADDR" --events "$T/ev" -- "$TRAINER" 200000 32
 check "spotd serves /metrics once started" wait_for 10 scrape first
 check "... the trainer is connected" wait_for 10 eval \
     '"$SPOTCTL" status --state-dir "$T/n1" --json 2>/dev/null | grep -q "\"workers\":1"'

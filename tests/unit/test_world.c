@@ -123,3 +123,59 @@ TEST(world_admit_sender)
     f.names_sender = true;
     CHECK_INT(world_admit(PEERMSG_SAVED, &f), WORLD_IGNORE);
 }
+
+/* A peer lost: what the round does, by phase, written out again by hand
+ * (none claim query prepare committing), for a member that did not say it
+ * leaves.  C: commit or abort without it; A: abort; P: pause. */
+TEST(world_on_down_phases)
+{
+    enum { C = WA_COMMIT, A = WA_ABORT, P = WA_PAUSE };
+    static const struct {
+        bool coordinator, running;
+        unsigned want[NPHASES];
+    } rows[] = {
+        /* the coordinator running the round */
+        { true, true, { P, A | P, A | P, C | P, P } },
+        /* the coordinator of a round another rank ran (it took over) */
+        { true, false, { P, P, P, C | P, P } },
+        /* any other node: only the pause */
+        { false, true, { P, P, P, P, P } },
+        { false, false, { P, P, P, P, P } },
+    };
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        for (int p = 0; p < NPHASES; p++) {
+            struct world_facts f = { .phase = (enum world_phase)p,
+                                     .coordinator = rows[i].coordinator,
+                                     .running = rows[i].running, .from_member = true };
+
+            if (world_on_down(&f, false) != rows[i].want[p])
+                printf("  row %zu, phase %d:\n", i, p);
+            CHECK_INT(world_on_down(&f, false), rows[i].want[p]);
+            /* One that said it leaves: the same, without the pause. */
+            CHECK_INT(world_on_down(&f, true), rows[i].want[p] & ~(unsigned)WA_PAUSE);
+            /* One that is not a member: nothing. */
+            f.from_member = false;
+            CHECK_INT(world_on_down(&f, false), 0);
+        }
+}
+
+/* The coordinator lost: the node that takes its place gives up a round
+ * whose step was still being chosen, runs on one being saved (to its
+ * commit, or its abort), and resumes a waiting world. */
+TEST(world_on_take_over_phases)
+{
+    enum { A = WA_ABORT, R = WA_RUN, C = WA_COMMIT, S = WA_RESUME };
+    /* (none claim query prepare committing), not running / running */
+    static const unsigned want[2][NPHASES] = {
+        { S, S, A | S, R | C | S, S },
+        { S, S, S, R | C | S, S },
+    };
+
+    for (int run = 0; run < 2; run++)
+        for (int p = 0; p < NPHASES; p++) {
+            struct world_facts f = { .phase = (enum world_phase)p, .running = run };
+
+            CHECK_INT(world_on_take_over(&f), want[run][p]);
+        }
+}
