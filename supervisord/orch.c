@@ -55,6 +55,7 @@ static bool busy(const struct orch *r);
 static void finish(struct orch *r, enum orch_state from, int err, const char *msg);
 static void record(struct orch *r);
 static void make_last(struct orch *r, const struct notice *n);
+static void keep_notice(struct orch *r, const struct notice *n);
 static bool step_done(struct orch *r, enum orch_event ev, unsigned next);
 static void on_withdrawn(void *arg, int err, const char *msg);
 
@@ -162,6 +163,7 @@ struct orch *orch_free(struct orch *r)
         event_free(r->retry);
     free(r->own);
     free(r->cands);
+    free(r->stop_notice);
     if (r->mops && r->method)
         r->mops->close(r->method);
     r->hooks = hooks_free(r->hooks);
@@ -361,12 +363,21 @@ void orch_notice(void *arg, const struct notice *n)
 static void make_last(struct orch *r, const struct notice *n)
 {
     r->terminating = true;
+    keep_notice(r, n);
     orch_notice_reason(n, r->reason, sizeof(r->reason));
     /* The deadline that matters now, for the margin reported; the method
      * keeps the one it was given (an earlier one fails the checkpoint
      * sooner; the fallback stop bounds a later one). */
     if (n->deadline_ms > 0)
         r->deadline_ms = orch_notice_deadline(r, n);
+}
+
+/* A copy of the terminating notice, for the last checkpoint again. */
+static void keep_notice(struct orch *r, const struct notice *n)
+{
+    if (!r->stop_notice && !(r->stop_notice = malloc(sizeof(*r->stop_notice))))
+        return; /* then the stop follows the checkpoint under way */
+    *r->stop_notice = *n;
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -460,6 +471,7 @@ void orch_start_checkpoint(struct orch *r)
 {
     r->t_begin = notice_mono_ms();
     r->aborted = false;
+    r->told_last = false;
     r->saving = SV_HOOK;
     if (!r->world && (!r->claimed || r->claimed <= r->newest_gen)) {
         /* None held (or one made stale by a world's number). */
@@ -559,8 +571,10 @@ static void ask_method(struct orch *r)
         return;
     }
     err = orch_make_dirs(r->dir);
-    if (err == 0 && r->terminating && r->mops->last)
+    if (err == 0 && r->terminating && r->mops->last) {
         r->mops->last(r->method);
+        r->told_last = true;
+    }
     if (err == 0)
         err = r->mops->save(r->method, r->gen, r->dir, r->deadline_ms, orch_on_method_saved, r);
     if (err == -EALREADY) {
@@ -865,6 +879,11 @@ static void finish(struct orch *r, enum orch_state from, int err, const char *ms
 
 void orch_after(struct orch *r, unsigned acts)
 {
+    if (acts & A_AGAIN) {
+        log_msg(LOGL_INFO, "the %s method's save began before the notice: saving again, as the "
+                "last one", r->mops->name);
+        orch_begin_checkpoint(r, r->stop_notice, "notice");
+    }
     if (acts & (A_STOP_SAVED | A_STOP_UNSAVED))
         orch_stop_command(r, acts & A_STOP_SAVED);
     if (acts & A_CLAIM_NEXT)
@@ -927,6 +946,10 @@ static struct orch_facts facts(const struct orch *r)
         .coordinator = r->world && world_is_coordinator(r->world),
         .stopping = r->pausing || r->parked,
         .last = r->terminating,
+        /* A world's rounds do not tell the method (yet); a command that
+         * has ended cannot save again. */
+        .told_last = r->told_last || !r->mops->last || r->world || r->finishing ||
+                     !r->stop_notice,
         .trainers = !(r->mops->flags & METHOD_WORKERS) ||
                     (r->control && control_workers(r->control) > 0),
         .aborted = r->aborted,

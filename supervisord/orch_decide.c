@@ -26,11 +26,11 @@ static const unsigned event_acts[EV__COUNT] = {
     [EV_QUERY] = A_START | A_REFUSE,
     [EV_GO] = A_START | A_TRIGGER,
     [EV_TOO_LATE] = A_STOP_UNSAVED,
-    [EV_SAVED] = A_UPLOAD | A_FINISH | A_STOP_UNSAVED | A_CLAIM_NEXT | A_READY,
+    [EV_SAVED] = A_UPLOAD | A_FINISH | A_STOP_UNSAVED | A_CLAIM_NEXT | A_READY | A_AGAIN,
     [EV_NOTHING_NEW] = A_DISCARD | A_STOP_SAVED | A_STOP_UNSAVED,
-    [EV_UPLOADED] = A_COMMIT | A_FINISH | A_STOP_UNSAVED | A_CLAIM_NEXT | A_READY,
-    [EV_COMMITTED] = A_RECORD | A_FINISH | A_STOP_SAVED | A_CLAIM_NEXT | A_READY,
-    [EV_FAILED] = A_FINISH | A_STOP_UNSAVED | A_CLAIM_NEXT | A_READY,
+    [EV_UPLOADED] = A_COMMIT | A_FINISH | A_STOP_UNSAVED | A_CLAIM_NEXT | A_READY | A_AGAIN,
+    [EV_COMMITTED] = A_RECORD | A_FINISH | A_STOP_SAVED | A_CLAIM_NEXT | A_READY | A_AGAIN,
+    [EV_FAILED] = A_FINISH | A_STOP_UNSAVED | A_CLAIM_NEXT | A_READY | A_AGAIN,
 };
 
 static struct orch_decision stay(const struct orch_facts *f)
@@ -50,9 +50,13 @@ static bool under_way(enum orch_state s)
 
 /* The checkpoint under way ended, committed or not: the stop follows the
  * last one; otherwise the next number is claimed ahead and a world's node
- * whose command a pause stopped waits for the resume. */
+ * whose command a pause stopped waits for the resume.  A checkpoint made
+ * the last after its method's save began (CRIU's dump let the tree run on)
+ * is not what the stop may follow: the last one begins again. */
 static struct orch_decision ended(const struct orch_facts *f, unsigned acts, bool committed)
 {
+    if (f->last && !f->told_last)
+        return go(IDLE, acts | A_FINISH | A_AGAIN);
     if (f->last)
         return go(DRAINING, acts | A_FINISH | (committed ? A_STOP_SAVED : A_STOP_UNSAVED));
     return go(IDLE, acts | A_FINISH | A_CLAIM_NEXT | (f->world ? A_READY : 0));

@@ -43,6 +43,8 @@ struct orch_facts {
     bool coordinator;  /* a world: this node coordinates its rounds */
     bool stopping;     /* a world's pause stopped the command, or is stopping it */
     bool last;         /* the checkpoint under way is the last: the stop follows it */
+    bool told_last;    /* the method knew it before its save began (or saves it no
+                        * differently): else the last one is saved again */
     bool trainers;     /* someone to save: the method needs no trainers, or one is connected */
     bool aborted;      /* the checkpoint under way was given up (the world's abort) */
     bool have_gen;     /* a committed generation holds the job's state */
@@ -69,6 +71,7 @@ enum orch_act {
     A_STOP_UNSAVED = 1 << 15,   /* the stop sequence: nothing new could be saved */
     A_CLAIM_NEXT = 1 << 16,     /* claim the next generation number ahead */
     A_READY = 1 << 17,          /* a world: wait for its resume, if the command is stopped */
+    A_AGAIN = 1 << 18,          /* begin the last checkpoint again, for the same notice */
 };
 
 struct orch_decision {

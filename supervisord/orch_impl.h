@@ -75,6 +75,8 @@ struct orch {
     char reason[160];
     const char *why;               /* "notice", "periodic", "request", "manual", "dir" */
     bool terminating;
+    bool told_last;                /* the method was told its save is the last */
+    struct notice *stop_notice;    /* the terminating notice the last checkpoint serves */
     int64_t deadline_ms;
     int64_t t_begin, t_saved, t_uploaded;   /* monotonic */
     int64_t t_restore;             /* the restore at start began */

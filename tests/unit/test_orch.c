@@ -73,6 +73,20 @@ static const struct diff last[] = {
     { EV_FAILED, COMMITTING, { DRAINING, FIN_STOP } },
 };
 
+/* Made the last after the method's save began, by a method that saves the
+ * last one differently (CRIU leaves the tree stopped): it ends, and the
+ * last one begins again. */
+static const struct diff last_untold[] = {
+    { EV_TERMINATING, SAVING, { S_, 0 } },
+    { EV_TERMINATING, UPLOADING, { S_, 0 } },
+    { EV_TERMINATING, COMMITTING, { S_, 0 } },
+    { EV_NOTHING_NEW, SAVING, { DRAINING, A_DISCARD | A_STOP_SAVED } },
+    { EV_COMMITTED, COMMITTING, { IDLE, A_RECORD | A_FINISH | A_AGAIN } },
+    { EV_FAILED, SAVING, { IDLE, A_FINISH | A_AGAIN } },
+    { EV_FAILED, UPLOADING, { IDLE, A_FINISH | A_AGAIN } },
+    { EV_FAILED, COMMITTING, { IDLE, A_FINISH | A_AGAIN } },
+};
+
 /* The world gave the checkpoint under way up: the step that ends next
  * ends it. */
 static const struct diff aborted[] = {
@@ -104,6 +118,7 @@ static const struct diff world_node[] = {
 static const struct orch_facts base = {
     .trainers = true,
     .have_gen = true,
+    .told_last = true,
 };
 
 static int check_cell(const struct orch_facts *f0, enum orch_event ev, enum orch_state s,
@@ -152,6 +167,8 @@ TEST(orch_table_facts)
 
     f = base, f.last = true;
     check_table(&f, DIFFS(last), "last");
+    f = base, f.last = true, f.told_last = false;
+    check_table(&f, DIFFS(last_untold), "last, the method not told");
     f = base, f.aborted = true;
     check_table(&f, DIFFS(aborted), "aborted");
     f = base, f.trainers = false;
@@ -233,16 +250,18 @@ TEST(orch_table_invariants)
 {
     unsigned bad = 0, cells = 0;
 
-    for (unsigned bits = 0; bits < 1u << 8; bits++)
+    for (unsigned bits = 0; bits < 1u << 9; bits++)
         for (int s = 0; s < NS; s++)
             for (int ev = 0; ev < EV__COUNT; ev++) {
                 struct orch_facts f = {
                     .state = (enum orch_state)s, .world = bits & 1, .ranked = bits & 2,
                     .coordinator = bits & 4, .stopping = bits & 8, .last = bits & 16,
                     .trainers = bits & 32, .aborted = bits & 64, .have_gen = bits & 128,
+                    .told_last = bits & 256,
                 };
                 struct orch_decision d = orch_decide(&f, (enum orch_event)ev);
                 unsigned stops = d.acts & (A_STOP_SAVED | A_STOP_UNSAVED);
+                unsigned on = d.acts & (A_CLAIM_NEXT | A_AGAIN);
                 const char *why = NULL;
 
                 cells++;
@@ -253,10 +272,12 @@ TEST(orch_table_invariants)
                 else if (under_way(f.state) && !under_way(d.next) &&
                          !(d.acts & (A_FINISH | A_DISCARD)))
                     why = "a checkpoint under way that vanishes without its end";
-                else if ((d.acts & A_FINISH) && popcount(stops | (d.acts & A_CLAIM_NEXT)) != 1)
+                else if ((d.acts & A_FINISH) && popcount(stops | on) != 1)
                     why = "an end that neither stops nor goes on, or both";
-                else if (f.last && (d.acts & A_FINISH) && !stops)
+                else if (f.last && (d.acts & A_FINISH) && !stops && !(d.acts & A_AGAIN))
                     why = "the last checkpoint ends and the command is not stopped";
+                else if ((d.acts & A_AGAIN) && !(f.last && !f.told_last))
+                    why = "saved again without a reason";
                 else if (d.next == DRAINING && s != DRAINING && !stops)
                     why = "draining without a stop";
                 else if ((d.acts & A_STOP_SAVED) && ev != EV_COMMITTED &&
@@ -276,7 +297,7 @@ TEST(orch_table_invariants)
                     harness_failed = 1;
                 }
             }
-    CHECK_INT(cells, 256 * NS * EV__COUNT);
+    CHECK_INT(cells, 512 * NS * EV__COUNT);
     CHECK_INT(bad, 0);
 }
 
@@ -284,6 +305,7 @@ TEST(orch_table_invariants)
  * the failure paths as sequences of events. */
 struct run {
     struct orch_facts f;
+    bool differs;                  /* the method saves the last one differently (CRIU) */
     unsigned acts;                 /* of the last event */
 };
 
@@ -297,6 +319,8 @@ static void feed(struct run *r, enum orch_event ev)
         r->f.last = true;
     if (d.acts & A_RECORD)
         r->f.have_gen = true;
+    if (d.acts & A_START)
+        r->f.told_last = !r->differs || r->f.last; /* ask_method() tells the method */
 }
 
 /* A terminating notice during an upload: that checkpoint is the last,
@@ -323,6 +347,35 @@ TEST(orch_path_notice_during_upload)
     CHECK_INT(r.acts, A_RECORD | A_FINISH | A_STOP_SAVED);
     feed(&r, EV_TICK);
     CHECK_INT(r.acts, 0);
+}
+
+/* A terminating notice during a periodic CRIU dump, which let the tree
+ * run on: that dump is committed, then the last one is saved again (the
+ * tree left stopped), and the stop follows it. */
+TEST(orch_path_notice_during_a_dump)
+{
+    struct run r = { .f = base, .differs = true };
+
+    r.f.state = IDLE;
+    feed(&r, EV_TICK);
+    feed(&r, EV_GO);
+    CHECK(!r.f.told_last);
+    feed(&r, EV_SAVED);
+    feed(&r, EV_TERMINATING);
+    CHECK(r.f.last);
+    feed(&r, EV_UPLOADED);
+    feed(&r, EV_COMMITTED);
+    CHECK_INT(r.f.state, IDLE);
+    CHECK_INT(r.acts, A_RECORD | A_FINISH | A_AGAIN);
+    /* A_AGAIN: the notice's checkpoint is set up, planned, begun. */
+    feed(&r, EV_GO);
+    CHECK_INT(r.f.state, SAVING);
+    CHECK(r.f.told_last);
+    feed(&r, EV_SAVED);
+    feed(&r, EV_UPLOADED);
+    feed(&r, EV_COMMITTED);
+    CHECK_INT(r.f.state, DRAINING);
+    CHECK_INT(r.acts, A_RECORD | A_FINISH | A_STOP_SAVED);
 }
 
 /* A terminating notice during a rebalance (advisory) checkpoint whose
