@@ -33,7 +33,7 @@
  * exists before it crashes (a test does something first); TRAINER_IGNORE_SAVE=1
  * never answers a save request; TRAINER_SAVE_SLEEP_MS=N takes N ms more
  * over each libckpt save; TRAINER_IGNORE_STOP=1 trains on when told to
- * stop; TRAINER_STEP_US=N sleeps N us more per step.  A step sleeps 1 ns
+ * stop; TRAINER_STEP_US=N sleeps N us more per step.  A step sleeps 2.5 ns
  * a word of state by default (the pace of a step on the GPU), TRAINER_PACE=0
  * not at all (a reference run: as fast as the CPU goes). */
 #include <errno.h>
@@ -257,11 +257,12 @@ int main(int argc, char **argv)
     words = (size_t)mib * 1024 * 1024 / sizeof(*state);
     if (!(state = malloc(words * sizeof(*state))))
         return 1;
-    /* The pace: 1 ns a word of state per step, slept, on top of
-     * TRAINER_STEP_US (with the loop, about what a step took in CPU when
-     * its words were chained one to the next). */
+    /* The pace: 2.5 ns a word of state per step, slept, on top of
+     * TRAINER_STEP_US: what a step took in CPU when its words were chained
+     * one to the next, so that the tests see the same cadence of steps,
+     * saves and folders. */
     if (env_ll("TRAINER_PACE", 1))
-        sleep_us += (long long)(words / 1000);
+        sleep_us += (long long)(words * 5 / 2000);
     if (!app) {
         /* libckpt inert: the other methods do without, unless told */
         if (!getenv("TRAINER_REPORT"))
