@@ -94,7 +94,7 @@ CKPT_OBJ   := $(CKPT_SRC:%.c=$(O)/pic/%.o)
 SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supervisord/watch.c \
               supervisord/control.c supervisord/orch_decide.c supervisord/orch.c supervisord/orch_plan.c \
               supervisord/orch_resume.c supervisord/orch_world.c supervisord/hooks.c supervisord/peer.c \
-              supervisord/world.c supervisord/rendezvous.c supervisord/metrics.c supervisord/timeline.c \
+              supervisord/world.c supervisord/world_decide.c supervisord/rendezvous.c supervisord/metrics.c supervisord/timeline.c \
               supervisord/method.c supervisord/method_app.c supervisord/method_signal.c supervisord/method_dir.c \
               supervisord/method_criu.c supervisord/cuda.c supervisord/nvml.c \
               supervisord/watch_local.c supervisord/watch_poll.c supervisord/watch_aws.c \
@@ -176,7 +176,7 @@ $(O)/spotctl: $(SPOTCTL_OBJ) $(O)/libspot.a
 $(O)/examples/c-trainer/trainer: $(O)/examples/c-trainer/trainer.o $(O)/libckpt.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/libckpt.a
 
-UNIT_SPOTD := $(O)/supervisord/orch_decide.o $(O)/supervisord/control.o $(O)/supervisord/peer.o $(O)/supervisord/world.o \
+UNIT_SPOTD := $(O)/supervisord/orch_decide.o $(O)/supervisord/control.o $(O)/supervisord/peer.o $(O)/supervisord/world.o $(O)/supervisord/world_decide.o \
               $(O)/supervisord/nvml.o
 $(O)/tests/unit/run: $(UNIT_OBJ) $(UNIT_SPOTD) $(O)/libspot.a $(O)/libckpt.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(UNIT_SPOTD) $(O)/libspot.a \

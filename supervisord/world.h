@@ -158,7 +158,7 @@ uint64_t world_refused(const struct world *w);
 /* ---- the checks every peer message passes first ----------------------------
  *
  * Which phases of the round take which message, and what else a message
- * needs before its handler runs: world.c's table, here so that the unit
+ * needs before its handler runs: world_decide.c's table, here so that the unit
  * tests can read it without a world (no I/O). */
 
 /* The round as this node sees it.  WORLD_CLAIM: the coordinator claims the

@@ -1,6 +1,7 @@
-/* supervisord/world.c's table of messages (world_admit()): which phases
- * of the round take which peer message, and what else each needs.  No
- * world and no I/O: the facts are set by hand. */
+/* supervisord/world_decide.c: its table of messages (world_admit()),
+ * which phases of the round take which peer message and what else each
+ * needs, and what a lost member and a lost coordinator do to the round.
+ * No world and no I/O: the facts are set by hand. */
 #include <stdbool.h>
 
 #include "harness.h"
