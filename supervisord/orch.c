@@ -56,6 +56,7 @@ static void finish(struct orch *r, enum orch_state from, int err, const char *ms
 static void record(struct orch *r);
 static void make_last(struct orch *r, const struct notice *n);
 static void keep_notice(struct orch *r, const struct notice *n);
+static unsigned may_end(struct orch *r, enum orch_event ev, int err, const char *msg);
 static bool step_done(struct orch *r, enum orch_event ev, unsigned next);
 static void on_withdrawn(void *arg, int err, const char *msg);
 
@@ -273,8 +274,7 @@ void orch_run_command(struct orch *r)
     }
     if (r->ending) {
         orch_set_state(r, DRAINING);
-        child_end(r->o.child, r->exit_code, r->world ? "preempted while the world waited"
-                                                     : "preempted before the command started");
+        orch_end(r, r->exit_code);
         return;
     }
     if (r->world) {
@@ -752,18 +752,25 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     snap_commit(r->snap, &c, orch_on_committed, r);
 }
 
-/* A step of the checkpoint is done (ev): whether the next (act) follows,
- * or the checkpoint ends here because the world gave it up meanwhile. */
-static bool step_done(struct orch *r, enum orch_event ev, unsigned next)
+/* Event ev, which may end the checkpoint under way (with err and msg):
+ * its end carried out when the table says so; returns the actions. */
+static unsigned may_end(struct orch *r, enum orch_event ev, int err, const char *msg)
 {
     enum orch_state from;
     unsigned acts = orch_event(r, ev, &from);
 
     if (acts & A_FINISH) {
-        finish(r, from, -ECANCELED, r->abort_reason);
+        finish(r, from, err, msg);
         orch_after(r, acts);
     }
-    return acts & next;
+    return acts;
+}
+
+/* A step of the checkpoint is done (ev): whether the next (act) follows,
+ * or the checkpoint ends here because the world gave it up meanwhile. */
+static bool step_done(struct orch *r, enum orch_event ev, unsigned next)
+{
+    return may_end(r, ev, -ECANCELED, r->abort_reason) & next;
 }
 
 void orch_on_committed(void *arg, int err, const char *msg)
@@ -842,12 +849,7 @@ static void record(struct orch *r)
 
 void orch_fail(struct orch *r, int err, const char *msg)
 {
-    enum orch_state from;
-    unsigned acts = orch_event(r, EV_FAILED, &from);
-
-    if (acts & A_FINISH)
-        finish(r, from, err, msg);
-    orch_after(r, acts);
+    may_end(r, EV_FAILED, err, msg);
 }
 
 /* The checkpoint that was in state from ends, committed (err 0) or failed
@@ -950,11 +952,15 @@ static struct orch_facts facts(const struct orch *r)
          * has ended cannot save again. */
         .told_last = r->told_last || !r->mops->last || r->world || r->finishing ||
                      !r->stop_notice,
-        .trainers = !(r->mops->flags & METHOD_WORKERS) ||
-                    (r->control && control_workers(r->control) > 0),
+        .trainers = orch_trainers(r),
         .aborted = r->aborted,
         .have_gen = r->resume_gen > 0,
     };
+}
+
+bool orch_trainers(const struct orch *r)
+{
+    return !(r->mops->flags & METHOD_WORKERS) || (r->control && control_workers(r->control) > 0);
 }
 
 unsigned orch_event(struct orch *r, enum orch_event ev, enum orch_state *from)

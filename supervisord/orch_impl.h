@@ -133,6 +133,8 @@ struct orch {
 /* Decide event ev on r's facts and enter its next state; returns the
  * actions to carry out (enum orch_act), and the state left in *from. */
 unsigned orch_event(struct orch *r, enum orch_event ev, enum orch_state *from);
+/* Someone to save: the method needs no trainers, or one is connected. */
+bool orch_trainers(const struct orch *r);
 /* r's state becomes s (a debug line when it changes). */
 void orch_set_state(struct orch *r, enum orch_state s);
 /* mkdir -p path; 0 or -errno. */

@@ -244,8 +244,6 @@ void orch_on_command(void *arg, const char *cmd, const struct jsonl_msg *m, char
         cJSON_AddBoolToObject(o, "ok", 1);
         orch_status(r, o);
     } else if (strcmp(cmd, "checkpoint") == 0) {
-        bool nobody = (r->mops->flags & METHOD_WORKERS) &&
-                      !(r->control && control_workers(r->control) > 0);
         unsigned acts = orch_event(r, EV_REQUEST, NULL);
 
         if (acts & A_TRIGGER)
@@ -257,7 +255,7 @@ void orch_on_command(void *arg, const char *cmd, const struct jsonl_msg *m, char
             cJSON_AddStringToObject(o, "note", "asked the world's coordinator");
         } else if (acts & A_BEGIN) {
             cJSON_AddNumberToObject(o, "gen", (double)r->gen);
-        } else if (r->state == IDLE && nobody) {
+        } else if (r->state == IDLE && !orch_trainers(r)) {
             cJSON_AddStringToObject(o, "error", "no trainer is connected to the control "
                                     "socket (yet): is it linked with libckpt?");
         } else {

@@ -116,6 +116,7 @@ static const struct diff world_node[] = {
 };
 
 static const struct orch_facts base = {
+    .state = IDLE,
     .trainers = true,
     .have_gen = true,
     .told_last = true,
@@ -329,7 +330,6 @@ TEST(orch_path_notice_during_upload)
 {
     struct run r = { .f = base };
 
-    r.f.state = IDLE;
     feed(&r, EV_TICK);
     CHECK_INT(r.acts, A_BEGIN);
     feed(&r, EV_GO);
@@ -356,7 +356,6 @@ TEST(orch_path_notice_during_a_dump)
 {
     struct run r = { .f = base, .differs = true };
 
-    r.f.state = IDLE;
     feed(&r, EV_TICK);
     feed(&r, EV_GO);
     CHECK(!r.f.told_last);
@@ -384,7 +383,6 @@ TEST(orch_path_rebalance_then_deadline_missed)
 {
     struct run r = { .f = base };
 
-    r.f.state = IDLE;
     feed(&r, EV_NOTICE);
     feed(&r, EV_GO);
     CHECK_INT(r.f.state, SAVING);
@@ -405,7 +403,6 @@ TEST(orch_path_too_late)
 {
     struct run r = { .f = base };
 
-    r.f.state = IDLE;
     feed(&r, EV_TERMINATING);
     CHECK_INT(r.acts, A_BEGIN);
     feed(&r, EV_TOO_LATE);
@@ -420,7 +417,6 @@ TEST(orch_path_peer_lost_mid_save)
     struct run r = { .f = base };
 
     r.f.world = r.f.ranked = true;
-    r.f.state = IDLE;
     feed(&r, EV_QUERY);
     CHECK_INT(r.f.state, SAVING);
     r.f.aborted = true; /* the coordinator's abort */
