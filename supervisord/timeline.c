@@ -42,12 +42,13 @@ static void emit(cJSON *rec)
               msg);
 }
 
-/* The notice's story ends: result "committed", "failed", "missed" (its
- * deadline passed first) or "ended" (spotd exits). */
-static void finish(struct timeline *t, const char *result)
+/* The notice's story ends at end (the instant of the record that ends it,
+ * so that the margin is that record's): result "committed", "failed",
+ * "missed" (its deadline passed first) or "ended" (spotd exits). */
+static void finish(struct timeline *t, const char *result, int64_t end)
 {
     cJSON *rec = log_event_new("timeline");
-    int64_t end = notice_now_ms(), from = t->start[P_WAIT], total = end - from;
+    int64_t from = t->start[P_WAIT], total = end - from;
     int64_t margin = t->deadline - end;
     char text[512], part[96];
     int missed = -1, over = -1;
@@ -122,7 +123,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     struct timeline *t = arg;
 
     if (t->open)
-        finish(t, "missed");
+        finish(t, "missed", notice_now_ms());
 }
 
 static void on_event(void *arg, const cJSON *rec, enum log_level level)
@@ -193,13 +194,15 @@ static void on_event(void *arg, const cJSON *rec, enum log_level level)
             /* Past the deadline it is missed whichever came first here, the
              * end or the deadline's timer (both due in one loop turn on a
              * loaded machine). */
-            finish(t, t->deadline && t->deadline < now ? "missed"
-                      : committed                     ? "committed"
-                                                      : "failed");
+            finish(t,
+                   t->deadline && t->deadline < now ? "missed"
+                   : committed                     ? "committed"
+                                                   : "failed",
+                   now);
         }
         t->gen = 0;
     } else if (!strcmp(ev, "exit") && t->open) {
-        finish(t, "ended");
+        finish(t, "ended", now);
     }
 }
 
