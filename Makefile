@@ -178,7 +178,11 @@ $(O)/examples/c-trainer/trainer: $(O)/examples/c-trainer/trainer.o $(O)/libckpt.
 
 UNIT_SPOTD := $(O)/supervisord/orch_decide.o $(O)/supervisord/control.o $(O)/supervisord/peer.o $(O)/supervisord/world.o $(O)/supervisord/world_decide.o \
               $(O)/supervisord/nvml.o
+# A TEST() that tests.def does not list would never run.
 $(O)/tests/unit/run: $(UNIT_OBJ) $(UNIT_SPOTD) $(O)/libspot.a $(O)/libckpt.a
+	@missing=$$(sed -n 's/^TEST(\(.*\))$$/\1/p' tests/unit/test_*.c | \
+	    while read -r t; do grep -qx "T($$t)" tests/unit/tests.def || echo "$$t"; done); \
+	 [ -z "$$missing" ] || { echo "tests/unit/tests.def does not list:" $$missing; exit 1; }
 	$(CC) $(ALL_LDFLAGS) -o $@ $(UNIT_OBJ) $(UNIT_SPOTD) $(O)/libspot.a \
 	    $(O)/libckpt.a $(DEP_LIBS) -ldl
 

@@ -267,16 +267,12 @@ void orch_run_command(struct orch *r)
         .arg = r,
     };
     char path[4200], err[512];
+    unsigned acts = orch_event(r, EV_RESUMED, NULL);
 
-    if (r->finishing) {
-        orch_set_state(r, IDLE);
-        return;
-    }
-    if (r->ending) {
-        orch_set_state(r, DRAINING);
+    if (acts & A_END)
         orch_end(r, r->exit_code);
+    if (!(acts & A_RUN))
         return;
-    }
     if (r->world) {
         /* A new run after a pause: a method and a socket of its own. */
         if (r->method)
@@ -311,7 +307,6 @@ void orch_run_command(struct orch *r)
     }
     setenv("SPOT_JOB", r->job, 1);
     orch_set_resume(r, r->resume_gen, r->resume_step, r->resume_dir[0] ? r->resume_dir : NULL);
-    orch_set_state(r, IDLE);
     if (r->o.interval_ms > 0) {
         struct timeval tv = { (time_t)(r->o.interval_ms / 1000),
                               (suseconds_t)(r->o.interval_ms % 1000) * 1000 };
@@ -947,6 +942,9 @@ static struct orch_facts facts(const struct orch *r)
         .ranked = r->world != NULL,
         .coordinator = r->world && world_is_coordinator(r->world),
         .stopping = r->pausing || r->parked,
+        .parked = r->parked,
+        .ending = r->ending,
+        .finishing = r->finishing,
         .last = r->terminating,
         /* A world's rounds do not tell the method (yet); a command that
          * has ended cannot save again. */

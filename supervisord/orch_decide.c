@@ -12,7 +12,8 @@ static const char *const state_names[ORCH_NSTATES] = {
 
 static const char *const event_names[EV__COUNT] = {
     "notice", "terminating", "tick", "request", "found", "trainer-saved", "query", "go",
-    "too-late", "saved", "nothing-new", "uploaded", "committed", "failed",
+    "too-late", "saved", "nothing-new", "uploaded", "committed", "failed", "resumed",
+    "world-resume", "parked",
 };
 
 /* What each event can yield, for its handler. */
@@ -31,6 +32,9 @@ static const unsigned event_acts[EV__COUNT] = {
     [EV_UPLOADED] = A_COMMIT | A_FINISH | A_STOP_UNSAVED | A_CLAIM_NEXT | A_READY | A_AGAIN,
     [EV_COMMITTED] = A_RECORD | A_FINISH | A_STOP_SAVED | A_CLAIM_NEXT | A_READY | A_AGAIN,
     [EV_FAILED] = A_FINISH | A_STOP_UNSAVED | A_CLAIM_NEXT | A_READY | A_AGAIN,
+    [EV_RESUMED] = A_END | A_RUN,
+    [EV_WORLD_RESUME] = A_RESTORE,
+    [EV_PARKED] = A_WAIT_WORLD,
 };
 
 static struct orch_decision stay(const struct orch_facts *f)
@@ -60,6 +64,40 @@ static struct orch_decision ended(const struct orch_facts *f, unsigned acts, boo
     if (f->last)
         return go(DRAINING, acts | A_FINISH | (committed ? A_STOP_SAVED : A_STOP_UNSAVED));
     return go(IDLE, acts | A_FINISH | A_CLAIM_NEXT | (f->world ? A_READY : 0));
+}
+
+/* The resume is done: the command starts, unless a terminating notice
+ * came meanwhile (the node goes instead, exit 75) or spotd is ending. */
+static struct orch_decision resumed(const struct orch_facts *f)
+{
+    if (f->state != RESUMING)
+        return stay(f); /* a crash restart's, or late */
+    if (f->finishing)
+        return go(IDLE, A_NONE);
+    if (f->ending)
+        return go(DRAINING, A_END);
+    return go(IDLE, A_RUN);
+}
+
+/* A world's node whose command is not running, by the world's word, and
+ * with nothing under way: it waits for the world's resume.  One that goes
+ * waits for nothing. */
+static struct orch_decision parked(const struct orch_facts *f)
+{
+    if (!f->ranked || !f->parked || f->ending)
+        return stay(f);
+    switch (f->state) {
+    case RESUMING:
+    case IDLE:
+    case WAITING:
+        return go(WAITING, A_WAIT_WORLD);
+    case SAVING:
+    case UPLOADING:
+    case COMMITTING:
+    case DRAINING:
+        break; /* A_READY follows the checkpoint's end */
+    }
+    return stay(f);
 }
 
 /* A notice.  A terminating one while nothing runs (a world's pause, the
@@ -180,6 +218,12 @@ struct orch_decision orch_decide(const struct orch_facts *f, enum orch_event ev)
         return f->state == COMMITTING ? ended(f, A_RECORD, true) : stay(f);
     case EV_FAILED:
         return under_way(f->state) ? ended(f, A_NONE, false) : stay(f);
+    case EV_RESUMED:
+        return resumed(f);
+    case EV_WORLD_RESUME:
+        return f->state == WAITING ? go(RESUMING, A_RESTORE) : stay(f);
+    case EV_PARKED:
+        return parked(f);
     case EV__COUNT:
         break;
     }

@@ -5,10 +5,11 @@
  * the facts, enter the next state, and carry the actions out, in the
  * order of enum orch_act.
  *
- * The events come from the triggers (a notice, the --interval tick, a
- * trainer's request, the dir method's new folder), from the plan at a
- * terminating notice, and from the steps of one checkpoint (the method's
- * save, the upload, the commit). */
+ * The events come from the start (the resume done, a world's resume, a
+ * world's node with nothing running), from the triggers (a notice, the
+ * --interval tick, a trainer's request, the dir method's new folder), from
+ * the plan at a terminating notice, and from the steps of one checkpoint
+ * (the method's save, the upload, the commit). */
 #ifndef SPOTD_ORCH_DECIDE_H
 #define SPOTD_ORCH_DECIDE_H
 
@@ -32,6 +33,9 @@ enum orch_event {
     EV_UPLOADED,       /* the upload is done */
     EV_COMMITTED,      /* the commit record is written (a world's: by its coordinator) */
     EV_FAILED,         /* a step of the checkpoint under way failed */
+    EV_RESUMED,        /* the resume is done (restored, or nothing to restore) */
+    EV_WORLD_RESUME,   /* the world's coordinator says: resume from this generation */
+    EV_PARKED,         /* a world's node: its command is stopped (or not started) */
     EV__COUNT
 };
 
@@ -42,6 +46,9 @@ struct orch_facts {
     bool ranked;       /* a world: this node has its rank (the world exists) */
     bool coordinator;  /* a world: this node coordinates its rounds */
     bool stopping;     /* a world's pause stopped the command, or is stopping it */
+    bool parked;       /* a world's node: the command is not running, by the world's word */
+    bool ending;       /* this node goes once the command is not running (A_END was done) */
+    bool finishing;    /* spotd itself is ending: nothing new starts */
     bool last;         /* the checkpoint under way is the last: the stop follows it */
     bool told_last;    /* the method knew it before its save began (or saves it no
                         * differently): else the last one is saved again */
@@ -72,6 +79,9 @@ enum orch_act {
     A_CLAIM_NEXT = 1 << 16,     /* claim the next generation number ahead */
     A_READY = 1 << 17,          /* a world: wait for its resume, if the command is stopped */
     A_AGAIN = 1 << 18,          /* begin the last checkpoint again, for the same notice */
+    A_RUN = 1 << 19,            /* start the command: its socket, method, tick */
+    A_RESTORE = 1 << 20,        /* a world's resume: restore its generation (or none) */
+    A_WAIT_WORLD = 1 << 21,     /* a world: tell its coordinator this node waits to resume */
 };
 
 struct orch_decision {

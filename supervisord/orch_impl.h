@@ -145,7 +145,8 @@ void orch_remove_tree(const char *path);
 void orch_prune_local(struct orch *r, const char *sub, const char *keep);
 /* "notice: aws terminate", "notice: drill" into buf. */
 void orch_notice_reason(const struct notice *n, char *buf, size_t size);
-/* Start the command from what was resumed: control socket, method, environment. */
+/* The resume is done (EV_RESUMED): start the command from what was resumed
+ * (control socket, method, environment), or end instead. */
 void orch_run_command(struct orch *r);
 /* A checkpoint of this node alone, for notice n (or NULL) or why: set
  * up, planned, begun (EV_GO) or not (EV_TOO_LATE). */

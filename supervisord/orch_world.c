@@ -203,7 +203,7 @@ static void w_resume(void *arg, uint64_t gen, const char *master_addr, unsigned 
     struct orch *r = arg;
     cJSON *e;
 
-    if (r->state != WAITING)
+    if (!(orch_event(r, EV_WORLD_RESUME, NULL) & A_RESTORE))
         return;
     r->resumed_once = true;
     snprintf(r->master_addr, sizeof(r->master_addr), "%s", master_addr);
@@ -218,7 +218,6 @@ static void w_resume(void *arg, uint64_t gen, const char *master_addr, unsigned 
     log_event(LOGL_INFO, e, "the world resumes from generation %llu: starting the command as "
               "rank %u of %u", (unsigned long long)gen, world_trainer_rank(r->world),
               world_trainer_size(r->world));
-    orch_set_state(r, RESUMING);
     if (gen == 0) {
         r->resume_dir[0] = '\0';
         r->resume_gen = 0;
@@ -361,11 +360,8 @@ void orch_world_want(struct orch *r, const char *why, int64_t deadline_ms)
  * this node waits for the world's resume. */
 void orch_maybe_ready(struct orch *r)
 {
-    if (!r->world || !r->parked || r->ending ||
-        (r->state != IDLE && r->state != WAITING && r->state != RESUMING))
-        return;
-    orch_set_state(r, WAITING);
-    world_ready(r->world, r->resume_gen);
+    if (orch_event(r, EV_PARKED, NULL) & A_WAIT_WORLD)
+        world_ready(r->world, r->resume_gen);
 }
 
 /* ---- the command line of each start -------------------------------------- */

@@ -52,6 +52,12 @@ static const struct cell alone[EV__COUNT][NS] = {
                        { IDLE, A_RECORD | FIN_GO }, { S_, 0 }, { S_, 0 } },
     [EV_FAILED] = { { S_, 0 }, { S_, 0 }, { IDLE, FIN_GO }, { IDLE, FIN_GO }, { IDLE, FIN_GO },
                     { S_, 0 }, { S_, 0 } },
+    [EV_RESUMED] = { { IDLE, A_RUN }, { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 },
+                     { S_, 0 } },
+    [EV_WORLD_RESUME] = { { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 },
+                          { RESUMING, A_RESTORE } },
+    [EV_PARKED] = { { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 },
+                    { S_, 0 } },
 };
 
 /* The cells that differ from alone[] under one changed fact. */
@@ -92,6 +98,18 @@ static const struct diff last_untold[] = {
 static const struct diff aborted[] = {
     { EV_SAVED, SAVING, { IDLE, FIN_GO } },
     { EV_UPLOADED, UPLOADING, { IDLE, FIN_GO } },
+};
+
+/* A terminating notice came while resuming (A_END): the command is not
+ * started, the node goes. */
+static const struct diff ending[] = {
+    { EV_RESUMED, RESUMING, { DRAINING, A_END } },
+};
+
+/* spotd itself is ending (its command gone, or never started): nothing
+ * new starts. */
+static const struct diff finishing[] = {
+    { EV_RESUMED, RESUMING, { IDLE, 0 } },
 };
 
 /* No trainer connected (the app method before libckpt's hello). */
@@ -174,6 +192,14 @@ TEST(orch_table_facts)
     check_table(&f, DIFFS(aborted), "aborted");
     f = base, f.trainers = false;
     check_table(&f, DIFFS(nobody), "nobody");
+    f = base, f.ending = true;
+    check_table(&f, DIFFS(ending), "ending");
+    f = base, f.finishing = true;
+    check_table(&f, DIFFS(finishing), "finishing");
+    /* Going and ending both: nothing is started, and the node's end
+     * already under way is not asked again. */
+    f = base, f.ending = f.finishing = true;
+    check_table(&f, DIFFS(finishing), "ending, finishing");
     /* Nothing was ever committed: the last checkpoint, with nothing new,
      * has nothing saved to stop on. */
     f = base, f.have_gen = false, f.last = true;
@@ -221,6 +247,23 @@ TEST(orch_table_world_stopped)
         check_cell(&f, EV_REQUEST, (enum orch_state)s, (struct cell){ S_, 0 }, "stopped");
         check_cell(&f, EV_QUERY, (enum orch_state)s, (struct cell){ S_, A_REFUSE }, "stopped");
     }
+    /* Parked by the world: it waits for the world's resume, from the
+     * resume at start, idle or waiting already; after a checkpoint under
+     * way (whose end says A_READY); never when it goes. */
+    f.parked = true;
+    for (int s = 0; s < NS; s++) {
+        bool waits = s == RESUMING || s == IDLE || s == WAITING;
+
+        check_cell(&f, EV_PARKED, (enum orch_state)s,
+                   waits ? (struct cell){ WAITING, A_WAIT_WORLD } : (struct cell){ S_, 0 },
+                   "parked");
+        f.ending = true;
+        check_cell(&f, EV_PARKED, (enum orch_state)s, (struct cell){ S_, 0 }, "parked, ending");
+        f.ending = false;
+    }
+    /* Stopping but not yet parked (the pause's stop under way): not yet. */
+    f.parked = false;
+    check_cell(&f, EV_PARKED, IDLE, (struct cell){ S_, 0 }, "stopping");
     /* Before the rank (spotd is resuming): a terminating notice ends
      * spotd, nothing else. */
     f = base, f.world = true;
@@ -251,14 +294,15 @@ TEST(orch_table_invariants)
 {
     unsigned bad = 0, cells = 0;
 
-    for (unsigned bits = 0; bits < 1u << 9; bits++)
+    for (unsigned bits = 0; bits < 1u << 12; bits++)
         for (int s = 0; s < NS; s++)
             for (int ev = 0; ev < EV__COUNT; ev++) {
                 struct orch_facts f = {
                     .state = (enum orch_state)s, .world = bits & 1, .ranked = bits & 2,
                     .coordinator = bits & 4, .stopping = bits & 8, .last = bits & 16,
                     .trainers = bits & 32, .aborted = bits & 64, .have_gen = bits & 128,
-                    .told_last = bits & 256,
+                    .told_last = bits & 256, .parked = bits & 512, .ending = bits & 1024,
+                    .finishing = bits & 2048,
                 };
                 struct orch_decision d = orch_decide(&f, (enum orch_event)ev);
                 unsigned stops = d.acts & (A_STOP_SAVED | A_STOP_UNSAVED);
@@ -279,8 +323,8 @@ TEST(orch_table_invariants)
                     why = "the last checkpoint ends and the command is not stopped";
                 else if ((d.acts & A_AGAIN) && !(f.last && !f.told_last))
                     why = "saved again without a reason";
-                else if (d.next == DRAINING && s != DRAINING && !stops)
-                    why = "draining without a stop";
+                else if (d.next == DRAINING && s != DRAINING && !stops && !(d.acts & A_END))
+                    why = "draining without a stop or an end";
                 else if ((d.acts & A_STOP_SAVED) && ev != EV_COMMITTED &&
                          !(ev == EV_NOTHING_NEW && f.have_gen))
                     why = "a stop that says saved with nothing committed";
@@ -289,8 +333,19 @@ TEST(orch_table_invariants)
                     why = "a terminating notice dropped";
                 else if ((d.acts & A_END) && !(s == RESUMING || s == WAITING || f.stopping))
                     why = "ended while the command runs";
-                else if (ev != EV_TERMINATING && ev != EV_NOTICE && (d.acts & (A_END | A_LEAVE)))
+                else if (ev != EV_TERMINATING && ev != EV_NOTICE && (d.acts & (A_END | A_LEAVE)) &&
+                         !(ev == EV_RESUMED && f.ending && !(d.acts & A_LEAVE)))
                     why = "a node that leaves without being told to";
+                else if ((d.acts & A_RUN) && (s != RESUMING || f.ending || f.finishing))
+                    why = "the command started other than from the resume, or to go";
+                else if ((d.acts & A_RESTORE) && s != WAITING)
+                    why = "a world's resume taken other than while waiting for it";
+                else if ((d.acts & A_WAIT_WORLD) && (!f.parked || f.ending || d.next != WAITING))
+                    why = "waiting for the world's resume with a command, or to go";
+                else if (s == RESUMING && d.next != RESUMING && d.next != DRAINING &&
+                         !(d.acts & (A_RUN | A_EXIT_UNRANKED | A_WAIT_WORLD)) &&
+                         !(ev == EV_RESUMED && f.finishing))
+                    why = "a resume that ends with nothing started and nothing ended";
                 if (why) {
                     if (bad++ < 10)
                         printf("  %s in %s (facts %#x): %s\n", orch_event_str(ev),
@@ -298,7 +353,7 @@ TEST(orch_table_invariants)
                     harness_failed = 1;
                 }
             }
-    CHECK_INT(cells, 512 * NS * EV__COUNT);
+    CHECK_INT(cells, 4096 * NS * EV__COUNT);
     CHECK_INT(bad, 0);
 }
 
@@ -443,6 +498,40 @@ TEST(orch_path_notice_while_resuming)
     CHECK_INT(r.acts, A_END);
     CHECK_INT(r.f.state, RESUMING);
     feed(&r, EV_TICK);
+    CHECK_INT(r.acts, 0);
+    r.f.ending = true; /* orch_end() waits for the resume */
+    feed(&r, EV_RESUMED);
+    CHECK_INT(r.acts, A_END);
+    CHECK_INT(r.f.state, DRAINING);
+}
+
+/* A world's node: its rank, its generations read, then parked until the
+ * world resumes; a notice on the way there takes it out of the world. */
+TEST(orch_path_world_start)
+{
+    struct run r = { .f = base };
+
+    r.f.world = true;
+    r.f.state = RESUMING;
+    feed(&r, EV_TERMINATING);       /* still without a rank: nothing would be lost */
+    CHECK_INT(r.acts, A_EXIT_UNRANKED);
+    r.f.state = RESUMING;
+    r.f.ranked = r.f.parked = r.f.stopping = true;
+    feed(&r, EV_PARKED);
+    CHECK_INT(r.f.state, WAITING);
+    CHECK_INT(r.acts, A_WAIT_WORLD);
+    feed(&r, EV_QUERY);             /* nothing runs: no save for a round */
+    CHECK_INT(r.acts, A_REFUSE);
+    feed(&r, EV_WORLD_RESUME);
+    CHECK_INT(r.f.state, RESUMING);
+    CHECK_INT(r.acts, A_RESTORE);
+    feed(&r, EV_WORLD_RESUME);      /* a second word of the same resume */
+    CHECK_INT(r.acts, 0);
+    r.f.parked = r.f.stopping = false;
+    feed(&r, EV_RESUMED);
+    CHECK_INT(r.f.state, IDLE);
+    CHECK_INT(r.acts, A_RUN);
+    feed(&r, EV_RESUMED);           /* late: the command runs already */
     CHECK_INT(r.acts, 0);
 }
 
