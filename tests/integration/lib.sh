@@ -62,11 +62,23 @@ start_spotd() {
     _bg_pids+=("$SPOTD_PID")
 }
 
+# nap [SECONDS]: sleep (a tenth of a second unless told) without a
+# process: a read that times out on a pipe nobody writes.  The polling
+# loops below use it and builtins only, since on a virtual machine every
+# fork costs milliseconds of CPU, and ten tests polling at 10 Hz with a
+# few forks each took a core from the suite.  (The pipe is inherited by
+# what the test starts, like any descriptor of the shell's.)
+exec {_nap_fd}<> <(:)
+nap() {
+    local _
+    read -r -t "${1:-0.1}" -u "$_nap_fd" _ 2>/dev/null || :
+}
+
 # wait_exit PID [SECONDS]: wait for a background spotd; sets RC (124 on
 # time-out, after which it and everything below it are killed).
 wait_exit() {
     local pid=$1 limit=$(( ${2:-20} * 10 )) i=0
-    while kill -0 "$pid" 2>/dev/null && [ "$(proc_state "$pid")" != Z ]; do
+    while kill -0 "$pid" 2>/dev/null && read_state "$pid" && [ "$PSTATE" != Z ]; do
         i=$((i + 1))
         if [ $i -gt $limit ]; then
             kill_tree "$pid"
@@ -74,7 +86,7 @@ wait_exit() {
             RC=124
             return
         fi
-        sleep 0.1
+        nap
     done
     wait "$pid"
     RC=$?
@@ -87,47 +99,61 @@ wait_for() {
     until "$@"; do
         i=$((i + 1))
         [ $i -gt $limit ] && return 1
-        sleep 0.1
+        nap
     done
+}
+
+# read_state PID: PSTATE is the one-letter state of a process ("" when
+# gone); builtins only.  Always true.
+read_state() {
+    local s
+    PSTATE=
+    { read -r s <"/proc/$1/stat"; } 2>/dev/null || return 0
+    s=${s##*) }
+    PSTATE=${s%% *}
 }
 
 # proc_state PID: the one-letter state of a process ("" when gone).
 proc_state() {
-    local s
-    s=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
-    s=${s##*) }
-    echo "${s%% *}"
+    read_state "$1"
+    echo "$PSTATE"
 }
 
-# children PID: pids whose parent is PID.
+# children PID: pids whose parent is PID, one a line.
 children() {
-    cat /proc/"$1"/task/*/children 2>/dev/null | tr ' ' '\n' | grep -v '^$'
+    local f c
+    for f in /proc/"$1"/task/*/children; do
+        c=()
+        { read -r -a c <"$f"; } 2>/dev/null
+        [ ${#c[@]} -eq 0 ] || printf '%s\n' "${c[@]}"
+    done
 }
 
 # zombies_of PID: count of zombie children of PID.
 zombies_of() {
     local n=0 c
     for c in $(children "$1"); do
-        [ "$(proc_state "$c")" = Z ] && n=$((n + 1))
+        read_state "$c"
+        [ "$PSTATE" = Z ] && n=$((n + 1))
     done
     echo $n
 }
 
 # alive PID...: true when every pid exists and is not a zombie.
 alive() {
-    local p s
+    local p
     for p in "$@"; do
-        s=$(proc_state "$p")
-        [ -n "$s" ] && [ "$s" != Z ] || return 1
+        read_state "$p"
+        [ -n "$PSTATE" ] && [ "$PSTATE" != Z ] || return 1
     done
 }
 
 # gone PID...: true when no pid exists (or only as a zombie).
 gone() {
-    local p s
+    local p
     for p in "$@"; do
-        s=$(proc_state "$p")
-        [ -z "$s" ] || [ "$s" = Z ] || return 1
+        read_state "$p"
+        [ -z "$PSTATE" ] || [ "$PSTATE" = Z ] || return 1
     done
 }
 
@@ -278,9 +304,13 @@ events_of() {
         sed 's/ $//'
 }
 
-# has TEXT FILE: true when FILE contains TEXT (fixed string).
+# has TEXT FILE: true when FILE contains TEXT (fixed string, one line's);
+# builtins only, for the polling loops (up to a NUL byte, which text files
+# do not hold).
 has() {
-    grep -qF -- "$1" "$2" 2>/dev/null
+    local _s=
+    { IFS= read -r -d '' _s <"$2"; } 2>/dev/null
+    [[ $_s == *"$1"* ]]
 }
 
 # command_pid SPOTD_PID: wait (10 s at most) until SPOTD_PID runs spotd and
