@@ -243,9 +243,13 @@ rm -rf "$T/big1" "$T/big2"
 
 # A checkpoint every second to S3: every word of the trainer's state changes
 # every step, so nothing deduplicates, but each one commits; retention keeps
-# 3.  A GCP preemption once four were committed, plus up to 1 s.
+# 3.  A GCP preemption once four were committed, plus up to 1 s.  The
+# steps are slept long enough (3000 take 22 s at least) that the trainer
+# cannot finish first on a loaded machine, where the commits come slower
+# but the sleeps do not shorten; the notice comes after the commits, so an
+# idle machine waits no longer.
 mock_start gcp || { fail "e2e: the gcp mock starts"; exit 1; }
-TRAINER_STEP_US=2000 start_spotd run --cloud gcp --metadata-url "$MOCK_URL" \
+TRAINER_STEP_US=6000 start_spotd run --cloud gcp --metadata-url "$MOCK_URL" \
     --poll-interval 200ms --job e2e-per --store "$STORE" --state-dir "$T/per1" --interval 1s \
     --events "$T/per1.ev" -- "$TRAINER" 3000 2
 wait_for 40 commits_ge "$T/per1.ev" 4 || fail "periodic: four generations are committed while it trains"

@@ -642,7 +642,7 @@ echo OK
 '''
     env = dict(os.environ, TOP=TOP)
     r = subprocess.run(["bash", "-c", script], env=env, capture_output=True,
-                       text=True, timeout=30)
+                       text=True, timeout=120)  # a guard against a hang, slow beside other suites
     result("libsh/sourced-after-integration-lib", r.returncode == 0 and "OK" in r.stdout,
            "rc %d: %s %s" % (r.returncode, r.stdout.strip()[-300:], r.stderr.strip()[-300:]))
 
