@@ -116,8 +116,10 @@ expect_eq "app: ... generation 1 stays the only committed one" 1 \
     "$(tr '}' '\n' <"$T/ls" | grep -c '"state":"committed"')"
 "$SPOTCTL" verify --store "$S" --job app >"$T/verify" 2>&1
 expect_eq "app: ... and verifies" 0 "$?"
+# The drill comes once the trainer has connected, on a loaded machine too
+# (before, a committed generation and nobody to save would end it saved).
 TRAINER_IGNORE_SAVE=1 run_spotd run --cloud none --job app --store "$S" --state-dir "$T/a3" \
-    --drill-after 500ms --signal-deadline 3s --notice-margin 1s --grace 1s \
+    --drill-after 3s --signal-deadline 3s --notice-margin 1s --grace 1s \
     --events "$T/a3.ev" -- "$TRAINER" 30000 2
 check "app: a trainer that ignores the request times out, saying so" \
     grep -q '"event":"checkpoint_failed".*did not report its save before the deadline' "$T/a3.ev"
