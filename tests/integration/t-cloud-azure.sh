@@ -30,7 +30,7 @@ event() { # ID TYPE RESOURCES-JSON NOTBEFORE
 # 1. Headers, the name, and an event for a neighbour that must be ignored.
 d="$T/other"; mkdir "$d"
 mock_state "{\"vm_name\":\"spot-vm-0\",\"events\":[$(event A1 Preempt '["spot-vm-1"]' "$(rfc1123_in 30)")]}" >/dev/null
-spotd_az "$d" --poll-interval 200ms --notice-margin 1s --grace 1s
+spotd_az "$d" --poll-interval 200ms --notice-margin 1s --grace 3s
 mock_wait_requests 3 /metadata/scheduledevents GET 10 >/dev/null
 expect_eq "every request carries Metadata: true" true "$(mock_header Metadata /metadata/scheduledevents)"
 check "the VM's name is read" [ "$(mock_count /metadata/instance/compute/name GET)" -ge 1 ]
@@ -41,8 +41,9 @@ check "a neighbour's event leaves the command alone" alive "$SPOTD_PID"
 # 2. Our Preempt: deadline from NotBefore; seen once across polls.  Each
 # NotBefore here leaves seconds beyond margin + grace (a date has whole
 # seconds, and a loaded machine starts spotd and the mock's client slowly),
-# so that the command always gets its grace and exits on its own.
-nb=$(rfc1123_in 8)
+# so that the command always gets its grace and exits on its own; the grace
+# is 3 s, as a command told to stop on a loaded machine can take over 1 s.
+nb=$(rfc1123_in 10)
 mock_state "{\"events\":[$(event A1 Preempt '["spot-vm-1"]' "$(rfc1123_in 30)"),$(event B2 Preempt '["SPOT-VM-0"]' "$nb")]}" >/dev/null
 wait_for 10 has '"event":"notice"' "$d/ev"
 n=$(ev "$d/ev" notice | head -n 1)
