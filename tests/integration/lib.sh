@@ -78,7 +78,7 @@ nap() {
 # time-out, after which it and everything below it are killed).
 wait_exit() {
     local pid=$1 limit=$(( ${2:-20} * 10 )) i=0
-    while kill -0 "$pid" 2>/dev/null && read_state "$pid" && [ "$PSTATE" != Z ]; do
+    while kill -0 "$pid" 2>/dev/null && read_stat "$pid" && [ "${STAT[0]:-}" != Z ]; do
         i=$((i + 1))
         if [ $i -gt $limit ]; then
             kill_tree "$pid"
@@ -103,20 +103,22 @@ wait_for() {
     done
 }
 
-# read_state PID: PSTATE is the one-letter state of a process ("" when
-# gone); builtins only.  Always true.
-read_state() {
+# read_stat PID: STAT holds the fields of /proc/PID/stat from the third on
+# (STAT[0] the one-letter state, STAT[1] the ppid, STAT[2] the process
+# group...), none when the process is gone; builtins only, for the polling
+# loops.  Always true.
+read_stat() {
     local s
-    PSTATE=
+    STAT=()
     { read -r s <"/proc/$1/stat"; } 2>/dev/null || return 0
     s=${s##*) }
-    PSTATE=${s%% *}
+    read -r -a STAT <<<"$s"
 }
 
 # proc_state PID: the one-letter state of a process ("" when gone).
 proc_state() {
-    read_state "$1"
-    echo "$PSTATE"
+    read_stat "$1"
+    echo "${STAT[0]:-}"
 }
 
 # children PID: pids whose parent is PID, one a line.
@@ -133,8 +135,8 @@ children() {
 zombies_of() {
     local n=0 c
     for c in $(children "$1"); do
-        read_state "$c"
-        [ "$PSTATE" = Z ] && n=$((n + 1))
+        read_stat "$c"
+        [ "${STAT[0]:-}" = Z ] && n=$((n + 1))
     done
     echo $n
 }
@@ -143,8 +145,8 @@ zombies_of() {
 alive() {
     local p
     for p in "$@"; do
-        read_state "$p"
-        [ -n "$PSTATE" ] && [ "$PSTATE" != Z ] || return 1
+        read_stat "$p"
+        [ -n "${STAT[0]:-}" ] && [ "${STAT[0]}" != Z ] || return 1
     done
 }
 
@@ -152,8 +154,8 @@ alive() {
 gone() {
     local p
     for p in "$@"; do
-        read_state "$p"
-        [ -z "$PSTATE" ] || [ "$PSTATE" = Z ] || return 1
+        read_stat "$p"
+        [ -z "${STAT[0]:-}" ] || [ "${STAT[0]}" = Z ] || return 1
     done
 }
 
@@ -170,11 +172,8 @@ ulimit -c 0 2>/dev/null || true
 # proc_field PID N: field N of /proc/PID/stat (3 state, 4 ppid, 5 pgrp,
 # 6 session); "" when the process is gone.
 proc_field() {
-    local s f
-    { read -r s <"/proc/$1/stat"; } 2>/dev/null || return 0
-    s=${s##*) }
-    read -r -a f <<<"$s"
-    echo "${f[$(($2 - 3))]:-}"
+    read_stat "$1"
+    echo "${STAT[$(($2 - 3))]:-}"
 }
 
 # proc_status PID FIELD: a field of /proc/PID/status (SigIgn, SigBlk...).
@@ -221,7 +220,8 @@ reaped() {
 # longer this shell's child is left alone.
 kill_tree() {
     local d
-    [ "$(proc_field "$1" 4)" = "$$" ] || return 0
+    read_stat "$1"
+    [ "${STAT[1]:-}" = "$$" ] || return 0
     for d in $(descendants "$1"); do kill -KILL "$d" 2>/dev/null; done
     kill -KILL "$1" 2>/dev/null
 }
@@ -238,7 +238,8 @@ tagged() {
         { mapfile -d '' -t e <"$f/environ"; } 2>/dev/null || continue
         for x in "${e[@]}"; do
             if [ "$x" = "SPOT_IT_TAG=$T" ]; then
-                [ "$(proc_field "$p" 3)" = Z ] || echo "$p"
+                read_stat "$p"
+                [ "${STAT[0]:-}" = Z ] || echo "$p"
                 break
             fi
         done
