@@ -136,7 +136,14 @@ training_or_gone() { has "training from step 0" "$T/stdout" || ! alive "$SPOTD_P
 wait_for 120 training_or_gone
 check "torchrun: the workers start training" has "training from step 0" "$T/stdout" ||
     { tail -n 20 "$T/stdout"; tail -n 40 "$T/stderr"; }
-sleep 0.5
+# Rank 0 says it trains before the other worker's hello may have reached
+# spotd (a CI failure: the notice found none counted): the notice comes
+# once spotd counts both.
+both_connected() {
+    "$SPOTCTL" status --state-dir "$T/node4" --json >"$T/status4" 2>/dev/null &&
+        [ "$(jget "$(cat "$T/status4")" workers)" = 2 ]
+}
+wait_for 60 both_connected
 touch "$T/notice"
 wait_exit "$SPOTD_PID" 60
 expect_eq "torchrun: after the checkpoint spotd exits 75 (preempted, state saved)" 75 "$RC"
