@@ -946,8 +946,9 @@ static struct orch_facts facts(const struct orch *r)
         .ending = r->ending,
         .finishing = r->finishing,
         .last = r->terminating,
-        /* A world's rounds do not tell the method (yet); a command that
-         * has ended cannot save again. */
+        /* The one method that needs telling (criu) cannot serve a world
+         * (refused at the start); a command that has ended cannot save
+         * again. */
         .told_last = r->told_last || !r->mops->last || r->world || r->finishing ||
                      !r->stop_notice,
         .trainers = orch_trainers(r),

@@ -76,6 +76,17 @@ class Mock:
     def state(self, **kw):
         return self.ctl("POST", "state", kw)
 
+    def prompt(self, floor=0.05):
+        """What "at once" is on this machine now: FLOOR, or four times the
+        slowest of three plain requests when the machine is loaded (a
+        waiter woken by its timeout or a poll is seconds late, not this)."""
+        rt = 0
+        for _ in range(3):
+            t0 = time.monotonic()
+            self.ctl("GET", "state")
+            rt = max(rt, time.monotonic() - t0)
+        return max(floor, 4 * rt)
+
     def stop(self):
         self.proc.terminate()
         try:
@@ -115,7 +126,7 @@ def common_faults(m, name, path, headers, normal_status):
     t0 = time.monotonic()
     s, _, _ = m.req("GET", path, headers)
     dt = time.monotonic() - t0
-    result("%s/fault-slow" % n, s == normal_status and 0.29 <= dt < 1.0,
+    result("%s/fault-slow" % n, s == normal_status and 0.29 <= dt < 0.3 + m.prompt(0.7),
            "status %d after %.3fs (want %d after ~0.3s)" % (s, dt, normal_status))
 
     m.state(fault="garbage")
@@ -165,7 +176,7 @@ def scheduled_flip(m, path, headers, changes, absent, present):
     t0 = time.time()
     ans = m.state(after=0.3, **changes)
     answered = time.time() - t0
-    result("%s/after-returns-at-once" % n, answered < 0.1 and "scheduled" in ans,
+    result("%s/after-returns-at-once" % n, answered < m.prompt(0.1) and "scheduled" in ans,
            "answered in %.3fs: %r" % (answered, ans))
     s, _, b = m.req("GET", path, headers)
     result("%s/after-not-yet" % n, (s, b) == absent if isinstance(absent, tuple) else s == absent,
@@ -375,7 +386,7 @@ def test_gcp(m):
     t0 = time.monotonic()
     s, h, b = m.req("GET", P + "?wait_for_change=true&last_etag=0123456789abcdef", G)
     dt = time.monotonic() - t0
-    result("gcp/stale-etag-returns-at-once", (s, b) == (200, b"FALSE") and dt < 0.05,
+    result("gcp/stale-etag-returns-at-once", (s, b) == (200, b"FALSE") and dt < m.prompt(),
            "%d %r after %.3fs" % (s, b, dt))
 
     # Current last_etag, no change: returns at timeout_sec with the same value.
@@ -383,7 +394,7 @@ def test_gcp(m):
     s, h, b = m.req("GET", P + "?wait_for_change=true&timeout_sec=1&last_etag=" + etag0, G)
     dt = time.monotonic() - t0
     result("gcp/long-poll-timeout-sec", (s, b, h.get("etag")) == (200, b"FALSE", etag0)
-           and 0.95 <= dt < 1.3, "%d %r after %.3fs" % (s, b, dt))
+           and 0.95 <= dt < 1 + m.prompt(0.3), "%d %r after %.3fs" % (s, b, dt))
 
     # Setting the same value again is no change.
     box = {}
@@ -417,20 +428,27 @@ def test_gcp(m):
 
     lat, (s, h, b), now = wake_latency("?wait_for_change=true&last_etag=" + etag0)
     result("gcp/long-poll-wakes-on-flip", (s, b) == (200, b"TRUE") and h.get("etag") != etag0
-           and lat < 0.05, "%d %r etag %s after %.1f ms" % (s, b, h.get("etag"), lat * 1000))
+           and lat < m.prompt(), "%d %r etag %s after %.1f ms" % (s, b, h.get("etag"), lat * 1000))
     lat, (s, h, b), now = wake_latency("?wait_for_change=true")
     result("gcp/no-last-etag-waits-for-next-change",
-           (s, b) == (200, b"TRUE" if now else b"FALSE") and lat < 0.05,
+           (s, b) == (200, b"TRUE" if now else b"FALSE") and lat < m.prompt(),
            "%d %r after %.1f ms" % (s, b, lat * 1000))
-    lats = []
+    # Against plain requests' round trips in the same minute: on a loaded
+    # machine both grow, while a waiter woken only by its 10 s timeout (or
+    # by a poll) would be seconds late.
+    lats, rts = [], []
     for _ in range(40):
+        t0 = time.monotonic()
         cur = m.req("GET", P, G)[1]["etag"]
+        rts.append(time.monotonic() - t0)
         lats.append(wake_latency("?wait_for_change=true&timeout_sec=10&last_etag=" + cur)[0])
     lats.sort()
+    rts.sort()
     p99 = lats[int(0.99 * (len(lats) - 1))]
     STATS["gcp p99 wake"] = "%.1f ms" % (p99 * 1000)
-    result("gcp/flip-wake-latency-p99-under-50ms", p99 < 0.05,
-           "p99 %.1f ms (max %.1f)" % (p99 * 1000, lats[-1] * 1000))
+    bound = max(0.05, 4 * rts[int(0.99 * (len(rts) - 1))])
+    result("gcp/flip-wake-latency-p99-prompt", p99 < bound,
+           "p99 %.1f ms (max %.1f), over %.1f ms" % (p99 * 1000, lats[-1] * 1000, bound * 1000))
 
     # A fault that begins during a long-poll reaches the waiting request.
     m.state(preempted=False)
