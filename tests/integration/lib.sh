@@ -374,3 +374,19 @@ ss=[socket.socket() for _ in range(int(sys.argv[1]))]
 for s in ss: s.bind(("127.0.0.1",0))
 print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))' "$1"
 }
+
+# damage_chunk JOB GEN: flip a byte in the middle of the chunk of
+# w0/state.bin that generation GEN of JOB holds in the file store $T/store
+# (the state differs every step: no other generation holds that chunk).
+damage_chunk() {
+    python3 - "$T/store/$1" "$2" <<'EOF'
+import json, sys
+root, gen = sys.argv[1], int(sys.argv[2])
+m = json.load(open("%s/gens/%08d/rank-0.json" % (root, gen)))
+h = [f for f in m["files"] if f["path"].endswith("state.bin")][0]["chunks"][0][1]
+p = "%s/chunks/%s/%s" % (root, h[:2], h)
+b = bytearray(open(p, "rb").read())
+b[len(b) // 2] ^= 0xff
+open(p, "wb").write(b)
+EOF
+}

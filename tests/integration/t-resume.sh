@@ -27,22 +27,6 @@ committed() {
         sed 's/ $//'
 }
 
-# damage JOB GEN: flip a byte in the middle of the chunk of w0/state.bin
-# that generation GEN holds (the state differs every step: no other
-# generation holds that chunk).
-damage() {
-    python3 - "$T/store/$1" "$2" <<'EOF'
-import json, sys
-root, gen = sys.argv[1], int(sys.argv[2])
-m = json.load(open("%s/gens/%08d/rank-0.json" % (root, gen)))
-h = [f for f in m["files"] if f["path"].endswith("state.bin")][0]["chunks"][0][1]
-p = "%s/chunks/%s/%s" % (root, h[:2], h)
-b = bytearray(open(p, "rb").read())
-b[len(b) // 2] ^= 0xff
-open(p, "wb").write(b)
-EOF
-}
-
 # make_gens JOB: several committed generations of a run preempted mid-way.
 make_gens() {
     TRAINER_STEP_US=1000 run_spotd run --cloud none --job "$1" --store "$S" \
@@ -55,7 +39,7 @@ gens=$(committed j)
 newest=${gens##* }
 older=$(echo "$gens" | awk '{ print $(NF - 1) }')
 check "damaged: the first run left 3 committed generations" test "$(echo "$gens" | wc -w)" -eq 3
-damage j "$newest"
+damage_chunk j "$newest"
 TRAINER_STEP_US=800 run_spotd run --cloud none --job j --store "$S" --state-dir "$T/j2" \
     --interval 300ms --events "$T/j2.ev" -- "$TRAINER" 6000 2
 expect_eq "damaged: the replacement finishes" 0 "$RC"
@@ -75,7 +59,7 @@ check "damaged: the damaged generation is still in the store (gc spared it)" \
 # ---- nothing restores ------------------------------------------------------
 make_gens k
 gens=$(committed k)
-for g in $gens; do damage k "$g"; done
+for g in $gens; do damage_chunk k "$g"; done
 run_spotd run --cloud none --job k --store "$S" --state-dir "$T/k2" --events "$T/k2.ev" \
     -- "$TRAINER" 6000 2
 expect_eq "none restores: spotd refuses to start (exit 125)" 125 "$RC"
