@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "spot/backoff.h"
 #include "spot/log.h"
 #include "spot/parse.h"
 
@@ -41,17 +42,18 @@ void watch_ok(struct watch_complaint *c, const char *source)
 {
     if (!c->last[0])
         return;
-    log_msg(LOGL_INFO, "%s: the metadata service answers again", source);
+    log_msg(LOGL_INFO, "%s: the metadata service answers again (after: %s)", source, c->last);
     c->last[0] = '\0';
 }
 
-uint64_t watch_backoff(uint64_t poll_ms, unsigned failures)
+uint64_t watch_backoff(uint64_t poll_ms, unsigned failures, uint64_t cap_ms)
 {
-    uint64_t d = poll_ms ? poll_ms : 1000;
+    static uint64_t rng;
+    uint64_t poll = poll_ms ? poll_ms : 1000;
+    uint64_t d = backoff_delay(poll, failures, cap_ms > poll ? cap_ms : poll,
+                               backoff_rand(&rng));
 
-    for (unsigned i = 0; i < failures && d < 30000; i++)
-        d *= 2;
-    return d < 30000 ? d : 30000;
+    return d > poll ? d : poll;
 }
 
 int watch_parse_drill(const char *s, uint64_t *ret_ms, int *ret_kind)

@@ -56,9 +56,15 @@ void watch_complain(struct watch_complaint *c, const char *source, const char *k
                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void watch_ok(struct watch_complaint *c, const char *source);
 
-/* Delay before the next poll after `failures` failures in a row: the poll
- * interval doubled per failure, at most 30 s. */
-uint64_t watch_backoff(uint64_t poll_ms, unsigned failures);
+/* Backoff caps: a small fraction of each cloud's shortest notice, so that
+ * a notice served just after an outage is seen with most of it left. */
+#define WATCH_CAP_30S_MS 2000        /* Azure Preempt and GCP preemption: 30 s */
+#define WATCH_CAP_2MIN_MS 5000       /* AWS and Tencent: 2 min; Alibaba: 5 min */
+
+/* Delay before the next try after `failures` failures in a row: the poll
+ * interval doubled per failure, at most cap_ms, with jitter (see
+ * backoff_delay()), and never less than the poll interval. */
+uint64_t watch_backoff(uint64_t poll_ms, unsigned failures, uint64_t cap_ms);
 
 /* Local sources: signals (through child.c's hook), a notice file, a drill. */
 struct watch_local;

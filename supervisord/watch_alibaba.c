@@ -22,6 +22,7 @@ static const struct poll_cloud alibaba = {
     .token_optional = true,
     .token_hint = "check that the metadata service is reachable from here (a container may "
                   "need host networking)",
+    .backoff_cap_ms = WATCH_CAP_2MIN_MS,
     .endpoints = endpoints,
     .n_endpoints = sizeof(endpoints) / sizeof(endpoints[0]),
 };

@@ -49,6 +49,7 @@ static const struct poll_cloud aws = {
                   "instance's hop limit to 2 (aws ec2 modify-instance-metadata-options "
                   "--instance-id ID --http-put-response-hop-limit 2 --http-endpoint enabled), "
                   "or allow IMDSv1 with --aws-imdsv1 true",
+    .backoff_cap_ms = WATCH_CAP_2MIN_MS,
     .endpoints = endpoints,
     .n_endpoints = sizeof(endpoints) / sizeof(endpoints[0]),
 };

@@ -57,7 +57,7 @@ static void failed(struct watcher *w, const char *what, const struct http_result
     watch_complain(&w->complaint, "azure", kind, "%s%s: %s (HTTP %ld); retrying with backoff",
                    w->ctx.base_url, what, res->error ? res->errmsg : "unexpected answer",
                    res->status);
-    arm(w, watch_backoff(w->ctx.poll_ms, ++w->failures));
+    arm(w, watch_backoff(w->ctx.poll_ms, ++w->failures, WATCH_CAP_30S_MS));
 }
 
 static void on_events(void *arg, const struct http_result *res)
@@ -73,7 +73,7 @@ static void on_events(void *arg, const struct http_result *res)
     if (azure_parse_events(res->body, res->len, w->vm_name, &doc, &why) < 0) {
         watch_complain(&w->complaint, "azure", "garbage", "cannot understand %s%s: %s; "
                        "ignoring it", w->ctx.base_url, EVENTS_PATH, why ? why : "malformed");
-        arm(w, watch_backoff(w->ctx.poll_ms, ++w->failures));
+        arm(w, watch_backoff(w->ctx.poll_ms, ++w->failures, WATCH_CAP_30S_MS));
         return;
     }
     if (w->failures)
@@ -96,7 +96,7 @@ static void on_events(void *arg, const struct http_result *res)
             memset(&n, 0, sizeof(n));
             if (azure_event_notice(&doc.ev[i], now, EVENT_WINDOW_MS, &n) != 1)
                 continue;
-            notice_copy(n.raw, sizeof(n.raw), res->body, res->len);
+            notice_copy_raw(n.raw, sizeof(n.raw), res->body, res->len);
             n.detected_ms = now;
             w->ctx.emit(w->ctx.emit_arg, &n);
         }

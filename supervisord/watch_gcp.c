@@ -5,7 +5,14 @@
  * then to power-off) and instance/maintenance-event.  Each chain first
  * reads the value (a notice present at start is acted on at once), then
  * waits with ?wait_for_change=true&last_etag=ETAG, which the server
- * answers the moment the value changes or after timeout_sec. */
+ * answers the moment the value changes or after timeout_sec.
+ *
+ * A server that answers a long-poll at once with nothing new (a proxy, an
+ * emulator, an ETag it does not keep) would have the chain ask again at
+ * once, dozens of times a second: between two answers that brought no
+ * change there is at least the poll interval.  A failed request backs off
+ * to at most WATCH_CAP_30S_MS; an answer that does not parse is said once
+ * and the chain goes on as after a good one. */
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,14 +36,16 @@ struct gcp_key {
     char etag[128];
     bool waiting;                /* a long-poll, not the first read */
     unsigned failures;
+    char last[64];               /* the last value, to tell a change */
+    int64_t sent_ms;             /* when the request in flight went out */
     struct http_req *req;
     struct event *retry;
+    struct watch_complaint complaint;   /* each key its own: see watch_complain() */
 };
 
 struct watcher {
     struct watch_ctx ctx;
     struct gcp_key keys[2];
-    struct watch_complaint complaint;
 };
 
 static void key_request(struct gcp_key *k);
@@ -56,16 +65,17 @@ static void handle_value(struct gcp_key *k, const struct http_result *res)
             n.kind = NOTICE_TERMINATE;
             n.terminating = true;
             snprintf(n.event_id, sizeof(n.event_id), "gcp:preempted");
-            notice_copy(n.raw, sizeof(n.raw), res->body, res->len);
+            notice_copy_raw(n.raw, sizeof(n.raw), res->body, res->len);
         }
     } else {
         r = gcp_parse_maintenance(res->body, res->len, &n, &why);
     }
     if (r < 0) {
-        watch_complain(&w->complaint, "gcp", k->path, "cannot understand %s%s: %s; ignoring it",
-                       w->ctx.base_url, k->path, why ? why : "malformed");
+        watch_complain(&k->complaint, "gcp", "garbage", "cannot understand %s%s: %s; ignoring "
+                       "it, and watching on", w->ctx.base_url, k->path, why ? why : "malformed");
         return;
     }
+    watch_ok(&k->complaint, "gcp");
     if (r == 0) {
         k->gen++;
         return;
@@ -100,33 +110,48 @@ static void keep_etag(struct gcp_key *k, const char *etag)
     memcpy(k->etag, etag, i + 1);
 }
 
+static void arm_retry(struct gcp_key *k, uint64_t ms)
+{
+    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
+
+    evtimer_add(k->retry, &tv);
+}
+
 static void on_answer(void *arg, const struct http_result *res)
 {
     struct gcp_key *k = arg;
     struct watcher *w = k->w;
+    char kind[64], value[sizeof(k->last)], etag[sizeof(k->etag)];
+    int64_t took = notice_mono_ms() - k->sent_ms;
+    bool was_waiting = k->waiting, same;
 
     k->req = NULL;
     if (res->error || res->status != 200) {
-        char kind[64];
-        struct timeval tv;
-        uint64_t d = watch_backoff(w->ctx.poll_ms, ++k->failures);
-
-        snprintf(kind, sizeof(kind), "%s %d %ld", k->path, res->error, res->status);
-        watch_complain(&w->complaint, "gcp", kind, "%s%s: %s; retrying with backoff (check "
-                       "--metadata-url or --cloud)", w->ctx.base_url, k->path,
-                       res->error ? res->errmsg : "unexpected HTTP status");
+        snprintf(kind, sizeof(kind), "error %d status %ld", res->error, res->status);
+        if (res->error)
+            watch_complain(&k->complaint, "gcp", kind, "%s%s: %s; retrying with backoff "
+                           "(check --metadata-url or --cloud)", w->ctx.base_url, k->path,
+                           res->errmsg);
+        else
+            watch_complain(&k->complaint, "gcp", kind, "%s%s answers HTTP %ld; retrying with "
+                           "backoff (check --metadata-url or --cloud)", w->ctx.base_url,
+                           k->path, res->status);
         k->waiting = false;
-        tv.tv_sec = (time_t)(d / 1000);
-        tv.tv_usec = (suseconds_t)(d % 1000) * 1000;
-        evtimer_add(k->retry, &tv);
+        arm_retry(k, watch_backoff(w->ctx.poll_ms, ++k->failures, WATCH_CAP_30S_MS));
         return;
     }
-    if (k->failures)
-        watch_ok(&w->complaint, "gcp");
     k->failures = 0;
+    memcpy(etag, k->etag, sizeof(etag));
     keep_etag(k, res->etag);
+    notice_copy(value, sizeof(value), res->body, res->len);
+    same = strcmp(value, k->last) == 0 && strcmp(etag, k->etag) == 0;
+    memcpy(k->last, value, sizeof(value));
     handle_value(k, res);
     k->waiting = true;
+    if (was_waiting && same && took >= 0 && (uint64_t)took < w->ctx.poll_ms) {
+        arm_retry(k, w->ctx.poll_ms - (uint64_t)took);
+        return;
+    }
     key_request(k);
 }
 
@@ -150,11 +175,10 @@ static void key_request(struct gcp_key *k)
     } else {
         snprintf(url, sizeof(url), "%s%s", w->ctx.base_url, k->path);
     }
+    k->sent_ms = notice_mono_ms();
     k->req = http_start(w->ctx.http, &o, on_answer, k);
-    if (!k->req) {
-        struct timeval tv = { 1, 0 };
-        evtimer_add(k->retry, &tv);
-    }
+    if (!k->req)
+        arm_retry(k, 1000);
 }
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)

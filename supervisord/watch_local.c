@@ -47,7 +47,7 @@ static void emit_local(struct watch_local *l, const char *source, enum notice_ki
     n.detected_ms = notice_now_ms();
     n.deadline_ms = n.detected_ms + (int64_t)window_ms;
     notice_copy(n.event_id, sizeof(n.event_id), id, strlen(id));
-    notice_copy(n.raw, sizeof(n.raw), raw, strlen(raw));
+    notice_copy_raw(n.raw, sizeof(n.raw), raw, strlen(raw));
     l->ctx.emit(l->ctx.emit_arg, &n);
 }
 

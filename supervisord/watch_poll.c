@@ -3,8 +3,10 @@
  *
  * DESIGN.  A round: renew the token when it is missing or near expiry,
  * then GET every endpoint at once; when the last answer is in, the next
- * round is armed: after the poll interval, after a backoff when something
- * failed, or at once when a token was refused (401), which drops it. */
+ * round is armed: after the poll interval, after a backoff (capped at the
+ * cloud's backoff_cap_ms) when a request failed, or at once when a token
+ * that worked expired (401), which drops it.  A 200 whose body does not
+ * parse is said once and skipped, not backed off: the service answers. */
 #include "watch_poll.h"
 
 #include <errno.h>
@@ -27,6 +29,7 @@ struct watcher;
 struct ep_call {
     struct watcher *w;
     size_t idx;
+    bool with_token;             /* sent with the session token */
     struct http_req *req;
 };
 
@@ -40,7 +43,12 @@ struct watcher {
     bool failed, retry_now;
     unsigned failures;
     struct event *timer;
+    /* The service's failures, each endpoint's answers that do not parse,
+     * and the token's: complaints that come at once must not take turns
+     * in one slot, or each would be said again every round. */
     struct watch_complaint complaint;
+    struct watch_complaint garbled[MAX_ENDPOINTS];
+    struct watch_complaint token_complaint;
 };
 
 static void arm(struct watcher *w, uint64_t ms)
@@ -53,14 +61,13 @@ static void round_done(struct watcher *w)
 {
     uint64_t delay;
 
-    if (w->retry_now) {
+    if (w->retry_now && !w->failed) {
         delay = 0;
     } else if (w->failed) {
         w->failures++;
-        delay = watch_backoff(w->ctx.poll_ms, w->failures);
+        delay = watch_backoff(w->ctx.poll_ms, w->failures, w->pc->backoff_cap_ms);
     } else {
-        if (w->failures)
-            watch_ok(&w->complaint, w->pc->name);
+        watch_ok(&w->complaint, w->pc->name);
         w->failures = 0;
         delay = w->ctx.poll_ms;
     }
@@ -69,22 +76,23 @@ static void round_done(struct watcher *w)
 }
 
 /* A failed request: say it once per kind, back off. */
-static void request_failed(struct watcher *w, const char *path, const struct http_result *res)
+static void request_failed(struct watcher *w, struct watch_complaint *c, const char *path,
+                           const struct http_result *res)
 {
     char kind[64];
 
     w->failed = true;
     if (res->error) {
         snprintf(kind, sizeof(kind), "error %d", res->error);
-        watch_complain(&w->complaint, w->pc->name, kind, "cannot reach %s%s (%s); retrying "
+        watch_complain(c, w->pc->name, kind, "cannot reach %s%s (%s); retrying "
                        "with backoff; check --metadata-url or --cloud", w->ctx.base_url, path,
                        res->errmsg);
     } else if (res->status == 429 || res->status == 503) {
-        watch_complain(&w->complaint, w->pc->name, "throttled", "%s%s answers %ld: throttled; "
+        watch_complain(c, w->pc->name, "throttled", "%s%s answers %ld: throttled; "
                        "backing off", w->ctx.base_url, path, res->status);
     } else {
         snprintf(kind, sizeof(kind), "status %ld", res->status);
-        watch_complain(&w->complaint, w->pc->name, kind, "%s%s answers HTTP %ld; retrying with "
+        watch_complain(c, w->pc->name, kind, "%s%s answers HTTP %ld; retrying with "
                        "backoff", w->ctx.base_url, path, res->status);
     }
 }
@@ -99,32 +107,42 @@ static void on_endpoint(void *arg, const struct http_result *res)
     int n;
 
     call->req = NULL;
-    if (!res->error && res->status == 401 && !w->tokenless && w->pc->token_path) {
+    /* What a refusal means depends on how the request was sent, not on
+     * what an earlier answer of the same round changed since. */
+    if (!res->error && res->status == 401 && call->with_token) {
         /* The token expired or was revoked: get another one, at once
          * unless this one is brand new (then something else is wrong). */
         imds_token_drop(&w->token);
         if (imds_token_age_ms(&w->token, notice_mono_ms()) > 1000)
             w->retry_now = true;
         else
-            request_failed(w, ep->path, res);
-    } else if (!res->error && (res->status == 401 || res->status == 403) && w->tokenless) {
+            request_failed(w, &w->complaint, ep->path, res);
+    } else if (!res->error && (res->status == 401 || res->status == 403) && !call->with_token &&
+               w->pc->token_path) {
         /* Without a token and refused: the service wants tokens after all
-         * (IMDSv2 required, hardened mode).  Ask for one again. */
+         * (IMDSv2 required, hardened mode).  Ask for one again, after the
+         * backoff: a token that cannot be had is an outage. */
         w->tokenless = false;
         imds_token_drop(&w->token);
-        request_failed(w, ep->path, res);
+        w->failed = true;
+        watch_complain(&w->complaint, w->pc->name, "refused without a token", "%s%s answers "
+                       "HTTP %ld without a session token: the service requires one; %s",
+                       w->ctx.base_url, ep->path, res->status, w->pc->token_hint);
     } else if (!res->error && res->status == 404) {
         /* Nothing announced. */
+        watch_ok(&w->garbled[call->idx], w->pc->name);
     } else if (!res->error && res->status == 200) {
         memset(out, 0, sizeof(out));
         n = ep->parse(res->body, res->len, out, MAX_NOTICES, &why);
-        if (n < 0) {
-            char kind[64];
-            snprintf(kind, sizeof(kind), "garbage %zu", call->idx);
-            watch_complain(&w->complaint, w->pc->name, kind, "cannot understand %s%s: %s; "
-                           "ignoring it", w->ctx.base_url, ep->path, why ? why : "malformed");
-            w->failed = true;
-        }
+        /* An answer that does not parse is not an outage: the service is
+         * there and the next answer may be good, so the poll interval
+         * stays as it is. */
+        if (n < 0)
+            watch_complain(&w->garbled[call->idx], w->pc->name, "garbage", "cannot understand "
+                           "%s%s: %s; ignoring it, and polling on", w->ctx.base_url, ep->path,
+                           why ? why : "malformed");
+        else
+            watch_ok(&w->garbled[call->idx], w->pc->name);
         for (int i = 0; i < n; i++) {
             out[i].detected_ms = notice_now_ms();
             if (out[i].deadline_ms == 0)
@@ -132,7 +150,7 @@ static void on_endpoint(void *arg, const struct http_result *res)
             w->ctx.emit(w->ctx.emit_arg, &out[i]);
         }
     } else {
-        request_failed(w, ep->path, res);
+        request_failed(w, &w->complaint, ep->path, res);
     }
     if (--w->pending == 0)
         round_done(w);
@@ -142,8 +160,9 @@ static void get_endpoints(struct watcher *w)
 {
     char url[1024];
     const char *headers[2] = { NULL, NULL };
+    bool with_token = !w->tokenless && w->pc->token_path;
 
-    if (!w->tokenless && w->pc->token_path)
+    if (with_token)
         headers[0] = w->token.header;
     w->pending = 0;
     for (size_t i = 0; i < w->pc->n_endpoints; i++) {
@@ -156,6 +175,7 @@ static void get_endpoints(struct watcher *w)
         snprintf(url, sizeof(url), "%s%s", w->ctx.base_url, w->pc->endpoints[i].path);
         w->calls[i].w = w;
         w->calls[i].idx = i;
+        w->calls[i].with_token = with_token;
         w->calls[i].req = http_start(w->ctx.http, &o, on_endpoint, &w->calls[i]);
         if (w->calls[i].req)
             w->pending++;
@@ -171,24 +191,27 @@ static void on_token(void *arg, int r, const struct http_result *res)
     struct watcher *w = arg;
 
     if (r == 0) {
+        watch_ok(&w->token_complaint, w->pc->name);
         get_endpoints(w);
         return;
     }
     if (w->ctx.imdsv1 || w->pc->token_optional) {
-        log_msg(LOGL_WARN, "%s: no session token from %s%s (%s); polling without one, as %s",
-                w->pc->name, w->ctx.base_url, w->pc->token_path,
-                res->error ? res->errmsg : "refused",
-                w->pc->token_optional ? "the service's normal mode allows" : "--aws-imdsv1 allows");
+        watch_complain(&w->token_complaint, w->pc->name, "tokenless", "no session token from "
+                       "%s%s (%s); polling without one, as %s", w->ctx.base_url,
+                       w->pc->token_path, res->error ? res->errmsg : "refused",
+                       w->pc->token_optional ? "the service's normal mode allows"
+                                             : "--aws-imdsv1 allows");
         w->tokenless = true;
         get_endpoints(w);
         return;
     }
     w->failed = true;
     if (res->error == -ETIMEDOUT)
-        watch_complain(&w->complaint, w->pc->name, "token timeout", "the token request to "
-                       "%s%s timed out; %s", w->ctx.base_url, w->pc->token_path, w->pc->token_hint);
+        watch_complain(&w->token_complaint, w->pc->name, "token timeout", "the token request "
+                       "to %s%s timed out; %s", w->ctx.base_url, w->pc->token_path,
+                       w->pc->token_hint);
     else
-        request_failed(w, w->pc->token_path, res);
+        request_failed(w, &w->token_complaint, w->pc->token_path, res);
     round_done(w);
 }
 

@@ -25,6 +25,7 @@ struct poll_cloud {
     bool token_optional;         /* without a token when none can be had (Alibaba's
                                     normal mode); AWS needs --aws-imdsv1 for that */
     const char *token_hint;      /* what to do when the token request times out */
+    uint64_t backoff_cap_ms;     /* the longest retry delay: see watch_backoff() */
     const struct poll_endpoint *endpoints;
     size_t n_endpoints;
 };

@@ -15,6 +15,7 @@ static const struct poll_endpoint endpoints[] = {
 
 static const struct poll_cloud tencent = {
     .name = "tencent",
+    .backoff_cap_ms = WATCH_CAP_2MIN_MS,
     .endpoints = endpoints,
     .n_endpoints = sizeof(endpoints) / sizeof(endpoints[0]),
 };

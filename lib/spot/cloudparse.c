@@ -199,7 +199,7 @@ int aws_parse_instance_action(const char *body, size_t len, struct notice *n,
     notice_start(&t, "aws", actions[i].kind, actions[i].kind != NOTICE_HIBERNATE);
     t.deadline_ms = deadline;
     snprintf(t.event_id, sizeof(t.event_id), "aws:instance-action:%s:%s", action, when);
-    notice_copy(t.raw, sizeof(t.raw), body, len);
+    notice_copy_raw(t.raw, sizeof(t.raw), body, len);
     notice_put(n, &t);
     r = 1;
 out:
@@ -229,7 +229,7 @@ int aws_parse_rebalance(const char *body, size_t len, struct notice *n, const ch
     notice_start(&t, "aws", NOTICE_REBALANCE, false);
     t.deadline_ms = deadline;
     snprintf(t.event_id, sizeof(t.event_id), "aws:rebalance:%s", when);
-    notice_copy(t.raw, sizeof(t.raw), body, len);
+    notice_copy_raw(t.raw, sizeof(t.raw), body, len);
     notice_put(n, &t);
     r = 1;
 out:
@@ -287,7 +287,7 @@ static int aws_maintenance_event(const cJSON *ev, struct notice *t, const char *
     /* The event itself, not the whole array: with several events the
      * array's first 512 bytes may not even reach this one. */
     printed = cJSON_PrintUnformatted(ev);
-    notice_copy(t->raw, sizeof(t->raw), printed ? printed : id,
+    notice_copy_raw(t->raw, sizeof(t->raw), printed ? printed : id,
                 strlen(printed ? printed : id));
     free(printed);
     return 1;
@@ -351,7 +351,7 @@ int aws_parse_lifecycle(const char *body, size_t len, struct notice *n, const ch
     /* The deadline is the caller's: now + the window it assumes. */
     notice_start(&t, "aws", NOTICE_TERMINATE, true);
     snprintf(t.event_id, sizeof(t.event_id), "aws:lifecycle:Terminated");
-    notice_copy(t.raw, sizeof(t.raw), body, len);
+    notice_copy_raw(t.raw, sizeof(t.raw), body, len);
     notice_put(n, &t);
     return 1;
 }
@@ -527,7 +527,7 @@ int azure_event_notice(const struct azure_event *ev, int64_t now_ms, int64_t win
              (int)sizeof(ev->type), ev->type, (int)sizeof(ev->status), ev->status,
              ev->not_before_ms ? notice_format_time(ev->not_before_ms, when, sizeof(when)) : "\"\"",
              (long long)ev->duration_s, (int)sizeof(ev->description), ev->description);
-    notice_copy(t.raw, sizeof(t.raw), raw, strlen(raw));
+    notice_copy_raw(t.raw, sizeof(t.raw), raw, strlen(raw));
     notice_put(n, &t);
     return 1;
 }
@@ -551,7 +551,7 @@ static int termination(const char *source, const char *body, size_t len,
     t.deadline_ms = deadline;
     /* A good time is at most 35 printable bytes, so this is never cut. */
     snprintf(t.event_id, sizeof(t.event_id), "%s:termination:%.*s", source, (int)len, body);
-    notice_copy(t.raw, sizeof(t.raw), body, len);
+    notice_copy_raw(t.raw, sizeof(t.raw), body, len);
     notice_put(n, &t);
     return 1;
 }

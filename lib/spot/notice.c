@@ -2,6 +2,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -34,7 +35,7 @@ int notice_kind_parse(const char *name)
     return -EINVAL;
 }
 
-void notice_copy(char *dst, size_t size, const char *src, size_t len)
+static void copy_text(char *dst, size_t size, const char *src, size_t len, bool layout)
 {
     size_t i;
 
@@ -46,9 +47,22 @@ void notice_copy(char *dst, size_t size, const char *src, size_t len)
         len = size - 1;
     /* Only printable ASCII: raw bodies end up in log lines and JSON, where a
      * control byte or half a UTF-8 sequence would do harm. */
-    for (i = 0; i < len; i++)
-        dst[i] = src[i] >= 0x20 && src[i] < 0x7f ? src[i] : '?';
+    for (i = 0; i < len; i++) {
+        bool keep = (src[i] >= 0x20 && src[i] < 0x7f) ||
+                    (layout && (src[i] == '\t' || src[i] == '\n' || src[i] == '\r'));
+        dst[i] = keep ? src[i] : '?';
+    }
     dst[i] = '\0';
+}
+
+void notice_copy(char *dst, size_t size, const char *src, size_t len)
+{
+    copy_text(dst, size, src, len, false);
+}
+
+void notice_copy_raw(char *dst, size_t size, const char *src, size_t len)
+{
+    copy_text(dst, size, src, len, true);
 }
 
 int64_t notice_now_ms(void)
@@ -102,12 +116,13 @@ char *notice_format_time(int64_t ms, char *buf, size_t size)
 }
 
 /* A fixed field as a JSON string, even if whoever filled it forgot the
- * terminator or left a control byte in it. */
-static void add_field(cJSON *obj, const char *key, const char *field, size_t size)
+ * terminator or left a control byte in it; with layout, the tabs and line
+ * ends that notice_copy_raw() keeps. */
+static void add_field(cJSON *obj, const char *key, const char *field, size_t size, bool layout)
 {
     char buf[NOTICE_RAW_LEN];
 
-    notice_copy(buf, sizeof(buf), field, strnlen(field, size));
+    copy_text(buf, sizeof(buf), field, strnlen(field, size), layout);
     cJSON_AddStringToObject(obj, key, buf);
 }
 
@@ -126,14 +141,14 @@ void notice_to_json(const struct notice *n, struct cJSON *obj)
 {
     const char *kind = notice_kind_name(n->kind);
 
-    add_field(obj, "source", n->source, sizeof(n->source));
+    add_field(obj, "source", n->source, sizeof(n->source), false);
     if (kind)
         cJSON_AddStringToObject(obj, "kind", kind);
     else
         cJSON_AddNullToObject(obj, "kind");
     add_time(obj, "deadline", n->deadline_ms);
-    add_field(obj, "event_id", n->event_id, sizeof(n->event_id));
-    add_field(obj, "raw", n->raw, sizeof(n->raw));
+    add_field(obj, "event_id", n->event_id, sizeof(n->event_id), false);
+    add_field(obj, "raw", n->raw, sizeof(n->raw), true);
     cJSON_AddBoolToObject(obj, "drill", n->drill);
     cJSON_AddBoolToObject(obj, "terminating", n->terminating);
     add_time(obj, "detected", n->detected_ms);

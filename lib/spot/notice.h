@@ -37,7 +37,8 @@ struct notice {
     int64_t deadline_ms;             /* UTC, ms since the epoch */
     int64_t detected_ms;             /* UTC, ms since the epoch, when spotd saw it */
     char event_id[NOTICE_ID_LEN];    /* stable across polls: the deduplication key */
-    char raw[NOTICE_RAW_LEN];        /* what the provider said, printable, truncated */
+    char raw[NOTICE_RAW_LEN];        /* what the provider said: printable, tabs and line
+                                        ends, truncated */
 };
 
 /* "terminate", "stop", ...; NULL for a value out of range. */
@@ -49,6 +50,9 @@ int notice_kind_parse(const char *name);
 /* Copy text into a fixed field: non-printable bytes become '?', the copy
  * is truncated to fit and always terminated. */
 void notice_copy(char *dst, size_t size, const char *src, size_t len);
+/* The same for a raw field: tabs and line ends are kept too (JSON escapes
+ * them; the text log never prints raw). */
+void notice_copy_raw(char *dst, size_t size, const char *src, size_t len);
 
 /* Milliseconds since the epoch, UTC, now. */
 int64_t notice_now_ms(void);

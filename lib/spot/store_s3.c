@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "spot/awscreds.h"
+#include "spot/backoff.h"
 #include "spot/hash.h"
 #include "spot/http.h"
 #include "spot/pool.h"
@@ -111,23 +112,6 @@ struct s3_op {
     struct s3_op *qnext;
     struct s3_op *prev, *next;
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* xorshift64*: jitter needs no more. */
-static uint64_t next_rand(struct s3_store *s)
-{
-    s->rng ^= s->rng >> 12;
-    s->rng ^= s->rng << 25;
-    s->rng ^= s->rng >> 27;
-    return s->rng * 0x2545F4914F6CDD1DULL;
-}
 
 static void pump(struct s3_store *s);
 static void send_op(struct s3_op *op);
@@ -381,14 +365,11 @@ static void on_retry_timer(evutil_socket_t fd, short what, void *arg)
 static void retry_later(struct s3_op *op, bool slow)
 {
     struct s3_store *s = op->s;
-    uint64_t d = slow ? BACKOFF_SLOWDOWN_MS : BACKOFF_BASE_MS;
+    uint64_t d = backoff_delay(slow ? BACKOFF_SLOWDOWN_MS : BACKOFF_BASE_MS,
+                               op->tries ? op->tries - 1 : 0, BACKOFF_CAP_MS,
+                               backoff_rand(&s->rng));
     struct timeval tv;
 
-    for (unsigned i = 1; i < op->tries && d < BACKOFF_CAP_MS; i++)
-        d *= 2;
-    if (d > BACKOFF_CAP_MS)
-        d = BACKOFF_CAP_MS;
-    d = d / 2 + next_rand(s) % (d / 2 + 1);
     if (!op->timer)
         op->timer = evtimer_new(s->evb, on_retry_timer, op);
     if (!op->timer) {
@@ -947,9 +928,7 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
     s->timeout_s = ctx->timeout_s ? ctx->timeout_s : DEFAULT_TIMEOUT_S;
     s->evb = ctx->base;
     s->pool = ctx->pool;
-    s->rng = (uint64_t)now_ms() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)s;
-    if (!s->rng)
-        s->rng = 1;
+    s->rng = backoff_seed() ^ (uintptr_t)s;
 
     r = s3creds_init(&s->creds, err, errlen);
     if (r < 0)

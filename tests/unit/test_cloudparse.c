@@ -79,7 +79,7 @@ static void run_notice_cases(const struct notice_case *cases, size_t count)
         } else {
             while (len > 0 && c->body[len - 1] && strchr(" \t\r\n", c->body[len - 1]))
                 len--;
-            notice_copy(raw, sizeof(raw), c->body, len);
+            notice_copy_raw(raw, sizeof(raw), c->body, len);
         }
         if (n.kind != c->kind || n.terminating != c->terminating ||
             n.deadline_ms != c->deadline_ms || strcmp(n.event_id, c->event_id) != 0 ||
@@ -169,6 +169,11 @@ TEST(notice_copy)
     buf[0] = 'x';
     notice_copy(buf, 0, "abc", 3);
     CHECK_INT(buf[0], 'x');
+    /* raw keeps tabs and line ends (JSON escapes them), nothing else. */
+    notice_copy_raw(buf, sizeof(buf), "a\nb\tc\r\x01", 7);
+    CHECK_STR(buf, "a\nb\tc\r?");
+    notice_copy_raw(buf, sizeof(buf), "\x7f\xc3\xa9\0", 4);
+    CHECK_STR(buf, "????");
 }
 
 TEST(notice_to_json)
@@ -187,6 +192,15 @@ TEST(notice_to_json)
                     "\"event_id\":\"aws:instance-action:stop:2017-09-18T08:22:00Z\","
                     "\"raw\":\"{\\\"action\\\": \\\"stop\\\"}\",\"drill\":false,"
                     "\"terminating\":true,\"detected\":\"2017-09-18T08:20:00.000Z\"}");
+    free(text);
+    cJSON_Delete(obj);
+
+    /* A raw answer's line ends and tabs are escaped, not lost. */
+    snprintf(n.raw, sizeof(n.raw), "[\n\t{\"Code\": 1}\r\n]");
+    obj = cJSON_CreateObject();
+    notice_to_json(&n, obj);
+    text = cJSON_PrintUnformatted(obj);
+    CHECK_HAS(text, "\"raw\":\"[\\n\\t{\\\"Code\\\": 1}\\r\\n]\"");
     free(text);
     cJSON_Delete(obj);
 
