@@ -6,7 +6,10 @@ Keeps its state in Python objects (a dict, a list, a generator, a random
 number generator) and prints "done STEPS hash H" at the end, H the same for
 every run that was not damaged.  ZDTM_STEP_US (default 2000) paces it.
 With ZDTM_CRASH_AT=N and ZDTM_CRASH_FLAG=FILE it exits 3 at step N, once:
-it creates FILE then, and does not crash while FILE exists."""
+it creates FILE then, and does not crash while FILE exists.  With
+ZDTM_CRASH_AFTER=FILE2 too, it waits at step N until FILE2 exists (the test
+makes it once a dump was committed), so that a loaded machine cannot have
+it crash before there is anything to restart from."""
 import hashlib
 import os
 import random
@@ -30,7 +33,13 @@ def main():
     print("zdtm.py: pid %d" % os.getpid(), flush=True)
     crash_at = int(os.environ.get("ZDTM_CRASH_AT", "-1"))
     flag = os.environ.get("ZDTM_CRASH_FLAG", "")
+    after = os.environ.get("ZDTM_CRASH_AFTER", "")
     for s in range(steps):
+        if s == crash_at and after:
+            for _ in range(60000):
+                if os.path.exists(after):
+                    break
+                time.sleep(0.001)
         if s == crash_at and flag and not os.path.exists(flag):
             open(flag, "w").close()
             print("crashing at step %d" % s, flush=True)

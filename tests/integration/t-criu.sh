@@ -81,13 +81,16 @@ check "criu python: ... spotctl saw a CRIU generation" \
 expect_eq "criu python: ... with the uninterrupted hash" "$pyref" "$(tail -n 1 "$T/stdout")"
 
 # ---- a restart resumes from the last dump --------------------------------------------
-# The Python process crashes once, at step 2500, after periodic dumps:
-# --restart on-failure brings it back from the newest one, not afresh, and
-# it ends with the uninterrupted hash.
-ZDTM_STEP_US=500 ZDTM_CRASH_AT=2500 ZDTM_CRASH_FLAG="$T/crashed" start_spotd run --job r \
+# The Python process crashes once, at step 2500, after periodic dumps (it
+# waits there for the first commit: a loaded machine may not have made one
+# by then): --restart on-failure brings it back from the newest one, not
+# afresh, and it ends with the uninterrupted hash.
+ZDTM_STEP_US=500 ZDTM_CRASH_AT=2500 ZDTM_CRASH_FLAG="$T/crashed" \
+    ZDTM_CRASH_AFTER="$T/r-committed" start_spotd run --job r \
     --store "file://$T/store" --state-dir "$T/r1" --method criu --criu "$CRIU" --cloud none \
     --interval 500ms --restart on-failure --events "$T/evr" \
     -- "$PY" "$TOP/tests/criu/zdtm.py" 4000
+wait_for 60 has '"event":"commit"' "$T/evr" && touch "$T/r-committed"
 wait_exit "$SPOTD_PID" 60
 expect_eq "criu restart: the run ends well after its crash" 0 "$RC"
 check "criu restart: it crashed once" grep -q "^crashing at step 2500$" "$T/stdout"

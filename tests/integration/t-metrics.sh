@@ -59,7 +59,8 @@ check "... the trainer is connected" wait_for 10 eval \
 mkdir -p "$T/loop"
 (
     i=0
-    while [ ! -e "$T/stop-scraping" ] && [ $i -lt 2000 ]; do
+    # At least 10, however fast the checkpoints are on this machine.
+    while { [ ! -e "$T/stop-scraping" ] || [ $i -lt 10 ]; } && [ $i -lt 2000 ]; do
         i=$((i + 1))
         curl -sS --max-time 5 -o "$T/loop/$i.txt" "$URL" 2>>"$T/loop.curl" || echo "$i" >>"$T/loop-failed"
     done
