@@ -631,6 +631,14 @@ static int run_validate(struct run *run, int argc, char **argv)
             config_str(cfg, OPT_METADATA_URL), cfg->v[OPT_METADATA_URL].origin);
         return -1;
     }
+    if (config_str(cfg, OPT_AZURE_VM_NAME) &&
+        !watch_azure_name_ok(config_str(cfg, OPT_AZURE_VM_NAME),
+                             strlen(config_str(cfg, OPT_AZURE_VM_NAME)))) {
+        say("invalid azure_vm_name '%s' (from %s): expected the VM's name as Scheduled Events "
+            "lists it, 1 to 127 printable characters without quotes or spaces",
+            config_str(cfg, OPT_AZURE_VM_NAME), cfg->v[OPT_AZURE_VM_NAME].origin);
+        return -1;
+    }
     r = log_open((enum log_format)config_num(cfg, OPT_LOG_FORMAT),
                  (enum log_level)config_num(cfg, OPT_LOG_LEVEL), config_str(cfg, OPT_EVENTS));
     if (r < 0) {
@@ -778,6 +786,7 @@ static int build_watchers(struct run *run)
         .base = run->base,
         .poll_ms = config_num(cfg, OPT_POLL_INTERVAL),
         .imdsv1 = config_num(cfg, OPT_AWS_IMDSV1) != 0,
+        .azure_vm_name = config_str(cfg, OPT_AZURE_VM_NAME),
         .emit = notices_emit,
         .emit_arg = run->notices,
     };

@@ -10,6 +10,7 @@
 #define SPOTD_WATCH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "spot/notice.h"
@@ -24,6 +25,7 @@ struct watch_ctx {
     const char *base_url;        /* the metadata service, without a trailing '/' */
     uint64_t poll_ms;            /* poll interval */
     bool imdsv1;                 /* AWS: fall back to IMDSv1 without a token */
+    const char *azure_vm_name;   /* Azure: this VM's name; NULL: ask compute/name */
     void (*emit)(void *arg, struct notice *n);
     void *emit_arg;
 };
@@ -43,6 +45,10 @@ struct watcher_ops {
 };
 
 extern const struct watcher_ops watch_aws, watch_gcp, watch_azure, watch_alibaba, watch_tencent;
+
+/* Whether name (len bytes) can be an Azure VM's name as Scheduled Events
+ * lists it: 1 to 127 printable bytes, no quote, no space. */
+bool watch_azure_name_ok(const char *name, size_t len);
 
 /* The watcher of a cloud by name, NULL if none. */
 const struct watcher_ops *watch_find(const char *name);

@@ -2,10 +2,19 @@
  *
  * The document lists events for every VM of an availability set or scale
  * set: only those whose Resources name this VM count, so the VM's name is
- * read first.  The document is polled once per poll interval and parsed
- * only when its DocumentIncarnation changes.  The very first call may take
- * up to about two minutes while Azure turns the service on for the VM, so
- * it alone gets a long timeout. */
+ * learnt first (--azure-vm-name, or compute/name).  When the name cannot
+ * be had, the events are watched anyway: until it is known, an event that
+ * lists exactly one resource is taken as this VM's (the common single-VM
+ * case; such an event is never acknowledged), and the name is asked again
+ * every NAME_RETRY_MS.
+ *
+ * The document is polled once per poll interval and read only when its
+ * DocumentIncarnation changes; each event stands alone, so one that cannot
+ * be understood is said once (by EventId) and skipped.  A failed request
+ * backs off to at most WATCH_CAP_30S_MS; a 200 that does not parse keeps
+ * the poll interval.  The very first call may take up to about two minutes
+ * while Azure turns the service on for the VM, so it alone gets a long
+ * timeout. */
 #include <errno.h>
 #include <event2/event.h>
 #include <stdio.h>
@@ -21,8 +30,10 @@
 #define NAME_PATH "/metadata/instance/compute/name?api-version=2021-02-01&format=text"
 #define FIRST_CALL_TIMEOUT_MS (150 * 1000)
 #define EVENT_WINDOW_MS (30 * 1000)
+#define NAME_RETRY_MS (60 * 1000)
 
 #define MAX_OURS 16
+#define MAX_SAID 32
 
 struct watcher {
     struct watch_ctx ctx;
@@ -31,17 +42,31 @@ struct watcher {
     struct http_req *ack_req;
     void (*ack_done)(void *arg);
     void *ack_arg;
-    char vm_name[128];
+    char vm_name[128];           /* "" until known */
+    int64_t name_next_ms;        /* monotonic: when to ask compute/name again */
+    bool name_failed;            /* said once: events are watched without the name */
     bool have_doc;
     int64_t incarnation;
     unsigned failures;
     bool first_call_done;
+    char said[MAX_SAID][64];     /* EventIds already said to be odd, oldest first out */
+    size_t n_said;
     struct http_req *req;
     struct event *timer;
-    struct watch_complaint complaint;
+    struct watch_complaint complaint, garbled;
 };
 
 static const char *const headers[] = { "Metadata: true", NULL };
+
+bool watch_azure_name_ok(const char *name, size_t len)
+{
+    if (len == 0 || len >= 128)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (name[i] <= 0x20 || name[i] >= 0x7f || name[i] == '"')
+            return false;
+    return true;
+}
 
 static void arm(struct watcher *w, uint64_t ms)
 {
@@ -60,47 +85,97 @@ static void failed(struct watcher *w, const char *what, const struct http_result
     arm(w, watch_backoff(w->ctx.poll_ms, ++w->failures, WATCH_CAP_30S_MS));
 }
 
+/* Whether something about event id was said already; remembers it if not.
+ * Each odd event is said once, not at every incarnation that still has it. */
+static bool said_before(struct watcher *w, const char *what, const char *id)
+{
+    char key[64];
+
+    snprintf(key, sizeof(key), "%s %s", what, id);
+    for (size_t i = 0; i < w->n_said && i < MAX_SAID; i++)
+        if (strcmp(w->said[i], key) == 0)
+            return true;
+    memcpy(w->said[w->n_said++ % MAX_SAID], key, sizeof(key));
+    return false;
+}
+
+/* Say what of the document was skipped or guessed, once each. */
+static void say_odd(struct watcher *w, const struct azure_doc *doc)
+{
+    for (size_t i = 0; i < doc->n_bad && i < AZURE_MAX_BAD; i++)
+        if (!said_before(w, "bad", doc->bad[i].id))
+            log_msg(LOGL_WARN, "azure: event %s of incarnation %lld cannot be understood (%s); "
+                    "skipping it, the others are read", doc->bad[i].id[0] ? doc->bad[i].id :
+                    "without an EventId", (long long)doc->incarnation, doc->bad[i].why);
+    if (doc->dropped && !said_before(w, "dropped", "-"))
+        log_msg(LOGL_WARN, "azure: the document lists more than %d events of this VM; "
+                "reading the first %d", AZURE_MAX_EVENTS, AZURE_MAX_EVENTS);
+    for (size_t i = 0; i < doc->n; i++) {
+        const struct azure_event *ev = &doc->ev[i];
+
+        if (ev->not_before_bad && !said_before(w, "date", ev->id))
+            log_msg(LOGL_WARN, "azure: event %s: NotBefore is not a date; taking the shortest "
+                    "window, %d s from now", ev->id, EVENT_WINDOW_MS / 1000);
+        if (ev->guessed && !said_before(w, "guess", ev->id))
+            log_msg(LOGL_WARN, "azure: this VM's name is not known: taking event %s, which lists "
+                    "one resource, as this VM's (never acknowledged)", ev->id);
+    }
+}
+
+static void act_on(struct watcher *w, const struct azure_doc *doc, const struct http_result *res)
+{
+    int64_t now = notice_now_ms();
+
+    say_odd(w, doc);
+    for (size_t i = 0; i < doc->n; i++) {
+        const struct azure_event *ev = &doc->ev[i];
+        struct notice n;
+
+        if (ev->only_us) {
+            snprintf(w->ours[w->n_ours % MAX_OURS], sizeof(w->ours[0]), "%s", ev->id);
+            w->n_ours++;
+        }
+        memset(&n, 0, sizeof(n));
+        if (azure_event_notice(ev, now, EVENT_WINDOW_MS, &n) != 1)
+            continue;
+        notice_copy_raw(n.raw, sizeof(n.raw), res->body, res->len);
+        n.detected_ms = now;
+        w->ctx.emit(w->ctx.emit_arg, &n);
+    }
+}
+
 static void on_events(void *arg, const struct http_result *res)
 {
     struct watcher *w = arg;
-    struct azure_doc doc;
+    struct azure_doc *doc;
     const char *why = NULL;
 
     w->req = NULL;
     w->first_call_done = true;
     if (res->error || res->status != 200)
         return failed(w, EVENTS_PATH, res);
-    if (azure_parse_events(res->body, res->len, w->vm_name, &doc, &why) < 0) {
-        watch_complain(&w->complaint, "azure", "garbage", "cannot understand %s%s: %s; "
-                       "ignoring it", w->ctx.base_url, EVENTS_PATH, why ? why : "malformed");
-        arm(w, watch_backoff(w->ctx.poll_ms, ++w->failures, WATCH_CAP_30S_MS));
+    watch_ok(&w->complaint, "azure");
+    w->failures = 0;
+    doc = malloc(sizeof(*doc));
+    if (!doc) {
+        arm(w, w->ctx.poll_ms);
         return;
     }
-    if (w->failures)
-        watch_ok(&w->complaint, "azure");
-    w->failures = 0;
-    if (!w->have_doc || doc.incarnation != w->incarnation) {
-        int64_t now = notice_now_ms();
-
-        w->have_doc = true;
-        w->incarnation = doc.incarnation;
-        for (size_t i = 0; i < doc.n; i++) {
-            struct notice n;
-
-            if (!doc.ev[i].for_us)
-                continue;
-            if (doc.ev[i].only_us) {
-                snprintf(w->ours[w->n_ours % MAX_OURS], sizeof(w->ours[0]), "%s", doc.ev[i].id);
-                w->n_ours++;
-            }
-            memset(&n, 0, sizeof(n));
-            if (azure_event_notice(&doc.ev[i], now, EVENT_WINDOW_MS, &n) != 1)
-                continue;
-            notice_copy_raw(n.raw, sizeof(n.raw), res->body, res->len);
-            n.detected_ms = now;
-            w->ctx.emit(w->ctx.emit_arg, &n);
+    /* A document that does not parse is not an outage: the service
+     * answers, and the next one may be good; the interval stays. */
+    if (azure_parse_events(res->body, res->len, w->vm_name, doc, &why) < 0) {
+        watch_complain(&w->garbled, "azure", "garbage", "cannot understand %s%s: %s; ignoring "
+                       "it, and polling on", w->ctx.base_url, EVENTS_PATH,
+                       why ? why : "malformed");
+    } else {
+        watch_ok(&w->garbled, "azure");
+        if (!w->have_doc || doc->incarnation != w->incarnation) {
+            w->have_doc = true;
+            w->incarnation = doc->incarnation;
+            act_on(w, doc, res);
         }
     }
+    free(doc);
     arm(w, w->ctx.poll_ms);
 }
 
@@ -112,13 +187,26 @@ static void on_name(void *arg, const struct http_result *res)
     w->req = NULL;
     while (len > 0 && (res->body[len - 1] == '\n' || res->body[len - 1] == '\r'))
         len--;
-    if (res->error || res->status != 200 || len == 0 || len >= sizeof(w->vm_name) ||
-        memchr(res->body, '"', len) || memchr(res->body, '\n', len))
-        return failed(w, NAME_PATH, res);
+    if (res->error || res->status != 200 || !watch_azure_name_ok(res->body, len)) {
+        w->name_next_ms = notice_mono_ms() + NAME_RETRY_MS;
+        if (!w->name_failed)
+            log_msg(LOGL_WARN, "azure: cannot learn this VM's name from %s%s (%s, HTTP %ld); "
+                    "watching its scheduled events anyway, taking an event that lists one "
+                    "resource as this VM's until the name is known (asked again every %d s); "
+                    "--azure-vm-name NAME names it", w->ctx.base_url, NAME_PATH,
+                    res->error ? res->errmsg : res->status == 200 ? "not a VM name"
+                                                                  : "unexpected answer",
+                    res->status, NAME_RETRY_MS / 1000);
+        w->name_failed = true;
+        arm(w, 0);
+        return;
+    }
     memcpy(w->vm_name, res->body, len);
     w->vm_name[len] = '\0';
     log_msg(LOGL_INFO, "azure: this VM is '%s'; watching its scheduled events", w->vm_name);
-    w->failures = 0;
+    /* Read the document again with the name: which events are ours alone
+     * (and may be acknowledged) was not known. */
+    w->have_doc = false;
     arm(w, 0);
 }
 
@@ -133,12 +221,13 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         .connect_timeout_ms = 1000,
     };
 
-    if (!w->vm_name[0]) {
+    if (!w->vm_name[0] && notice_mono_ms() >= w->name_next_ms) {
         snprintf(url, sizeof(url), "%s%s", w->ctx.base_url, NAME_PATH);
         o.max_body = 1024;
         w->req = http_start(w->ctx.http, &o, on_name, w);
     } else {
         snprintf(url, sizeof(url), "%s%s", w->ctx.base_url, EVENTS_PATH);
+        o.max_body = AZURE_MAX_BODY;
         if (!w->first_call_done)
             o.timeout_ms = FIRST_CALL_TIMEOUT_MS;
         w->req = http_start(w->ctx.http, &o, on_events, w);
@@ -217,6 +306,11 @@ static struct watcher *azure_start(const struct watch_ctx *ctx)
     w->timer = evtimer_new(ctx->base, on_timer, w);
     if (!w->timer)
         return azure_stop(w);
+    if (ctx->azure_vm_name) {
+        snprintf(w->vm_name, sizeof(w->vm_name), "%s", ctx->azure_vm_name);
+        log_msg(LOGL_INFO, "azure: this VM is '%s' (--azure-vm-name); watching its scheduled "
+                "events", w->vm_name);
+    }
     arm(w, 0);
     return w;
 }

@@ -6,7 +6,10 @@
  *
  * JSON types are strict: a field that has the wrong type, or a key given
  * twice, makes the whole body garbage.  A metadata service that answers
- * something we do not understand must be seen in the log, not half-read. */
+ * something we do not understand must be seen in the log, not half-read.
+ * The one exception is a document that lists the events of many VMs
+ * (Azure's): there an event stands alone, so that another VM's odd event
+ * cannot hide this VM's notice. */
 #include "spot/cloudparse.h"
 
 #include <cjson/cJSON.h>
@@ -31,12 +34,14 @@ static bool is_space(char c)
 
 /* The checks every body gets.  *ret_len is the length without trailing
  * whitespace: servers and proxies may end a body with a newline. */
-static int body_check(const char *body, size_t len, size_t *ret_len, const char **ret_why)
+static int body_check_max(const char *body, size_t len, size_t max, size_t *ret_len,
+                          const char **ret_why)
 {
     if (!body)
         len = 0;
-    if (len > CLOUDPARSE_MAX_BODY)
-        return strict_garbage(ret_why, "body larger than 64 KiB");
+    if (len > max)
+        return strict_garbage(ret_why, max == AZURE_MAX_BODY ? "body larger than 256 KiB"
+                                                             : "body larger than 64 KiB");
     if (len > 0 && memchr(body, '\0', len))
         return strict_garbage(ret_why, "body holds a NUL byte");
     while (len > 0 && is_space(body[len - 1]))
@@ -47,10 +52,16 @@ static int body_check(const char *body, size_t len, size_t *ret_len, const char 
     return 0;
 }
 
+static int body_check(const char *body, size_t len, size_t *ret_len, const char **ret_why)
+{
+    return body_check_max(body, len, CLOUDPARSE_MAX_BODY, ret_len, ret_why);
+}
+
 /* Parse a whole JSON body into *ret (caller frees); *len becomes the
  * length without trailing whitespace.  The text is copied and terminated
  * first, so no cJSON version can read past the caller's bytes. */
-static int json_parse(const char *body, size_t *plen, cJSON **ret, const char **ret_why)
+static int json_parse(const char *body, size_t *plen, size_t max, cJSON **ret,
+                      const char **ret_why)
 {
     const char *end = NULL;
     cJSON *root;
@@ -58,7 +69,7 @@ static int json_parse(const char *body, size_t *plen, cJSON **ret, const char **
     size_t len;
     int r;
 
-    r = body_check(body, *plen, &len, ret_why);
+    r = body_check_max(body, *plen, max, &len, ret_why);
     if (r < 0)
         return r;
     if (strict_json_has_escaped_nul(body, len))
@@ -84,9 +95,10 @@ static int json_parse(const char *body, size_t *plen, cJSON **ret, const char **
     return 0;
 }
 
-static int json_parse_object(const char *body, size_t *plen, cJSON **ret, const char **ret_why)
+static int json_parse_object(const char *body, size_t *plen, size_t max, cJSON **ret,
+                             const char **ret_why)
 {
-    int r = json_parse(body, plen, ret, ret_why);
+    int r = json_parse(body, plen, max, ret, ret_why);
 
     if (r < 0)
         return r;
@@ -171,7 +183,7 @@ int aws_parse_instance_action(const char *body, size_t len, struct notice *n,
     size_t i;
     int r;
 
-    r = json_parse_object(body, &len, &root, ret_why);
+    r = json_parse_object(body, &len, CLOUDPARSE_MAX_BODY, &root, ret_why);
     if (r < 0)
         return r;
     r = strict_json_member_string(root, "action", true, &action,
@@ -215,7 +227,7 @@ int aws_parse_rebalance(const char *body, size_t len, struct notice *n, const ch
     int64_t deadline;
     int r;
 
-    r = json_parse_object(body, &len, &root, ret_why);
+    r = json_parse_object(body, &len, CLOUDPARSE_MAX_BODY, &root, ret_why);
     if (r < 0)
         return r;
     r = strict_json_member_string(root, "noticeTime", true, &when,
@@ -301,7 +313,7 @@ int aws_parse_maintenance(const char *body, size_t len, struct notice *out, size
     size_t n = 0;
     int r = 0;
 
-    r = json_parse(body, &len, &root, ret_why);
+    r = json_parse(body, &len, CLOUDPARSE_MAX_BODY, &root, ret_why);
     if (r < 0)
         return r;
     if (!cJSON_IsArray(root)) {
@@ -397,12 +409,48 @@ int gcp_parse_maintenance(const char *body, size_t len, struct notice *n, const 
     return 1;
 }
 
-/* One element of Events into *ev; vm_name may be NULL (no event is ours). */
+/* NotBefore: RFC 1123 as documented ("Mon, 11 Apr 2022 22:26:58 GMT"), or
+ * ISO 8601 / RFC 3339 ("2022-04-11T22:26:58Z"), which Microsoft's own
+ * emulator serves. */
+static int azure_time(const char *s, int64_t *ret_ms)
+{
+    size_t len = strlen(s);
+
+    if (time_parse_rfc1123(s, len, ret_ms) == 0 || time_parse_rfc3339(s, len, ret_ms) == 0)
+        return 0;
+    return -EINVAL;
+}
+
+/* Resources: the VM names an event is for.  *ret_names counts them,
+ * *ret_ours those equal to vm_name (which may be NULL or ""). */
+static int azure_resources(const cJSON *res, const char *vm_name, size_t *ret_names,
+                           size_t *ret_ours, const char **ret_why)
+{
+    const cJSON *name;
+    size_t names = 0, ours = 0;
+
+    if (!cJSON_IsArray(res))
+        return strict_garbage(ret_why, "\"Resources\" missing or not an array");
+    cJSON_ArrayForEach(name, res) {
+        if (!cJSON_IsString(name) || !name->valuestring)
+            return strict_garbage(ret_why, "\"Resources\" holds something other than strings");
+        names++;
+        if (vm_name && *vm_name &&
+            strict_ascii_case_equal(name->valuestring, strlen(name->valuestring), vm_name))
+            ours++;
+    }
+    *ret_names = names;
+    *ret_ours = ours;
+    return 0;
+}
+
+/* One element of Events into *ev; vm_name may be NULL or "" (not known:
+ * an event that lists one resource alone is taken as ours). */
 static int azure_event(const cJSON *it, const char *vm_name, struct azure_event *ev,
                        const char **ret_why)
 {
     const char *id, *type, *status, *not_before, *desc, *rtype, *source;
-    const cJSON *res, *name;
+    const cJSON *res;
     size_t names = 0, ours = 0;
     int r;
 
@@ -426,27 +474,22 @@ static int azure_event(const cJSON *it, const char *vm_name, struct azure_event 
                                        "\"EventSource\" is not a string", ret_why)) < 0 ||
         (r = member_int(it, "DurationInSeconds", false, -1, INT32_MAX, &ev->duration_s,
                         "\"DurationInSeconds\" is not a whole number from -1 up", ret_why)) < 0 ||
-        (r = strict_json_member(it, "Resources", &res, ret_why)) < 0)
+        (r = strict_json_member(it, "Resources", &res, ret_why)) < 0 ||
+        (r = azure_resources(res, vm_name, &names, &ours, ret_why)) < 0)
         return r;
     if (!good_id(id, sizeof(ev->id)))
         return strict_garbage(ret_why, "\"EventId\" is empty, too long or not printable");
-    /* Once an event has Started, NotBefore is "". */
-    if (not_before && *not_before &&
-        time_parse_rfc1123(not_before, strlen(not_before), &ev->not_before_ms) < 0)
-        return strict_garbage(ret_why,
-                              "\"NotBefore\" is not a date like \"Mon, 11 Apr 2022 22:26:58 GMT\"");
-    if (!cJSON_IsArray(res))
-        return strict_garbage(ret_why, "\"Resources\" missing or not an array");
-    cJSON_ArrayForEach(name, res) {
-        if (!cJSON_IsString(name) || !name->valuestring)
-            return strict_garbage(ret_why, "\"Resources\" holds something other than strings");
-        names++;
-        if (vm_name && *vm_name &&
-            strict_ascii_case_equal(name->valuestring, strlen(name->valuestring), vm_name))
-            ours++;
+    /* Once an event has Started, NotBefore is "".  A date that cannot be
+     * read leaves the event in, with no NotBefore: for an event of this VM
+     * the shortest window is safer than no notice at all. */
+    if (not_before && *not_before && azure_time(not_before, &ev->not_before_ms) < 0)
+        ev->not_before_bad = 1;
+    if (vm_name && *vm_name) {
+        ev->for_us = ours > 0;
+        ev->only_us = ours > 0 && ours == names;
+    } else {
+        ev->for_us = ev->guessed = names == 1;
     }
-    ev->for_us = ours > 0;
-    ev->only_us = ours > 0 && ours == names;
     notice_copy(ev->id, sizeof(ev->id), id, strlen(id));
     notice_copy(ev->type, sizeof(ev->type), type, strlen(type));
     notice_copy(ev->status, sizeof(ev->status), status, strlen(status));
@@ -455,18 +498,33 @@ static int azure_event(const cJSON *it, const char *vm_name, struct azure_event 
     return 0;
 }
 
+/* An event that could not be understood: its EventId (when it has a
+ * readable one) and why, for the log. */
+static void azure_bad(struct azure_doc *d, const cJSON *it, const char *why)
+{
+    const cJSON *id = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "EventId") : NULL;
+    const char *s = cJSON_IsString(id) && id->valuestring ? id->valuestring : "";
+
+    if (d->n_bad < AZURE_MAX_BAD) {
+        notice_copy(d->bad[d->n_bad].id, sizeof(d->bad[0].id), s, strlen(s));
+        d->bad[d->n_bad].why = why ? why : "malformed";
+    }
+    d->n_bad++;
+}
+
 int azure_parse_events(const char *body, size_t len, const char *vm_name, struct azure_doc *doc,
                        const char **ret_why)
 {
-    struct azure_doc d = { 0 };
+    struct azure_doc *d = doc;
     const cJSON *events, *it;
     cJSON *root;
+    int64_t incarnation = 0;
     int r;
 
-    r = json_parse_object(body, &len, &root, ret_why);
+    r = json_parse_object(body, &len, AZURE_MAX_BODY, &root, ret_why);
     if (r < 0)
         return r;
-    r = member_int(root, "DocumentIncarnation", true, 0, (int64_t)JSON_INT_MAX, &d.incarnation,
+    r = member_int(root, "DocumentIncarnation", true, 0, (int64_t)JSON_INT_MAX, &incarnation,
                    "\"DocumentIncarnation\" missing or not a whole number", ret_why);
     if (r < 0)
         goto out;
@@ -477,17 +535,25 @@ int azure_parse_events(const char *body, size_t len, const char *vm_name, struct
         r = strict_garbage(ret_why, "\"Events\" missing or not an array");
         goto out;
     }
+    /* The document is good from here: each event stands on its own, so
+     * that one this parser cannot read hides none of the others. */
+    memset(d, 0, sizeof(*d));
+    d->incarnation = incarnation;
     cJSON_ArrayForEach(it, events) {
-        if (d.n == AZURE_MAX_EVENTS) {
-            r = strict_garbage(ret_why, "more than 32 events");
-            goto out;
+        struct azure_event ev;
+        const char *why = NULL;
+
+        d->total++;
+        if (azure_event(it, vm_name, &ev, &why) < 0) {
+            azure_bad(d, it, why);
+        } else if (!ev.for_us) {
+            d->others++;
+        } else if (d->n == AZURE_MAX_EVENTS) {
+            d->dropped++;
+        } else {
+            d->ev[d->n++] = ev;
         }
-        r = azure_event(it, vm_name, &d.ev[d.n], ret_why);
-        if (r < 0)
-            goto out;
-        d.n++;
     }
-    *doc = d;
 out:
     cJSON_Delete(root);
     return r;

@@ -57,28 +57,48 @@ int gcp_parse_preempted(const char *body, size_t len, const char **ret_why);
  * left 0 for the caller (arrival + window). */
 int gcp_parse_maintenance(const char *body, size_t len, struct notice *n, const char **ret_why);
 
-/* Azure Scheduled Events document. */
-#define AZURE_MAX_EVENTS 32
+/* Azure Scheduled Events document.  A scale set's placement group lists
+ * the events of many VMs in one document: the cap on the body is larger
+ * than the other clouds', and only this VM's events are kept. */
+#define AZURE_MAX_BODY (256 * 1024)
+#define AZURE_MAX_EVENTS 64          /* this VM's events kept; more are counted */
+#define AZURE_MAX_BAD 8              /* events not understood, kept for the log */
 struct azure_event {
     char id[64];                 /* EventId */
     char type[16];               /* Preempt, Terminate, Reboot, Redeploy, Freeze */
     char status[16];             /* Scheduled, Started */
-    int64_t not_before_ms;       /* 0 when NotBefore is empty (Started) */
+    int64_t not_before_ms;       /* 0 when NotBefore is empty (Started) or not a date */
+    int not_before_bad;          /* NotBefore was given but is not a date */
     int64_t duration_s;          /* DurationInSeconds, -1 when absent */
-    int for_us;                  /* Resources holds vm_name */
+    int for_us;                  /* Resources holds vm_name, or guessed */
     int only_us;                 /* Resources holds vm_name and nothing else */
+    int guessed;                 /* vm_name unknown: Resources holds one name */
     char description[160];
 };
 struct azure_doc {
     int64_t incarnation;         /* DocumentIncarnation */
+    size_t total;                /* events in the document */
+    size_t others;               /* events of other VMs (not kept) */
+    size_t dropped;              /* this VM's events past AZURE_MAX_EVENTS */
+    size_t n_bad;                /* events not understood (skipped) */
+    struct {
+        char id[64];             /* its EventId, "" when it has none */
+        const char *why;         /* static */
+    } bad[AZURE_MAX_BAD];
     size_t n;
-    struct azure_event ev[AZURE_MAX_EVENTS];
+    struct azure_event ev[AZURE_MAX_EVENTS];     /* this VM's */
 };
 
-/* Parse {"DocumentIncarnation": N, "Events": [...]} for the VM named
- * vm_name (Resources is compared case-insensitively: Azure VM names are).
- * Unknown fields are ignored; known ones must have their types; more than
- * AZURE_MAX_EVENTS events is garbage.  Returns 0 or -EINVAL. */
+/* Parse {"DocumentIncarnation": N, "Events": [...]} (at most
+ * AZURE_MAX_BODY bytes) for the VM named vm_name (Resources is compared
+ * case-insensitively: Azure VM names are).  When vm_name is NULL or "",
+ * an event whose Resources lists exactly one name is taken as this VM's
+ * (guessed; never only_us).  The document must be an object with its
+ * incarnation and an Events array, or it is garbage (-EINVAL, *doc
+ * untouched); each event then stands alone: one that cannot be understood
+ * is counted in n_bad and skipped, the others are read.  Unknown fields
+ * are ignored; known ones must have their types.  NotBefore is RFC 1123 as
+ * documented or RFC 3339 (ISO 8601 with a zone). */
 int azure_parse_events(const char *body, size_t len, const char *vm_name, struct azure_doc *doc,
                        const char **ret_why);
 

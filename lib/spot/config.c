@@ -62,6 +62,9 @@ const struct config_option config_options[OPT__COUNT] = {
                          "fall back to IMDSv1 when no IMDSv2 token can be had" },
     [OPT_AZURE_ACK] = { "azure_ack", CONFIG_BOOL, "false", NULL, 0, 0, false, NULL,
                         "acknowledge an Azure event for this VM alone once the command stopped" },
+    [OPT_AZURE_VM_NAME] = { "azure_vm_name", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                            "this Azure VM's name, as Scheduled Events lists it (default: "
+                            "asked of the metadata service)" },
     [OPT_PASS_CREDENTIALS] = { "pass_credentials", CONFIG_BOOL, "false", NULL, 0, 0, false,
                                NULL, "pass the AWS credentials in spotd's environment on to "
                                "the command and the hooks (withheld by default)" },

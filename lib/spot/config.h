@@ -36,6 +36,7 @@ enum config_id {
     OPT_DRILL_AFTER,
     OPT_AWS_IMDSV1,
     OPT_AZURE_ACK,
+    OPT_AZURE_VM_NAME,
     OPT_PASS_CREDENTIALS,
     /* Implemented by later capabilities; refused when set until then. */
     OPT_JOB,

@@ -12,24 +12,11 @@ if ! command -v python3 >/dev/null; then
 fi
 mock_start azure || { fail "azure: the mock starts"; exit 0; }
 
-cat >"$T/cmd.sh" <<'EOF2'
-trap 'echo TERM >>"$1/got"; exit 0' TERM
-while :; do sleep 0.05; done
-EOF2
-spotd_az() {
-    local d=$1
-    shift
-    start_spotd run --cloud azure --metadata-url "$MOCK_URL" --events "$d/ev" "$@" -- sh "$T/cmd.sh" "$d"
-}
-# rfc1123_in SECONDS: an HTTP date that many seconds from now.
-rfc1123_in() { LC_ALL=C date -u -d "@$(( $(date +%s) + $1 ))" '+%a, %d %b %Y %H:%M:%S GMT'; }
-event() { # ID TYPE RESOURCES-JSON NOTBEFORE
-    printf '{"EventId":"%s","EventStatus":"Scheduled","EventType":"%s","ResourceType":"VirtualMachine","Resources":%s,"NotBefore":"%s","Description":"test","EventSource":"Platform","DurationInSeconds":-1}' "$1" "$2" "$3" "$4"
-}
+azure_cmd "$T/cmd.sh"
 
 # 1. Headers, the name, and an event for a neighbour that must be ignored.
 d="$T/other"; mkdir "$d"
-mock_state "{\"vm_name\":\"spot-vm-0\",\"events\":[$(event A1 Preempt '["spot-vm-1"]' "$(rfc1123_in 30)")]}" >/dev/null
+mock_state "{\"vm_name\":\"spot-vm-0\",\"events\":[$(azure_event A1 Preempt '["spot-vm-1"]' "$(rfc1123_in 30)")]}" >/dev/null
 spotd_az "$d" --poll-interval 200ms --notice-margin 1s --grace 3s
 mock_wait_requests 3 /metadata/scheduledevents GET 10 >/dev/null
 expect_eq "every request carries Metadata: true" true "$(mock_header Metadata /metadata/scheduledevents)"
@@ -44,7 +31,7 @@ check "a neighbour's event leaves the command alone" alive "$SPOTD_PID"
 # so that the command always gets its grace and exits on its own; the grace
 # is 3 s, as a command told to stop on a loaded machine can take over 1 s.
 nb=$(rfc1123_in 10)
-mock_state "{\"events\":[$(event A1 Preempt '["spot-vm-1"]' "$(rfc1123_in 30)"),$(event B2 Preempt '["SPOT-VM-0"]' "$nb")]}" >/dev/null
+mock_state "{\"events\":[$(azure_event A1 Preempt '["spot-vm-1"]' "$(rfc1123_in 30)"),$(azure_event B2 Preempt '["SPOT-VM-0"]' "$nb")]}" >/dev/null
 wait_for 10 has '"event":"notice"' "$d/ev"
 n=$(ev "$d/ev" notice | head -n 1)
 expect_eq "Preempt: kind terminate" terminate "$(jget "$n" kind)"
@@ -59,7 +46,7 @@ mock_reset
 
 # 3. Freeze is advisory.
 d="$T/freeze"; mkdir "$d"
-mock_state "{\"events\":[$(event F1 Freeze '["spot-vm-0"]' "$(rfc1123_in 20)")]}" >/dev/null
+mock_state "{\"events\":[$(azure_event F1 Freeze '["spot-vm-0"]' "$(rfc1123_in 20)")]}" >/dev/null
 spotd_az "$d" --poll-interval 200ms
 wait_for 10 has '"event":"notice"' "$d/ev"
 check "Freeze: advisory" has '"action":"none: advisory"' "$d/ev"
@@ -70,7 +57,7 @@ mock_reset
 
 # 4. --azure-ack: our event alone is acknowledged after the command stopped.
 d="$T/ack"; mkdir "$d"
-mock_state "{\"events\":[$(event C3 Preempt '["spot-vm-0"]' "$(rfc1123_in 8)")]}" >/dev/null
+mock_state "{\"events\":[$(azure_event C3 Preempt '["spot-vm-0"]' "$(rfc1123_in 8)")]}" >/dev/null
 spotd_az "$d" --poll-interval 200ms --azure-ack true --notice-margin 1s --grace 1s
 wait_exit "$SPOTD_PID" 20
 expect_eq "ack: the command stopped" 0 "$RC"
@@ -83,7 +70,7 @@ mock_reset
 
 # 5. --azure-ack with an event that lists other VMs too: no acknowledgment.
 d="$T/noack"; mkdir "$d"
-mock_state "{\"events\":[$(event D4 Preempt '["spot-vm-0","spot-vm-1"]' "$(rfc1123_in 8)")]}" >/dev/null
+mock_state "{\"events\":[$(azure_event D4 Preempt '["spot-vm-0","spot-vm-1"]' "$(rfc1123_in 8)")]}" >/dev/null
 spotd_az "$d" --poll-interval 200ms --azure-ack true --notice-margin 1s --grace 500ms
 wait_exit "$SPOTD_PID" 20
 expect_eq "shared event: the command stopped" 0 "$RC"

@@ -217,3 +217,34 @@ fault_stat() { _faultctl stat "$1"; }
 
 # fault_reset: clear the rules, the log and the counters.
 fault_reset() { _faultctl call POST /_fault/reset "" >/dev/null; }
+
+# ---- Azure documents ----
+
+# rfc1123_in SECONDS: an HTTP date (Azure's NotBefore) that many seconds
+# from now.
+rfc1123_in() { LC_ALL=C date -u -d "@$(( $(date +%s) + $1 ))" '+%a, %d %b %Y %H:%M:%S GMT'; }
+
+# azure_event ID TYPE RESOURCES-JSON NOTBEFORE: one Scheduled Events event
+# as documented.
+azure_event() {
+    printf '{"EventId":"%s","EventStatus":"Scheduled","EventType":"%s","ResourceType":"VirtualMachine","Resources":%s,"NotBefore":"%s","Description":"test","EventSource":"Platform","DurationInSeconds":-1}' "$1" "$2" "$3" "$4"
+}
+
+# azure_cmd FILE: write a command for spotd to wrap that runs until TERM,
+# then exits 0 at once (TERM interrupts its wait: a loaded machine can take
+# seconds to end a sleep a trap would wait for); given a directory it
+# notes "TERM" in DIR/got.
+azure_cmd() {
+    cat >"$1" <<'EOF2'
+trap '[ -n "$1" ] && echo TERM >>"$1/got"; kill $! 2>/dev/null; exit 0' TERM
+while :; do sleep 1 & wait $!; done
+EOF2
+}
+
+# spotd_az DIR ARGS...: spotd in the background on the Azure mock, around
+# $T/cmd.sh DIR (made by azure_cmd), its events in DIR/ev.
+spotd_az() {
+    local d=$1
+    shift
+    start_spotd run --cloud azure --metadata-url "$MOCK_URL" --events "$d/ev" "$@" -- sh "$T/cmd.sh" "$d"
+}

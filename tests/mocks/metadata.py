@@ -750,7 +750,7 @@ NEWEST = ["2021-02-01", "2021-01-01", "2020-12-01"]
 
 class Azure(Mock):
     cloud = "azure"
-    extra_keys = {"events": [], "vm_name": "spot-vm-0"}
+    extra_keys = {"events": [], "vm_name": "spot-vm-0", "name_status": None}
     notice_paths = ("/metadata/scheduledevents",)
 
     def on_reset(self):
@@ -792,6 +792,10 @@ class Azure(Mock):
                 raise BadState("events: a list of event objects")
         if "vm_name" in c and not isinstance(c["vm_name"], str):
             raise BadState("vm_name: a string")
+        if "name_status" in c and c["name_status"] is not None and \
+                (not isinstance(c["name_status"], int) or isinstance(c["name_status"], bool)
+                 or not 400 <= c["name_status"] <= 599):
+            raise BadState("name_status: null or an HTTP error status (400 to 599)")
         return c
 
     def err(self, status, msg, **extra):
@@ -863,6 +867,10 @@ class Azure(Mock):
     def instance(self, req, p):
         with self.cond:
             doc = {"compute": self.compute()}
+            name_status = self.state["name_status"]
+        if name_status and p == "/metadata/instance/compute/name":
+            return self.err(name_status, "Not found" if name_status == 404
+                            else "Internal server error")
         node = doc
         parts = [x for x in p[len("/metadata/instance"):].split("/") if x]
         for x in parts:

@@ -589,14 +589,18 @@ TEST(cloud_azure_events)
     /* Azure VM names compare case-insensitively. */
     CHECK_INT(azure_parse_events(sample, strlen(sample), "westno_1", &doc, &why), 0);
     CHECK_INT(doc.ev[0].for_us, 1);
-    /* Another VM's event. */
+    /* Another VM's event: counted, not kept. */
     CHECK_INT(azure_parse_events(sample, strlen(sample), "WestNO_2", &doc, &why), 0);
-    CHECK_INT(doc.ev[0].for_us, 0);
-    CHECK_INT(doc.ev[0].only_us, 0);
+    CHECK_INT(doc.n, 0);
+    CHECK_INT(doc.others, 1);
+    CHECK_INT(doc.total, 1);
     CHECK_INT(azure_parse_events(sample, strlen(sample), "WestNO", &doc, &why), 0);
-    CHECK_INT(doc.ev[0].for_us, 0);
+    CHECK_INT(doc.n, 0);
+    /* The name not known: two resources are no guess. */
     CHECK_INT(azure_parse_events(sample, strlen(sample), NULL, &doc, &why), 0);
-    CHECK_INT(doc.ev[0].for_us, 0);
+    CHECK_INT(doc.n, 0);
+    CHECK_INT(azure_parse_events(sample, strlen(sample), "", &doc, &why), 0);
+    CHECK_INT(doc.n, 0);
 
     static const char ours[] = AZ_DOC("17", AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]",
                                                      AZ_NB, ", \"DurationInSeconds\": -1")
@@ -624,12 +628,42 @@ TEST(cloud_azure_events)
     static const char unknown[] = AZ_DOC("3", AZ_EVENT("e1", "Hibernate", "Pending", "[]", "",
                                                        ", \"NewField\": {\"a\": [1]}"));
     CHECK_INT(azure_parse_events(unknown, strlen(unknown), "vm1", &doc, &why), 0);
+    CHECK_INT(doc.n, 0);
+    CHECK_INT(doc.others, 1);
+    static const char unknown_ours[] = AZ_DOC("3", AZ_EVENT("e1", "Hibernate", "Pending",
+                                                            "[\"vm1\"]", "",
+                                                            ", \"NewField\": {\"a\": [1]}"));
+    CHECK_INT(azure_parse_events(unknown_ours, strlen(unknown_ours), "vm1", &doc, &why), 0);
+    CHECK_INT(doc.n, 1);
     CHECK_STR(doc.ev[0].type, "Hibernate");
-    CHECK_INT(doc.ev[0].for_us, 0);
+
+    /* The name not known: an event that lists one resource is taken as
+     * ours, guessed, and never ours alone (no acknowledgment). */
+    CHECK_INT(azure_parse_events(ours, strlen(ours), NULL, &doc, &why), 0);
+    CHECK_INT(doc.n, 1);
+    CHECK_STR(doc.ev[0].id, "e1");
+    CHECK_INT(doc.ev[0].for_us, 1);
+    CHECK_INT(doc.ev[0].guessed, 1);
+    CHECK_INT(doc.ev[0].only_us, 0);
+    CHECK_INT(doc.others, 1);                  /* e2 lists two */
+    CHECK_INT(azure_parse_events(ours, strlen(ours), "vm1", &doc, &why), 0);
+    CHECK_INT(doc.ev[0].guessed, 0);
+
+    /* NotBefore as ISO 8601 (Microsoft's emulator) or RFC 1123. */
+    static const char iso[] = AZ_DOC("4", AZ_EVENT("e1", "Preempt", "Scheduled", "[\"vm1\"]",
+                                                   "2022-04-11T22:26:58Z", "")
+                                     "," AZ_EVENT("e2", "Preempt", "Scheduled", "[\"vm1\"]",
+                                                  "2022-04-11T22:26:58.000+00:00", ""));
+    CHECK_INT(azure_parse_events(iso, strlen(iso), "vm1", &doc, &why), 0);
+    CHECK_INT(doc.n, 2);
+    CHECK_INT(doc.ev[0].not_before_ms, T_AZ);
+    CHECK_INT(doc.ev[1].not_before_ms, T_AZ);
+    CHECK_INT(doc.ev[0].not_before_bad, 0);
 }
 
 TEST(cloud_azure_garbage)
 {
+    /* The document itself is wrong: nothing can be read. */
     static const char *const bad[] = {
         AZ_DOC("\"2\"", ""),
         AZ_DOC("1.5", ""),
@@ -646,44 +680,48 @@ TEST(cloud_azure_garbage)
         "[]",
         "{\"DocumentIncarnation\": 1, \"Events\": []",
         "{\"DocumentIncarnation\": 1, \"Events\": []} {}",
-        AZ_DOC("1", "1"),
-        AZ_DOC("1", "\"e1\""),
-        AZ_DOC("1", AZ_EVENT("e1", "Preempt", "Scheduled", "\"VM1\"", AZ_NB, "")),
-        AZ_DOC("1", AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\", 2]", AZ_NB, "")),
-        AZ_DOC("1", AZ_EVENT("e1", "Preempt", "Scheduled", "[null]", AZ_NB, "")),
-        AZ_DOC("1", AZ_EVENT("", "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB, "")),
-        AZ_DOC("1", AZ_EVENT("C7061BAC-AFDC-4513-B24B-AA5F13A16123-C7061BAC-AFDC-4513-B24B-AA5F13",
-                             "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB, "")),
-        AZ_DOC("1", AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]",
-                             "Tue, 11 Apr 2022 22:26:58 GMT", "")),
-        AZ_DOC("1", AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]",
-                             "Mon, 11 Apr 2022 22:26:58", "")),
-        AZ_DOC("1", AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]", "2022-04-11T22:26:58Z", "")),
-        AZ_DOC("1", AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB,
-                             ", \"DurationInSeconds\": -2")),
-        AZ_DOC("1", AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB,
-                             ", \"DurationInSeconds\": \"5\"")),
-        AZ_DOC("1", AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB,
-                             ", \"DurationInSeconds\": 1e30")),
-        AZ_DOC("1", AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB,
-                             ", \"DurationInSeconds\": 2.5")),
-        AZ_DOC("1", AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB,
-                             ", \"EventType\": \"Freeze\"")),
-        AZ_DOC("1", AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB,
-                             ", \"ResourceType\": 1")),
-        "{\"DocumentIncarnation\": 1, \"Events\": [{\"EventId\": \"e1\", \"EventStatus\": "
-        "\"Scheduled\", \"EventType\": \"Preempt\", \"Resources\": [\"VM1\"], \"NotBefore\": null}]}",
-        "{\"DocumentIncarnation\": 1, \"Events\": [{\"EventId\": \"e1\", \"EventStatus\": "
-        "\"Scheduled\", \"EventType\": \"Preempt\", \"NotBefore\": \"\"}]}",
-        "{\"DocumentIncarnation\": 1, \"Events\": [{\"EventId\": 7, \"EventStatus\": "
-        "\"Scheduled\", \"EventType\": \"Preempt\", \"Resources\": [], \"NotBefore\": \"\"}]}",
-        "{\"DocumentIncarnation\": 1, \"Events\": [{\"EventId\": \"e1\", \"EventType\": "
-        "\"Preempt\", \"Resources\": [], \"NotBefore\": \"\"}]}",
         "{\"DocumentIncarnation\": 1, \"Events\": [{\"EventId\": \"e1\\u0000\", \"EventStatus\": "
         "\"Scheduled\", \"EventType\": \"Preempt\", \"Resources\": [], \"NotBefore\": \"\"}]}",
     };
+    /* One event is wrong: it alone is skipped, and said by its EventId
+     * when it has a readable one. */
+    static const struct {
+        const char *event;
+        const char *id;
+    } bad_event[] = {
+        { "1", "" },
+        { "\"e1\"", "" },
+        { AZ_EVENT("e1", "Preempt", "Scheduled", "\"VM1\"", AZ_NB, ""), "e1" },
+        { AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\", 2]", AZ_NB, ""), "e1" },
+        { AZ_EVENT("e1", "Preempt", "Scheduled", "[null]", AZ_NB, ""), "e1" },
+        { AZ_EVENT("", "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB, ""), "" },
+        { AZ_EVENT("C7061BAC-AFDC-4513-B24B-AA5F13A16123-C7061BAC-AFDC-4513-B24B-AA5F13",
+                   "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB, ""),
+          "C7061BAC-AFDC-4513-B24B-AA5F13A16123-C7061BAC-AFDC-4513-B24B-AA" },
+        { AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB, ", \"DurationInSeconds\": -2"),
+          "e1" },
+        { AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB,
+                   ", \"DurationInSeconds\": \"5\""), "e1" },
+        { AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB,
+                   ", \"DurationInSeconds\": 1e30"), "e1" },
+        { AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB,
+                   ", \"DurationInSeconds\": 2.5"), "e1" },
+        { AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB, ", \"EventType\": \"Freeze\""),
+          "e1" },
+        { AZ_EVENT("e1", "Preempt", "Scheduled", "[\"VM1\"]", AZ_NB, ", \"ResourceType\": 1"),
+          "e1" },
+        { "{\"EventId\": \"e1\", \"EventStatus\": \"Scheduled\", \"EventType\": \"Preempt\", "
+          "\"Resources\": [\"VM1\"], \"NotBefore\": null}", "e1" },
+        { "{\"EventId\": \"e1\", \"EventStatus\": \"Scheduled\", \"EventType\": \"Preempt\", "
+          "\"NotBefore\": \"\"}", "e1" },
+        { "{\"EventId\": 7, \"EventStatus\": \"Scheduled\", \"EventType\": \"Preempt\", "
+          "\"Resources\": [], \"NotBefore\": \"\"}", "" },
+        { "{\"EventId\": \"e1\", \"EventType\": \"Preempt\", \"Resources\": [], \"NotBefore\": "
+          "\"\"}", "e1" },
+    };
+    static const char good[] = AZ_EVENT("ours", "Preempt", "Scheduled", "[\"vm1\"]", AZ_NB, "");
     struct azure_doc doc;
-    char *many;
+    char *many, text[2048];
     size_t len = 0;
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -696,27 +734,70 @@ TEST(cloud_azure_garbage)
             harness_failed = 1;
         }
     }
+    /* Each bad event beside a good one of ours, on either side: the good
+     * one is read. */
+    for (size_t i = 0; i < sizeof(bad_event) / sizeof(bad_event[0]); i++) {
+        for (int first = 0; first < 2; first++) {
+            const char *why = NULL;
+            snprintf(text, sizeof(text), "{\"DocumentIncarnation\": 7, \"Events\": [%s, %s]}",
+                     first ? bad_event[i].event : good, first ? good : bad_event[i].event);
+            int r = azure_parse_events(text, strlen(text), "vm1", &doc, &why);
+            if (r != 0 || doc.n != 1 || strcmp(doc.ev[0].id, "ours") != 0 || doc.n_bad != 1 ||
+                doc.total != 2 || !doc.bad[0].why || strcmp(doc.bad[0].id, bad_event[i].id) != 0) {
+                printf("  case %zu/%d: azure_parse_events(\"%s\") = %d, n %zu, bad %zu (%s, "
+                       "\"%s\"): expected our event read and one bad one, \"%s\"\n", i, first,
+                       text, r, doc.n, doc.n_bad, doc.n_bad ? doc.bad[0].why : "-",
+                       doc.n_bad ? doc.bad[0].id : "-", bad_event[i].id);
+                harness_failed = 1;
+            }
+        }
+    }
+    /* A NotBefore that is no date keeps the event, without a NotBefore
+     * (the caller takes the shortest window). */
+    static const char *const bad_dates[] = { "Tue, 11 Apr 2022 22:26:58 GMT",
+                                             "Mon, 11 Apr 2022 22:26:58", "2022-04-11 22:26:58",
+                                             "2022-04-11T22:26:58", "tomorrow" };
+    for (size_t i = 0; i < sizeof(bad_dates) / sizeof(bad_dates[0]); i++) {
+        const char *why = NULL;
+        snprintf(text, sizeof(text), AZ_DOC("1", AZ_EVENT("e1", "Preempt", "Scheduled",
+                                                           "[\"VM1\"]", "%s", "")), bad_dates[i]);
+        CHECK_INT(azure_parse_events(text, strlen(text), "vm1", &doc, &why), 0);
+        CHECK_INT(doc.n, 1);
+        CHECK_INT(doc.ev[0].not_before_bad, 1);
+        CHECK_INT(doc.ev[0].not_before_ms, 0);
+    }
 
-    /* 32 events are fine, 33 are not. */
-    many = malloc(64 * 1024);
+    /* Hundreds of events of other VMs, then ours: ours is read; past
+     * AZURE_MAX_EVENTS of ours, the rest are counted, not refused. */
+    many = malloc(AZURE_MAX_BODY);
     if (!many) {
         CHECK(!"out of memory");
         return;
     }
     len = (size_t)sprintf(many, "{\"DocumentIncarnation\": 5, \"Events\": [");
-    for (int i = 0; i < AZURE_MAX_EVENTS; i++)
+    for (int i = 0; i < 400; i++)
+        len += (size_t)sprintf(many + len, "%s" AZ_EVENT("o%d", "Freeze", "Scheduled",
+                                                         "[\"vm-%d\"]", AZ_NB, ""),
+                               i ? "," : "", i, i + 2);
+    len += (size_t)sprintf(many + len, "," AZ_EVENT("e0", "Preempt", "Scheduled", "[\"vm1\"]",
+                                                    AZ_NB, ""));
+    strcpy(many + len, "]}");
+    const char *why = NULL;
+    CHECK(len + 2 > CLOUDPARSE_MAX_BODY);
+    CHECK_INT(azure_parse_events(many, len + 2, "vm1", &doc, &why), 0);
+    CHECK_INT(doc.total, 401);
+    CHECK_INT(doc.others, 400);
+    CHECK_INT(doc.n, 1);
+    CHECK_STR(doc.ev[0].id, "e0");
+    len = (size_t)sprintf(many, "{\"DocumentIncarnation\": 5, \"Events\": [");
+    for (int i = 0; i < AZURE_MAX_EVENTS + 3; i++)
         len += (size_t)sprintf(many + len, "%s" AZ_EVENT("e%d", "Freeze", "Scheduled", "[\"vm1\"]",
                                                          AZ_NB, ""), i ? "," : "", i);
     strcpy(many + len, "]}");
-    const char *why = NULL;
     CHECK_INT(azure_parse_events(many, len + 2, "vm1", &doc, &why), 0);
     CHECK_INT(doc.n, AZURE_MAX_EVENTS);
-    CHECK_STR(doc.ev[31].id, "e31");
-    len += (size_t)sprintf(many + len, "," AZ_EVENT("e%d", "Freeze", "Scheduled", "[\"vm1\"]",
-                                                    AZ_NB, ""), 32);
-    strcpy(many + len, "]}");
-    CHECK_INT(azure_parse_events(many, len + 2, "vm1", &doc, &why), -EINVAL);
-    CHECK_HAS(why, "more than 32");
+    CHECK_INT(doc.dropped, 3);
+    CHECK_STR(doc.ev[AZURE_MAX_EVENTS - 1].id, "e63");
     free(many);
 }
 
