@@ -324,6 +324,18 @@ def test_aws(m):
     m.state(fault_scope="all")
     s, _, _ = m.req("PUT", "/latest/api/token", {TTL: "60"})
     expect("aws/fault-scope-all", 500, s)
+    # "token": the PUT alone, as a hop limit of 1 drops its answer; the
+    # GETs are answered, a tokenless one refused as IMDSv2 requires.
+    m.state(fault_scope="token")
+    s, _, _ = m.req("PUT", "/latest/api/token", {TTL: "60"})
+    s2, _, _ = m.req("GET", IA, auth)
+    expect("aws/fault-scope-token-hits-the-put-alone", (500, 404), (s, s2))
+    m.state(fault="hang")
+    e = raised(lambda: m.req("PUT", "/latest/api/token", {TTL: "60"}, timeout=0.4))
+    s2 = m.req("GET", IA, auth)[0]
+    s3 = m.req("GET", IA)[0]
+    result("aws/fault-scope-token-hang", isinstance(e, TimeoutError) and (s2, s3) == (404, 401),
+           "PUT %r, GET with the token %d, without %d" % (e, s2, s3))
     m.state(fault=None, fault_scope="notice")
 
     scheduled_flip(m, IA, auth, {"notice": notice}, 404,
@@ -465,6 +477,26 @@ def test_gcp(m):
     expect("gcp/fault-interrupts-long-poll", 500, box.get("r", (0,))[0])
     m.state(fault=None)
 
+    # wait_ignored: every long-poll answered at once with the value and
+    # ETag as they are, changed or not (a proxy, an emulator).
+    m.state(wait_ignored=True)
+    cur = m.req("GET", P, G)[1]["etag"]
+    t0 = time.monotonic()
+    s, h, b = m.req("GET", P + "?wait_for_change=true&timeout_sec=5&last_etag=" + cur, G)
+    dt = time.monotonic() - t0
+    s2, _, b2 = m.req("GET", P + "?wait_for_change=true&timeout_sec=5", G)
+    dt2 = time.monotonic() - t0
+    result("gcp/wait-ignored-answers-at-once", (s, b, h.get("etag"), s2, b2) ==
+           (200, b"FALSE", cur, 200, b"FALSE") and dt2 < 2 * m.prompt(),
+           "%d %r etag %s after %.3fs, without last_etag %d %r after %.3fs" % (
+               s, b, h.get("etag"), dt, s2, b2, dt2))
+    expect("gcp/wait-ignored-no-waiter", 0, m.ctl("GET", "state")["_waiters"])
+    result("gcp/wait-ignored-not-bool-400", raised(lambda: m.state(wait_ignored="yes")),
+           "wait_ignored \"yes\" accepted")
+    m.state(wait_ignored=False)
+    s, _, _ = m.req("POST", "/_mock/state", body='{"fault_scope": "token"}')
+    expect("gcp/fault-scope-token-400-without-tokens", 400, s)
+
     common_faults(m, "gcp", P, G, 200)
     scheduled_flip(m, P, G, {"preempted": True}, (200, b"FALSE"),
                    lambda s, b: (s, b) == (200, b"TRUE"))
@@ -597,6 +629,11 @@ def test_alibaba(m):
     s2 = m.req("GET", "/latest/meta-data/instance-id", {T: short})[0]
     expect("alibaba/token-expiry-mid-run", (200, 401), (s1, s2))
     m.state(token_ttl_cap=None)
+    m.state(fault="500", fault_scope="token")
+    s, _, _ = m.req("PUT", "/latest/api/token", {TTL: "60"})
+    s2, _, _ = m.req("GET", TT, auth)
+    expect("alibaba/fault-scope-token-hits-the-put-alone", (500, 404), (s, s2))
+    m.state(fault=None, fault_scope="notice")
     common_faults(m, "alibaba", TT, auth, 404)
     scheduled_flip(m, TT, auth, {"termination_time": "2015-01-05T18:02:00Z"}, 404,
                    lambda s, b: (s, b) == (200, b"2015-01-05T18:02:00Z"))
