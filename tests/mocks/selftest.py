@@ -686,6 +686,10 @@ EOF
 [ "$(mock_count /latest/api/token PUT)" = 1 ] || { echo "count"; exit 1; }
 [ "$(mock_header x-AWS-ec2-metadata-token-ttl-seconds /latest/api/token)" = 60 ] || { echo "header"; exit 1; }
 mock_wait_requests 2 /latest/ "" 2 || { echo "wait"; exit 1; }
+[ "$(mock_count_ms /latest/ "" 0 $(( $(now_ms) + 1000 )))" = 2 ] &&
+    [ "$(mock_count_ms /latest/api/token PUT 0 $(( $(now_ms) + 1000 )))" = 1 ] &&
+    [ "$(mock_count_ms /latest/ "" $(( $(now_ms) + 1000 )) $(( $(now_ms) + 2000 )))" = 0 ] ||
+    { echo "count_ms"; exit 1; }
 [ "$(mock_flip_ms)" -gt 0 ] || { echo "flip ms"; exit 1; }
 [ "${_bg_pids[0]}" = "$MOCK_PID" ] || { echo "not in _bg_pids"; exit 1; }
 none_left || { echo "the mock counts as a leftover of the test"; exit 1; }
