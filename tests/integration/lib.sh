@@ -74,6 +74,13 @@ nap() {
     read -r -t "${1:-0.1}" -u "$_nap_fd" _ 2>/dev/null || :
 }
 
+# nap_until MS: nap until the wall clock (now_ms) reaches MS; at once
+# when it has.
+nap_until() {
+    local left=$(( $1 - $(now_ms) ))
+    [ "$left" -le 0 ] || nap "$((left / 1000)).$(printf %03d $((left % 1000)))"
+}
+
 # wait_exit PID [SECONDS]: wait for a background spotd; sets RC (124 on
 # time-out, after which it and everything below it are killed).
 wait_exit() {

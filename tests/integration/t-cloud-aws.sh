@@ -2,7 +2,9 @@
 # AWS IMDSv2 against the mock in tests/mocks: tokens, the four watched
 # endpoints, notices present at start, rebalance then termination, no
 # duplicates, token expiry mid-run, the hop-limit message, IMDSv1 fallback,
-# and a misbehaving service that never disturbs the command.
+# a misbehaving service that never disturbs the command, garbled answers
+# that keep the poll interval, and no spin on a lost token with IMDSv1
+# allowed.  Outages: t-cloud-outage.sh.
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/mocks/lib.sh"
 
@@ -156,7 +158,7 @@ for fault in garbage huge throttle down slow; do
     if [ $fault = slow ]; then sleep 3; else sleep 1.5; fi
     check "$fault: the command is untouched" alive "$SPOTD_PID"
     lines=$(grep -c "said once until it changes" "$T/stderr")
-    check "$fault: logged, without a flood ($lines lines)" [ "$lines" -ge 1 ] && [ "$lines" -le 4 ]
+    check "$fault: logged, without a flood ($lines lines)" eval '[ "$lines" -ge 1 ] && [ "$lines" -le 4 ]'
     mock_state "{\"fault\":null,\"notice\":{\"action\":\"terminate\",\"time\":\"2099-01-01T00:00:0${#fault}Z\"}}" >/dev/null
     wait_for 40 has '"event":"notice"' "$d/ev"
     check "$fault: notices seen once the service recovers" has '"event":"notice"' "$d/ev"
@@ -164,6 +166,61 @@ for fault in garbage huge throttle down slow; do
     mock_reset
     mock_state '{"fault_delay":3}' >/dev/null
 done
+
+# 9. Garbled 200s are not an outage: every watched path answers garbage for
+#    7 s, then a valid notice.  Polling keeps its 200 ms (backing off, the
+#    old code asked at 0, 0.4, 1.2, 2.8 and 6 s, then 12.4 s), each path's
+#    complaint is said once, and the notice is seen at the next poll.
+mock_reset
+IA=/latest/meta-data/spot/instance-action
+d="$T/garbled"; mkdir "$d"
+mock_state '{"fault":"garbage"}' >/dev/null
+spotd_aws "$d" --poll-interval 200ms
+mock_wait_requests 1 $IA GET 10
+first=$(mock_request_ms $IA GET | sed -n 1p)
+nap_until $((first + 7000))
+mock_state "{\"fault\":null,\"notice\":{\"action\":\"terminate\",\"time\":\"$(iso_in 300)\"}}" >/dev/null
+flip=$(mock_flip_ms)
+wait_for 20 has '"event":"notice"' "$d/ev"
+n=$(mock_count_ms $IA GET "$first" "$flip")
+check "garbage: polling keeps its interval ($n requests in 7 s at 200 ms; backing off: 5)" [ "$n" -ge 12 ]
+lines=$(grep -c "cannot understand .*spot/instance-action" "$T/stderr")
+expect_eq "garbage: said once for the path, not at every poll" 1 "$lines"
+lines=$(grep -c "cannot understand" "$T/stderr")
+check "garbage: at most once per watched path ($lines lines)" [ "$lines" -le 4 ]
+det=$(ts_ms "$(jget "$(ev "$d/ev" notice | sed -n 1p)" detected)")
+expect_lt "garbage: the notice is seen at the next poll ($((det - flip)) ms after it is served)" \
+    $((200 + $(late 400))) $((det - flip))
+kill -TERM "$SPOTD_PID"; wait_exit "$SPOTD_PID" 10
+mock_reset
+
+# 10. IMDSv2 required, the token PUT's answer lost (hop limit 1 in a
+#     container) and --aws-imdsv1 true, as the hint says: the tokenless
+#     GETs are refused.  That is an outage to back off from, said once with
+#     what to do; the old code took the second 401 of the round for an
+#     expired token and began again at once: a PUT every 2 s (its time-out),
+#     with a warning each time.
+d="$T/hop-v1"; mkdir "$d"
+mock_state '{"fault":"hang","fault_scope":"token"}' >/dev/null
+spotd_aws "$d" --poll-interval 200ms --aws-imdsv1 true
+mock_wait_requests 1 /latest/api/token PUT 10
+first=$(mock_request_ms /latest/api/token PUT | sed -n 1p)
+nap_until $((first + 10000))
+n=$(mock_count_ms /latest/api/token PUT "$first" $((first + 10000)))
+check "hop limit with IMDSv1 allowed: no spin ($n token PUTs in 10 s; spinning: 5)" [ "$n" -le 4 ]
+mock_wait_requests 4 /latest/api/token PUT 10
+puts=($(mock_request_ms /latest/api/token PUT))
+# Each round is the PUT's 2 s time-out, then the backoff: at least 0.8 s
+# after the third failure (a spin has none).
+expect_ge "hop limit with IMDSv1 allowed: it backs off (the 4th PUT 2.5 s or more after the 3rd)" \
+    2500 $((puts[3] - puts[2]))
+expect_eq "hop limit with IMDSv1 allowed: the lost token is said once" 1 \
+    "$(grep -c "no session token" "$T/stderr")"
+check "hop limit with IMDSv1 allowed: the refusal says what to do" \
+    grep -q "http-put-response-hop-limit 2" "$T/stderr"
+check "hop limit with IMDSv1 allowed: the command is untouched" alive "$SPOTD_PID"
+kill -TERM "$SPOTD_PID"; wait_exit "$SPOTD_PID" 10
+mock_reset
 
 mock_stop
 check "no zombie children left" [ "$(zombies_of $$)" = 0 ]

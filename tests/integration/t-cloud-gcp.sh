@@ -2,7 +2,8 @@
 # GCP against the mock: the Metadata-Flavor header, long-poll with ETags,
 # preemption present at start and flipping mid-run, maintenance events
 # (advisory migrate, terminating terminate, a second event not taken for the
-# first), and recovery after an outage.
+# first), recovery after an outage said once per key, and a server that
+# answers long-polls at once.  Outages' timing: t-cloud-outage.sh.
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/mocks/lib.sh"
 
@@ -80,20 +81,52 @@ expect_eq "terminate on maintenance: the command stopped" 0 "$RC"
 check "terminate on maintenance: terminating" has '"terminating":true' "$d/ev"
 mock_reset
 
-# 4. An outage: said once, then the long-poll resumes.
+# 4. An outage: said once per key with the HTTP status (each key its own
+#    complaint: sharing one, they took turns and each was said again at
+#    every retry), then the long-poll resumes.
 d="$T/down"; mkdir "$d"
 mock_state '{"fault":"500"}' >/dev/null
 spotd_gcp "$d" --poll-interval 100ms --notice-margin 29s --grace 500ms
 sleep 1.5
 check "500s: the command is untouched" alive "$SPOTD_PID"
 lines=$(grep -c "said once until it changes" "$T/stderr")
-check "500s: logged without a flood ($lines lines)" [ "$lines" -ge 1 ] && [ "$lines" -le 4 ]
+check "500s: logged without a flood ($lines lines)" eval '[ "$lines" -ge 1 ] && [ "$lines" -le 4 ]'
+for k in preempted maintenance-event; do
+    expect_eq "500s: $k: said once, not at every retry ($(mock_count /computeMetadata/v1/instance/$k GET) tries)" \
+        1 "$(grep -c "instance/$k.*said once until it changes" "$T/stderr")"
+done
+check "500s: the warning has the HTTP status" grep -q "instance/preempted answers HTTP 500" "$T/stderr"
 mock_state '{"fault":null}' >/dev/null
 sleep 1
 mock_state '{"preempted":true}' >/dev/null
 wait_exit "$SPOTD_PID" 40
 expect_eq "after the outage: the preemption is seen" 0 "$RC"
 check "after the outage: it says the service answers again" grep -q "answers again" "$T/stderr"
+mock_reset
+
+# 5. A server that answers every long-poll at once with nothing new (a
+#    proxy, an emulator: the mock's wait_ignored): each key asks at most
+#    once per poll interval, where the chain used to ask again at once
+#    (about 20 times a second), and a preemption is still seen.
+d="$T/ignored"; mkdir "$d"
+mock_state '{"wait_ignored":true}' >/dev/null
+spotd_gcp "$d" --poll-interval 500ms --notice-margin 29s --grace 500ms
+mock_wait_requests 1 /computeMetadata/v1/instance/preempted GET 10
+first=$(mock_request_ms /computeMetadata/v1/instance/preempted GET | sed -n 1p)
+nap_until $((first + 3000))
+for k in preempted maintenance-event; do
+    n=$(mock_count_ms /computeMetadata/v1/instance/$k GET "$first" $((first + 3000)))
+    # The first read, the first long-poll, then one every 500 ms.
+    check "wait ignored: $k: $n requests in 3 s, at most one per poll interval" [ "$n" -le 9 ]
+done
+mock_state '{"preempted":true}' >/dev/null
+flip=$(mock_flip_ms)
+wait_for 10 has '"event":"notice"' "$d/ev"
+det=$(ts_ms "$(jget "$(ev "$d/ev" notice | sed -n 1p)" detected)")
+expect_lt "wait ignored: the preemption is seen within the poll interval ($((det - flip)) ms)" \
+    $((500 + $(late 400))) $((det - flip))
+wait_exit "$SPOTD_PID" 40
+expect_eq "wait ignored: the command stopped cleanly" 0 "$RC"
 mock_reset
 
 mock_stop

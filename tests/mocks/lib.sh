@@ -99,6 +99,13 @@ mock_request_ms() {
         python3 -c 'import json,sys; [print(int(q["time"] * 1000)) for q in json.load(sys.stdin)]'
 }
 
+# mock_count_ms PATH-PREFIX METHOD FROM-MS TO-MS: how many matching
+# requests arrived in [FROM-MS, TO-MS) (wall-clock ms, as mock_request_ms,
+# mock_flip_ms and now_ms give): a rate, or what came during a fault.
+mock_count_ms() {
+    mock_request_ms "$1" "$2" | awk -v a="$3" -v b="$4" '$1 >= a && $1 < b { n++ } END { print n + 0 }'
+}
+
 # mock_flips: the flips that took effect, as JSON.
 mock_flips() { _mockctl flips; }
 

@@ -136,8 +136,9 @@ class Mock:
             v = out["fault_delay"]
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
                 raise BadState("fault_delay must be a number >= 0")
-        if "fault_scope" in out and out["fault_scope"] not in ("notice", "all"):
-            raise BadState('fault_scope must be "notice" or "all"')
+        if "fault_scope" in out and out["fault_scope"] not in self.fault_scopes:
+            raise BadState("fault_scope must be one of %s for %s" % (
+                ", ".join('"%s"' % x for x in self.fault_scopes), self.cloud))
         if "after" in out:
             v = out["after"]
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
@@ -223,15 +224,19 @@ class Mock:
     # ---- faults ----
 
     notice_paths = ()
+    fault_scopes = ("notice", "all")
+
+    def in_scope(self, path):
+        """Whether the fault_scope now covers PATH (cond held)."""
+        scope = self.state["fault_scope"]
+        return scope == "all" or (scope == "notice" and path in self.notice_paths)
 
     def fault_for(self, path):
         with self.cond:
             f = self.state["fault"]
-            if f is None:
+            if f is None or not self.in_scope(path):
                 return None, 0
-            if self.state["fault_scope"] == "all" or path in self.notice_paths:
-                return f, float(self.state["fault_delay"])
-            return None, 0
+            return f, float(self.state["fault_delay"])
 
     def throttle_reply(self):
         return Reply(429, "Too Many Requests\n")
@@ -312,6 +317,14 @@ class TokenMock(Mock):
     ttl_header = None
     token_header = None
     no_token_status = 401           # a GET without a token, tokens required
+    # "token": the fault hits the token PUT alone, as when its answer is
+    # dropped on the way back (a hop limit of 1 seen from a container).
+    fault_scopes = Mock.fault_scopes + ("token",)
+
+    def in_scope(self, path):
+        if self.state["fault_scope"] == "token":
+            return path == self.token_path
+        return super().in_scope(path)
 
     def on_reset(self):
         if not hasattr(self, "tokens"):
@@ -588,7 +601,7 @@ class GCP(Mock):
     cloud = "gcp"
     server_name = "Metadata Server for VM"
     extra_keys = {"preempted": False, "maintenance_event": "NONE",
-                  "vm_name": "spot-vm-0"}
+                  "vm_name": "spot-vm-0", "wait_ignored": False}
     base = "/computeMetadata/v1/instance/"
     notice_paths = (base + "preempted", base + "maintenance-event")
 
@@ -630,6 +643,8 @@ class GCP(Mock):
                            "MIGRATE_ON_HOST_MAINTENANCE, TERMINATE_ON_HOST_MAINTENANCE")
         if "vm_name" in c and not isinstance(c["vm_name"], str):
             raise BadState("vm_name: a string")
+        if "wait_ignored" in c and not isinstance(c["wait_ignored"], bool):
+            raise BadState("wait_ignored: true or false")
         return c
 
     def reply(self, status, body, ctype="application/text", etag=None):
@@ -704,6 +719,8 @@ class GCP(Mock):
         reply marked refault when a fault began meanwhile, else None."""
         deadline = time.monotonic() + timeout
         with self.cond:
+            if self.state["wait_ignored"]:
+                return None                         # a proxy that does not wait
             cur = self.values[path]
             if last_etag is not None and last_etag != self.etag(path, cur):
                 return None                         # changed already
@@ -718,8 +735,7 @@ class GCP(Mock):
                     elif self.versions.get(path, 0) != start:
                         break
                     f = self.state["fault"]
-                    if f not in (None, "slow") and (
-                            self.state["fault_scope"] == "all" or path in self.notice_paths):
+                    if f not in (None, "slow") and self.in_scope(path):
                         r = Reply(0)
                         r.refault = True
                         return r

@@ -324,6 +324,18 @@ def test_aws(m):
     m.state(fault_scope="all")
     s, _, _ = m.req("PUT", "/latest/api/token", {TTL: "60"})
     expect("aws/fault-scope-all", 500, s)
+    # "token": the PUT alone, as a hop limit of 1 drops its answer; the
+    # GETs are answered, a tokenless one refused as IMDSv2 requires.
+    m.state(fault_scope="token")
+    s, _, _ = m.req("PUT", "/latest/api/token", {TTL: "60"})
+    s2, _, _ = m.req("GET", IA, auth)
+    expect("aws/fault-scope-token-hits-the-put-alone", (500, 404), (s, s2))
+    m.state(fault="hang")
+    e = raised(lambda: m.req("PUT", "/latest/api/token", {TTL: "60"}, timeout=0.4))
+    s2 = m.req("GET", IA, auth)[0]
+    s3 = m.req("GET", IA)[0]
+    result("aws/fault-scope-token-hang", isinstance(e, TimeoutError) and (s2, s3) == (404, 401),
+           "PUT %r, GET with the token %d, without %d" % (e, s2, s3))
     m.state(fault=None, fault_scope="notice")
 
     scheduled_flip(m, IA, auth, {"notice": notice}, 404,
@@ -464,6 +476,26 @@ def test_gcp(m):
     th.join(3)
     expect("gcp/fault-interrupts-long-poll", 500, box.get("r", (0,))[0])
     m.state(fault=None)
+
+    # wait_ignored: every long-poll answered at once with the value and
+    # ETag as they are, changed or not (a proxy, an emulator).
+    m.state(wait_ignored=True)
+    cur = m.req("GET", P, G)[1]["etag"]
+    t0 = time.monotonic()
+    s, h, b = m.req("GET", P + "?wait_for_change=true&timeout_sec=5&last_etag=" + cur, G)
+    dt = time.monotonic() - t0
+    s2, _, b2 = m.req("GET", P + "?wait_for_change=true&timeout_sec=5", G)
+    dt2 = time.monotonic() - t0
+    result("gcp/wait-ignored-answers-at-once", (s, b, h.get("etag"), s2, b2) ==
+           (200, b"FALSE", cur, 200, b"FALSE") and dt2 < 2 * m.prompt(),
+           "%d %r etag %s after %.3fs, without last_etag %d %r after %.3fs" % (
+               s, b, h.get("etag"), dt, s2, b2, dt2))
+    expect("gcp/wait-ignored-no-waiter", 0, m.ctl("GET", "state")["_waiters"])
+    result("gcp/wait-ignored-not-bool-400", raised(lambda: m.state(wait_ignored="yes")),
+           "wait_ignored \"yes\" accepted")
+    m.state(wait_ignored=False)
+    s, _, _ = m.req("POST", "/_mock/state", body='{"fault_scope": "token"}')
+    expect("gcp/fault-scope-token-400-without-tokens", 400, s)
 
     common_faults(m, "gcp", P, G, 200)
     scheduled_flip(m, P, G, {"preempted": True}, (200, b"FALSE"),
@@ -607,6 +639,11 @@ def test_alibaba(m):
     s2 = m.req("GET", "/latest/meta-data/instance-id", {T: short})[0]
     expect("alibaba/token-expiry-mid-run", (200, 401), (s1, s2))
     m.state(token_ttl_cap=None)
+    m.state(fault="500", fault_scope="token")
+    s, _, _ = m.req("PUT", "/latest/api/token", {TTL: "60"})
+    s2, _, _ = m.req("GET", TT, auth)
+    expect("alibaba/fault-scope-token-hits-the-put-alone", (500, 404), (s, s2))
+    m.state(fault=None, fault_scope="notice")
     common_faults(m, "alibaba", TT, auth, 404)
     scheduled_flip(m, TT, auth, {"termination_time": "2015-01-05T18:02:00Z"}, 404,
                    lambda s, b: (s, b) == (200, b"2015-01-05T18:02:00Z"))
@@ -659,6 +696,10 @@ EOF
 [ "$(mock_count /latest/api/token PUT)" = 1 ] || { echo "count"; exit 1; }
 [ "$(mock_header x-AWS-ec2-metadata-token-ttl-seconds /latest/api/token)" = 60 ] || { echo "header"; exit 1; }
 mock_wait_requests 2 /latest/ "" 2 || { echo "wait"; exit 1; }
+[ "$(mock_count_ms /latest/ "" 0 $(( $(now_ms) + 1000 )))" = 2 ] &&
+    [ "$(mock_count_ms /latest/api/token PUT 0 $(( $(now_ms) + 1000 )))" = 1 ] &&
+    [ "$(mock_count_ms /latest/ "" $(( $(now_ms) + 1000 )) $(( $(now_ms) + 2000 )))" = 0 ] ||
+    { echo "count_ms"; exit 1; }
 [ "$(mock_flip_ms)" -gt 0 ] || { echo "flip ms"; exit 1; }
 [ "${_bg_pids[0]}" = "$MOCK_PID" ] || { echo "not in _bg_pids"; exit 1; }
 none_left || { echo "the mock counts as a leftover of the test"; exit 1; }
