@@ -1,8 +1,9 @@
 /* The Azure Scheduled Events parser and azure_event_notice() on arbitrary
- * bytes.  The document is read for three VM names: one, the same in
- * upper case (Azure VM names compare case-insensitively, so nothing may
- * differ), and none (no event is ours).  Aborts when a promise of
- * cloudparse.h is broken. */
+ * bytes.  The document is read for four VM names: one, the same in upper
+ * case (Azure VM names compare case-insensitively, so nothing may
+ * differ), none and "" (not known: the events of one resource are
+ * guessed, the same for both).  Aborts when a promise of cloudparse.h is
+ * broken. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -26,11 +27,12 @@ static void check_event(const struct azure_event *ev)
     fuzz_check_string(ev->type, sizeof(ev->type), false, true);
     fuzz_check_string(ev->status, sizeof(ev->status), false, true);
     fuzz_check_string(ev->description, sizeof(ev->description), false, true);
-    /* RFC 1123 has whole seconds. */
-    if (ev->not_before_ms < 0 || ev->not_before_ms >= MS_END || ev->not_before_ms % 1000 != 0)
+    if (ev->not_before_ms < 0 || ev->not_before_ms >= MS_END ||
+        (ev->not_before_bad != 0 && ev->not_before_bad != 1) ||
+        (ev->not_before_bad && ev->not_before_ms))
         abort();
-    if (ev->duration_s < -1 || (ev->for_us != 0 && ev->for_us != 1) ||
-        (ev->only_us != 0 && ev->only_us != 1) || (ev->only_us && !ev->for_us))
+    if (ev->duration_s < -1 || ev->for_us != 1 || (ev->only_us != 0 && ev->only_us != 1) ||
+        (ev->guessed != 0 && ev->guessed != 1) || (ev->guessed && ev->only_us))
         abort();
 
     memset(&n, 0xa5, sizeof(n));
@@ -55,9 +57,26 @@ static void check_event(const struct azure_event *ev)
         abort();
 }
 
+/* What every good parse promises: the counts add up, the skipped events
+ * are said with a reason. */
+static void check_doc(const struct azure_doc *d)
+{
+    if (d->n > AZURE_MAX_EVENTS || d->incarnation < 0 || d->incarnation > 9007199254740991LL ||
+        d->n + d->others + d->dropped + d->n_bad != d->total ||
+        (d->dropped && d->n != AZURE_MAX_EVENTS))
+        abort();
+    for (size_t i = 0; i < d->n_bad && i < AZURE_MAX_BAD; i++) {
+        if (!d->bad[i].why || !*d->bad[i].why)
+            abort();
+        fuzz_check_string(d->bad[i].id, sizeof(d->bad[i].id), false, true);
+    }
+    for (size_t i = 0; i < d->n; i++)
+        check_event(&d->ev[i]);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static struct azure_doc doc, upper, none, before;
+    static struct azure_doc doc, upper, none, empty, before;
     const char *s = (const char *)data, *why = NULL;
     int r;
 
@@ -71,20 +90,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         return 0;
     }
-    if (r != 0 || doc.n > AZURE_MAX_EVENTS || doc.incarnation < 0 ||
-        doc.incarnation > 9007199254740991LL)
+    if (r != 0)
         abort();
+    check_doc(&doc);
+    memset(&upper, 0, sizeof(upper));
+    memset(&none, 0, sizeof(none));
+    memset(&empty, 0, sizeof(empty));
     if (azure_parse_events(s, size, "WESTNO_0", &upper, NULL) != 0 ||
-        azure_parse_events(s, size, NULL, &none, NULL) != 0)
+        azure_parse_events(s, size, NULL, &none, NULL) != 0 ||
+        azure_parse_events(s, size, "", &empty, NULL) != 0)
         abort();
-    if (upper.n != doc.n || upper.incarnation != doc.incarnation || none.n != doc.n)
+    check_doc(&none);
+    if (memcmp(&upper, &doc, sizeof(doc)) != 0 || memcmp(&empty, &none, sizeof(none)) != 0 ||
+        none.total != doc.total || none.n_bad != doc.n_bad ||
+        none.incarnation != doc.incarnation)
         abort();
-    for (size_t i = 0; i < doc.n; i++) {
-        check_event(&doc.ev[i]);
-        if (memcmp(&upper.ev[i], &doc.ev[i], sizeof(doc.ev[i])) != 0 || none.ev[i].for_us ||
-            none.ev[i].only_us || strcmp(none.ev[i].id, doc.ev[i].id) != 0 ||
-            none.ev[i].not_before_ms != doc.ev[i].not_before_ms)
+    for (size_t i = 0; i < doc.n; i++)
+        if (doc.ev[i].guessed)
             abort();
-    }
+    for (size_t i = 0; i < none.n; i++)
+        if (!none.ev[i].guessed)
+            abort();
     return 0;
 }
