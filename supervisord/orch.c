@@ -440,7 +440,10 @@ void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *w
         orch_notice_reason(n, r->reason, sizeof(r->reason));
     else
         snprintf(r->reason, sizeof(r->reason), "%s", why);
-    if (n && n->deadline_ms > 0)
+    /* Only a terminating notice's deadline bounds its checkpoint.  An
+     * advisory one has none of its own (AWS's rebalance noticeTime is when
+     * it was issued, always past): its early checkpoint has the usual limit. */
+    if (r->terminating && n->deadline_ms > 0)
         r->deadline_ms = orch_notice_deadline(r, n);
     else if (!n && strcmp(why, "periodic") == 0)
         r->deadline_ms = notice_now_ms() + (int64_t)r->o.interval_ms;
@@ -456,7 +459,7 @@ void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *w
         orch_start_checkpoint(r);
     if (acts & A_TRIGGER)
         world_trigger(r->world, n ? notice_kind_name(n->kind) : "checkpoint", r->why,
-                      r->terminating, n && n->deadline_ms > 0 ? r->deadline_ms : 0);
+                      r->terminating, r->terminating && n->deadline_ms > 0 ? r->deadline_ms : 0);
 }
 
 /* The checkpoint set up in r begins: its generation number claimed (a
