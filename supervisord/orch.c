@@ -59,6 +59,7 @@ static void keep_notice(struct orch *r, const struct notice *n);
 static unsigned may_end(struct orch *r, enum orch_event ev, int err, const char *msg);
 static bool step_done(struct orch *r, enum orch_event ev, unsigned next);
 static void on_withdrawn(void *arg, int err, const char *msg);
+static uint64_t stop_grace(const struct orch *r);
 
 struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
 {
@@ -363,8 +364,10 @@ static void make_last(struct orch *r, const struct notice *n)
     /* The deadline that matters now, for the margin reported; the method
      * keeps the one it was given (an earlier one fails the checkpoint
      * sooner; the fallback stop bounds a later one). */
-    if (n->deadline_ms > 0)
+    if (n->deadline_ms > 0) {
         r->deadline_ms = orch_notice_deadline(r, n);
+        r->stop_deadline_ms = n->deadline_ms;
+    }
 }
 
 /* A copy of the terminating notice, for the last checkpoint again. */
@@ -443,6 +446,7 @@ void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *w
     /* Only a terminating notice's deadline bounds its checkpoint.  An
      * advisory one has none of its own (AWS's rebalance noticeTime is when
      * it was issued, always past): its early checkpoint has the usual limit. */
+    r->stop_deadline_ms = r->terminating ? n->deadline_ms : 0;
     if (r->terminating && n->deadline_ms > 0)
         r->deadline_ms = orch_notice_deadline(r, n);
     else if (!n && strcmp(why, "periodic") == 0)
@@ -910,12 +914,23 @@ void orch_stop_command(struct orch *r, bool saved)
         return;
     }
     if (!saved) {
-        child_stop(r->o.child, r->reason, r->o.grace_ms);
+        child_stop(r->o.child, r->reason, stop_grace(r));
         return;
     }
     r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
     child_set_exit_code(r->o.child, ORCH_EXIT_PREEMPTED_SAVED);
-    r->mops->stop(r->method, r->reason, r->o.grace_ms);
+    r->mops->stop(r->method, r->reason, stop_grace(r));
+}
+
+/* The grace of the stop after a notice's checkpoint: --grace, less when
+ * the deadline is nearer, so that SIGKILL still lands the margin before it
+ * (a checkpoint given up leaves the fallback's 2 s at most). */
+static uint64_t stop_grace(const struct orch *r)
+{
+    if (r->stop_deadline_ms <= 0)
+        return r->o.grace_ms;
+    return notice_grace_left(r->stop_deadline_ms, notice_now_ms(), r->o.margin_ms,
+                             r->o.grace_ms);
 }
 
 /* This node goes, with code, its command not running: now, once a pause's

@@ -77,7 +77,8 @@ struct orch {
     bool terminating;
     bool told_last;                /* the method was told its save is the last */
     struct notice *stop_notice;    /* the terminating notice the last checkpoint serves */
-    int64_t deadline_ms;
+    int64_t deadline_ms;           /* the checkpoint fails here (a notice's: its give-up) */
+    int64_t stop_deadline_ms;      /* the terminating notice's own deadline; 0: none */
     int64_t t_begin, t_saved, t_uploaded;   /* monotonic */
     int64_t t_restore;             /* the restore at start began */
     struct snap_counters counters;

@@ -82,6 +82,14 @@ struct notice_stop {
 struct notice_stop notice_stop_plan(int64_t deadline_ms, int64_t now_ms, uint64_t margin_ms,
                                     uint64_t grace_ms, bool checkpoints);
 
+/* The grace of a stop signal sent now for a notice's deadline: grace_ms,
+ * cut to what is left before deadline - margin (0 when that has passed),
+ * so that SIGKILL never lands later than the plan's.  Every stop a notice
+ * causes (the plan's, the one after its checkpoint failed or committed)
+ * takes its grace from here when it is sent. */
+uint64_t notice_grace_left(int64_t deadline_ms, int64_t now_ms, uint64_t margin_ms,
+                           uint64_t grace_ms);
+
 /* Write ms since the epoch as RFC 3339 UTC with milliseconds into buf
  * (at least 32 bytes).  Returns buf. */
 char *notice_format_time(int64_t ms, char *buf, size_t size);

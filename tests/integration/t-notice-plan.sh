@@ -3,6 +3,8 @@
 # a file store, the AWS metadata mock):
 #   1. an advisory notice whose time is past (AWS rebalance: noticeTime is
 #      when it was issued) gets its early checkpoint, with the usual limit
+#   2. a command that ignores TERM and whose checkpoint fails: the stop's
+#      grace is what is left before the deadline, SIGKILL lands before it
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/mocks/lib.sh"
 
@@ -44,6 +46,30 @@ check "rebalance: the trainer trains on" alive "$SPOTD_PID"
 check "rebalance: no stop" sh -c "! grep -q '\"event\":\"stop\"' '$T/rebal.ev'"
 kill -INT "$SPOTD_PID"
 wait_exit "$SPOTD_PID" 20
+mock_reset
+
+# ---- 2. the fallback stop's grace is what is left ---------------------------
+# The trainer never answers the save and ignores TERM (inherited: SIG_IGN
+# survives exec); --grace 30s is far more than the time left.
+TRAINER_IGNORE_SAVE=1 aws_job deaf --notice-margin 1s --grace 30s \
+    -- sh -c 'trap "" TERM; exec "$0" 100000 1' "$TRAINER"
+wait_for 30 connected "$T/deaf" || fail "fallback: the trainer connects"
+t=$(iso_in 10)
+mock_state "{\"notice\":{\"action\":\"terminate\",\"time\":\"$t\"}}" >/dev/null
+wait_exit "$SPOTD_PID" 40
+expect_eq "fallback: the command is killed" 137 "$RC"
+check "fallback: its checkpoint failed" [ "$(event_count "$T/deaf.ev" checkpoint_failed)" -ge 1 ]
+dl=$(ts_ms "${t%Z}.000Z")
+stop=$(ev "$T/deaf.ev" stop | head -n 1) kill=$(ev "$T/deaf.ev" kill | head -n 1)
+st=$(ts_ms "$(jget "$stop" ts)") g=$(jget "$stop" grace_ms)
+# SIGKILL is planned at the margin before the deadline (a loaded machine
+# may deliver it late, never plan it later).
+expect_lt "fallback: the stop's grace ends by deadline - margin ($g ms from the stop)" \
+    $(( dl - 1000 - st + 1 )) "${g:-99999}"
+# The fallback's 2 s at most, and the 250 ms the checkpoint is given up before it.
+expect_lt "fallback: at most 2 s of grace, and the give-up's 250 ms" 2500 "${g:-99999}"
+expect_lt "fallback: SIGKILL lands before the deadline" $(( dl + $(late 100) )) \
+    "$(ts_ms "$(jget "$kill" ts)")"
 mock_reset
 
 mock_stop

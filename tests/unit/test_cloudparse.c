@@ -131,6 +131,10 @@ TEST(notice_stop_plan)
     CHECK(st.stop_at_ms <= now);
     CHECK_INT(st.grace_ms, 0);
     CHECK(st.give_up_ms < now);
+    /* A stop sent later (a checkpoint failed or committed): what is left. */
+    CHECK_INT(notice_grace_left(deadline, now, 5000, 30000), 30000);
+    CHECK_INT(notice_grace_left(deadline, deadline - 7250, 5000, 30000), 2250);
+    CHECK_INT(notice_grace_left(deadline, deadline - 1000, 5000, 30000), 0);
 }
 
 TEST(notice_kinds)
