@@ -5,6 +5,8 @@
 #      when it was issued) gets its early checkpoint, with the usual limit
 #   2. a command that ignores TERM and whose checkpoint fails: the stop's
 #      grace is what is left before the deadline, SIGKILL lands before it
+#   3. an active AWS scheduled event whose NotBefore has passed: the
+#      deadline is NotAfter (at least 30 s away), never "now, no grace"
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/mocks/lib.sh"
 
@@ -19,6 +21,7 @@ S="file://$T/store"
 mkdir -p "$T/store"
 export TRAINER_STEP_US=2000
 iso_in() { date -u -d "@$(( $(date +%s) + $1 ))" +%Y-%m-%dT%H:%M:%SZ; }
+aws_in() { LC_ALL=C date -u -d "@$(( $(date +%s) + $1 ))" '+%d %b %Y %H:%M:%S GMT'; }
 
 # connected STATE_DIR: a trainer is connected to that spotd over libckpt.
 connected() {
@@ -70,6 +73,32 @@ expect_lt "fallback: the stop's grace ends by deadline - margin ($g ms from the 
 expect_lt "fallback: at most 2 s of grace, and the give-up's 250 ms" 2500 "${g:-99999}"
 expect_lt "fallback: SIGKILL lands before the deadline" $(( dl + $(late 100) )) \
     "$(ts_ms "$(jget "$kill" ts)")"
+mock_reset
+
+# ---- 3. a scheduled event under way: NotAfter, not "now" --------------------
+# e-after may run until NotAfter, 45 s away; e-open has no NotAfter.  What
+# is checked is the plan each notice gets (its stop is half a minute away).
+na=$(aws_in 45)
+ev1="{\"Code\":\"instance-stop\",\"EventId\":\"e-after\",\"NotBefore\":\"$(aws_in -60)\",\"NotAfter\":\"$na\",\"State\":\"active\"}"
+ev2="{\"Code\":\"instance-stop\",\"EventId\":\"e-open\",\"NotBefore\":\"$(aws_in -60)\",\"State\":\"active\"}"
+mock_state "{\"maintenance\":[$ev1,$ev2]}" >/dev/null
+start_spotd run --cloud aws --metadata-url "$MOCK_URL" --poll-interval 200ms --events "$T/open.ev" \
+    --notice-margin 1s --grace 2s -- sleep 120
+wait_for 20 grep -q e-open "$T/open.ev"
+wait_for 5 grep -q e-after "$T/open.ev"
+n1=$(ev "$T/open.ev" notice | grep e-after) n2=$(ev "$T/open.ev" notice | grep e-open)
+dl=$(ts_ms "$(date -u -d "$na" +%Y-%m-%dT%H:%M:%S.000Z)")
+expect_eq "event under way: the deadline is NotAfter" "$dl" "$(ts_ms "$(jget "$n1" deadline)")"
+expect_eq "event under way: its stop is planned margin + grace before it" \
+    "stop at $(date -u -d "@$(( dl / 1000 - 3 ))" +%Y-%m-%dT%H:%M:%S.000Z)" "$(jget "$n1" action)"
+w=$(( $(ts_ms "$(jget "$n2" deadline)") - $(ts_ms "$(jget "$n2" detected)") ))
+check "event under way, no NotAfter: the deadline is 30 s after it was seen ($w ms)" \
+    test "$w" -ge 29000 -a "$w" -le 31000
+check "event under way, no NotAfter: a stop planned, not at once" \
+    grep -q '"action":"stop at ' <<<"$n2"
+check "event under way: the command runs on meanwhile" sh -c "! grep -q '\"event\":\"stop\"' '$T/open.ev'"
+kill -INT "$SPOTD_PID"
+wait_exit "$SPOTD_PID" 20
 mock_reset
 
 mock_stop
