@@ -73,6 +73,11 @@ void notice_to_json(const struct notice *n, struct cJSON *obj);
  * NOTICE_FALLBACK_GRACE_MS so that the checkpoint has the most time, and
  * the checkpoint is given up NOTICE_GIVE_UP_MS before it begins. */
 #define NOTICE_FALLBACK_GRACE_MS 2000
+/* A terminating notice whose deadline is further away than this is far
+ * (AWS's scheduled retirement days ahead): with checkpoints, it is acted on
+ * this long before its deadline, as if it came then; training goes on
+ * until then. */
+#define NOTICE_HORIZON_MS (15 * 60 * 1000)
 #define NOTICE_GIVE_UP_MS 250
 struct notice_stop {
     int64_t stop_at_ms;      /* the stop signal, wall clock; <= now: at once */

@@ -7,6 +7,13 @@
 #      grace is what is left before the deadline, SIGKILL lands before it
 #   3. an active AWS scheduled event whose NotBefore has passed: the
 #      deadline is NotAfter (at least 30 s away), never "now, no grace"
+#   4. a terminating notice whose deadline is far (an AWS instance-retirement
+#      10 days ahead): training goes on, the plan is in spotctl status and
+#      /metrics; one just beyond the horizon is acted on when it is due
+#   5. a notice while a generation is restored at start (a slow pre-restore
+#      hook): terminating or advisory, its checkpoint comes once the trainer
+#      is up; when no room is left the command is not started, and spotd
+#      says so
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/mocks/lib.sh"
 
@@ -100,6 +107,87 @@ check "event under way: the command runs on meanwhile" sh -c "! grep -q '\"event
 kill -INT "$SPOTD_PID"
 wait_exit "$SPOTD_PID" 20
 mock_reset
+
+# ---- 4. a far terminating notice ---------------------------------------------
+addr=$(free_ports 1)
+ret=$(aws_in 864000)
+mock_state "{\"maintenance\":[{\"Code\":\"instance-retirement\",\"EventId\":\"e-far\",\"NotBefore\":\"$ret\",\"State\":\"active\"}]}" >/dev/null
+aws_job far --metrics "$addr" -- "$TRAINER" 100000 1
+wait_for 30 connected "$T/far" || fail "far: the trainer connects"
+wait_for 10 grep -q e-far "$T/far.ev"
+sleep 2
+check "far: the command trains on" alive "$SPOTD_PID"
+expect_eq "far: no checkpoint, no stop" "" \
+    "$(grep -oE '"event":"(checkpoint_begin|stop|child_exit)"' "$T/far.ev")"
+dl=$(ts_ms "$(jget "$(ev "$T/far.ev" notice)" deadline)")
+at=$(date -u -d "@$(( dl / 1000 - 900 ))" +%Y-%m-%dT%H:%M:%S.000Z)
+st=$("$SPOTCTL" status --state-dir "$T/far" --json 2>/dev/null)
+expect_eq "far: spotctl status shows the checkpoint planned 15 min before the deadline" "$at" \
+    "$(jget "$st" checkpoint_at)"
+check "far: spotctl status says why" grep -q '"reason":"notice: aws maintenance"' <<<"$st"
+check "far: ... in words too" sh -c "'$SPOTCTL' status --state-dir '$T/far' | grep -q '^planned .*$at'"
+expect_eq "far: /metrics shows when" "spotd_planned_checkpoint_timestamp_seconds $(( dl / 1000 - 900 ))" \
+    "$(curl -s "http://$addr/metrics" | grep '^spotd_planned_checkpoint_timestamp_seconds')"
+kill -INT "$SPOTD_PID"
+wait_exit "$SPOTD_PID" 20
+mock_reset
+
+# Just beyond the horizon (15 min and 3 s): held, then acted on when due.
+t=$(iso_in 903)
+aws_job soon -- "$TRAINER" 100000 1
+wait_for 30 connected "$T/soon" || fail "due: the trainer connects"
+mock_state "{\"notice\":{\"action\":\"terminate\",\"time\":\"$t\"}}" >/dev/null
+wait_exit "$SPOTD_PID" 40
+expect_eq "due: spotd exits 75 after the notice's checkpoint" 75 "$RC"
+expect_match "due: notice, then (when due) the checkpoint, its commit, the exit" \
+    ".*notice .*checkpoint_begin checkpoint_saved upload_done commit .*exit" "$(events_of "$T/soon.ev")"
+b=$(ts_ms "$(jget "$(ev "$T/soon.ev" checkpoint_begin)" ts)")
+expect_ge "due: not before 15 min before the deadline" $(( $(ts_ms "${t%Z}.000Z") - 900000 )) "$b"
+mock_reset
+
+# ---- 5. a notice while resuming ----------------------------------------------
+# Generation 1 of job res, then runs that restore it through a pre-restore
+# hook that takes 3 s, a drill (from --drill-after) coming 1 s in.
+run_spotd run --cloud none --job res --store "$S" --state-dir "$T/res0" --drill-after 1s \
+    -- "$TRAINER" 100000 1
+expect_eq "resuming: generation 1 is made" 75 "$RC"
+mkdir "$T/hooks"
+printf '#!/bin/sh\nsleep 3\n' >"$T/hooks/pre-restore"
+chmod +x "$T/hooks/pre-restore"
+# resumed NAME SPOTD-ARGS... -- COMMAND...: spotd resumes job res under the hook.
+resumed() {
+    local name=$1
+    shift
+    run_spotd run --cloud none --job res --store "$S" --state-dir "$T/$name" \
+        --hooks-dir "$T/hooks" --events "$T/$name.ev" "$@"
+}
+
+resumed rterm --drill-after 1s -- "$TRAINER" 100000 1
+expect_eq "resuming, terminating: spotd exits 75 after the notice's checkpoint" 75 "$RC"
+expect_match "resuming, terminating: notice, resume, start, then the checkpoint and its commit" \
+    ".*notice .*resume .*(child_start .*checkpoint_begin|checkpoint_begin .*child_start) .*checkpoint_saved upload_done commit .*exit" \
+    "$(events_of "$T/rterm.ev")"
+expect_eq "resuming, terminating: the new work is generation 2" "2 notice" \
+    "$(c=$(ev "$T/rterm.ev" commit); echo "$(jget "$c" gen) $(jget "$c" reason)")"
+
+resumed radv --drill-after 1s:rebalance -- "$TRAINER" 2000 1
+expect_eq "resuming, advisory: the trainer finishes" 0 "$RC"
+expect_match "resuming, advisory: its early checkpoint once the command runs" \
+    ".*notice .*resume .*(child_start .*checkpoint_begin|checkpoint_begin .*child_start) .*commit .*exit" \
+    "$(events_of "$T/radv.ev")"
+expect_eq "resuming, advisory: the commit is the notice's" notice \
+    "$(jget "$(ev "$T/radv.ev" commit | head -n 1)" reason)"
+
+# No room: the drill's deadline is 4 s away, its checkpoint given up 3.25 s
+# before it (margin 1 s, the fallback's 2 s, 250 ms), while the hook still runs.
+resumed rlate --drill-after 1s --signal-deadline 4s --notice-margin 1s -- "$TRAINER" 100000 1
+expect_eq "resuming, no room: spotd exits 75" 75 "$RC"
+check "resuming, no room: the command never started" sh -c "! grep -q child_start '$T/rlate.ev'"
+g=$(jget "$(ev "$T/radv.ev" commit | tail -n 1)" gen)
+check "resuming, no room: said so, generation $g the newest" grep -q \
+    "no room is left for a checkpoint before its deadline: it is not started (generation $g is the newest)" \
+    "$T/stderr"
+expect_eq "resuming, no room: nothing committed" 0 "$(event_count "$T/rlate.ev" commit)"
 
 mock_stop
 none_left
