@@ -90,6 +90,7 @@ static double jnum(const cJSON *o, const char *key, double def)
 static void print_status(const cJSON *o)
 {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "in_progress");
+    const cJSON *pl = cJSON_GetObjectItemCaseSensitive(o, "planned");
     char b1[32], b2[32];
 
     printf("%-16s %s\n", "job", jstr(o, "job", "?"));
@@ -110,6 +111,10 @@ static void print_status(const cJSON *o)
     else
         printf("%-16s none\n", "newest committed");
     printf("%-16s %s\n", "last notice", jstr(o, "last_notice", "none"));
+    if (cJSON_IsObject(pl))
+        printf("%-16s checkpoint at %s, stop by %s (%s, deadline %s); training goes on\n",
+               "planned", jstr(pl, "checkpoint_at", "?"), jstr(pl, "stop_by", "?"),
+               jstr(pl, "reason", "?"), jstr(pl, "deadline", "?"));
     if (cJSON_IsObject(p)) {
         spotctl_human(b1, sizeof(b1), (uint64_t)jnum(p, "bytes_sent", 0));
         spotctl_human(b2, sizeof(b2), (uint64_t)jnum(p, "bytes_total", 0));

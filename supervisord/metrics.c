@@ -393,6 +393,20 @@ static void gpu_gauge(struct evbuffer *b, const struct metrics *m, const char *n
     }
 }
 
+/* A far terminating notice's plan: training goes on until its checkpoint. */
+static void planned(struct metrics *m, struct evbuffer *b)
+{
+    int64_t at, deadline;
+
+    if (!orch_planned(m->o.orch, &at, &deadline))
+        return;
+    one(b, "spotd_planned_checkpoint_timestamp_seconds", "gauge", "When the checkpoint of a "
+        "far terminating notice (a deadline beyond 15 min) begins, in seconds since the epoch.",
+        (double)at / 1000.0);
+    one(b, "spotd_planned_deadline_timestamp_seconds", "gauge", "The deadline of that notice, "
+        "in seconds since the epoch.", (double)deadline / 1000.0);
+}
+
 static void expose(struct metrics *m, struct evbuffer *b)
 {
     static const char *const notice_labels[3] = { "source", "kind", NULL };
@@ -469,6 +483,7 @@ static void expose(struct metrics *m, struct evbuffer *b)
         }
         one(b, "spotd_committed_generation", "gauge", "The newest committed generation this "
             "node knows (0: none).", (double)m->committed_gen);
+        planned(m, b);
     }
     if (pid > 0) {
         /* The tree is walked at most once a second, however often scraped. */

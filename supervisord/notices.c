@@ -25,6 +25,7 @@ struct notices {
     struct event *stop_timer;
     int64_t stop_at_ms;           /* 0: none planned */
     uint64_t stop_grace_ms;       /* of the planned stop */
+    int64_t stop_deadline_ms;     /* the deadline the planned stop serves */
     char stop_reason[64];
     struct notice cause;          /* of the planned or begun stop */
     bool have_cause;
@@ -54,8 +55,12 @@ static void on_stop_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct notices *ns = arg;
 
+    /* A timer that fires late (a loaded machine, a suspended VM) must not
+     * push SIGKILL past the deadline: the grace is what is left now. */
     ns->stop_at_ms = 0;
-    child_stop(ns->child, ns->stop_reason, ns->stop_grace_ms);
+    child_stop(ns->child, ns->stop_reason,
+               notice_grace_left(ns->stop_deadline_ms, notice_now_ms(), ns->o.margin_ms,
+                                 ns->stop_grace_ms));
 }
 
 void notices_emit(void *arg, struct notice *n)
@@ -109,6 +114,7 @@ void notices_emit(void *arg, struct notice *n)
                               (suseconds_t)((stop_at - now) % 1000) * 1000 };
         ns->stop_at_ms = stop_at;
         ns->stop_grace_ms = grace;
+        ns->stop_deadline_ms = n->deadline_ms;
         evtimer_add(ns->stop_timer, &tv);
     }
 }

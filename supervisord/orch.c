@@ -59,6 +59,12 @@ static void keep_notice(struct orch *r, const struct notice *n);
 static unsigned may_end(struct orch *r, enum orch_event ev, int err, const char *msg);
 static bool step_done(struct orch *r, enum orch_event ev, unsigned next);
 static void on_withdrawn(void *arg, int err, const char *msg);
+static uint64_t stop_grace(const struct orch *r);
+static void act_on(struct orch *r, const struct notice *n);
+static const char *not_running(const struct orch *r);
+static void hold(struct orch *r, const struct notice *n);
+static void act_on_held(struct orch *r);
+static void on_held(evutil_socket_t fd, short what, void *arg);
 
 struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
 {
@@ -113,8 +119,9 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
     orch_figures_load(r);
     r->tick = event_new(o->base, -1, EV_PERSIST, on_tick, r);
     r->retry = evtimer_new(o->base, orch_on_retry, r);
+    r->held_timer = evtimer_new(o->base, on_held, r);
     r->hooks = hooks_new(o->base, o->child, o->hooks_dir, o->hook_timeout_ms);
-    if (!r->tick || !r->retry || !r->hooks) {
+    if (!r->tick || !r->retry || !r->held_timer || !r->hooks) {
         snprintf(err, errlen, "out of memory");
         return orch_free(r);
     }
@@ -162,6 +169,10 @@ struct orch *orch_free(struct orch *r)
         event_free(r->tick);
     if (r->retry)
         event_free(r->retry);
+    if (r->held_timer)
+        event_free(r->held_timer);
+    free(r->held_stop);
+    free(r->held_advice);
     free(r->own);
     free(r->cands);
     free(r->stop_notice);
@@ -195,6 +206,7 @@ void orch_finish(struct orch *r)
     if (!r)
         return;
     r->finishing = true;
+    evtimer_del(r->held_timer); /* nothing is acted on later now */
     if (r->world) {
         int code = child_exit_code(r->o.child);
         struct timeval flush = { 0, 200 * 1000 };
@@ -267,10 +279,20 @@ void orch_run_command(struct orch *r)
         .arg = r,
     };
     char path[4200], err[512];
-    unsigned acts = orch_event(r, EV_RESUMED, NULL);
+    unsigned acts;
 
+    /* The terminating notice held while resuming, if any, is decided now
+     * (a far one waits for its time). */
+    if (r->held_stop && !orch_notice_far(r->held_stop, notice_now_ms()))
+        r->deciding = r->held_stop;
+    acts = orch_event(r, EV_RESUMED, NULL);
+    r->deciding = NULL;
+    if ((acts & A_END) && !r->ending)
+        log_msg(LOGL_INFO, "a terminating notice while the command is %s: it is not started "
+                "(generation %llu is the newest)", not_running(r),
+                (unsigned long long)r->resume_gen);
     if (acts & A_END)
-        orch_end(r, r->exit_code);
+        orch_end(r, r->ending ? r->exit_code : ORCH_EXIT_PREEMPTED_SAVED);
     if (!(acts & A_RUN))
         return;
     if (r->world) {
@@ -316,6 +338,8 @@ void orch_run_command(struct orch *r)
         child_before_restart(r->o.child, orch_on_before_restart, r);
     if (child_start(r->o.child) < 0)
         log_msg(LOGL_ERROR, "cannot schedule the command's start: out of memory");
+    if (acts & A_HELD)
+        act_on_held(r);
 }
 
 void orch_notice(void *arg, const struct notice *n)
@@ -324,15 +348,26 @@ void orch_notice(void *arg, const struct notice *n)
     struct hook_env he = { .job = r->job, .reason = notice_kind_name(n->kind),
                            .gen = r->resume_gen, .step = r->resume_step,
                            .deadline_ms = n->deadline_ms };
-    unsigned acts;
 
     snprintf(r->last_notice, sizeof(r->last_notice), "%s %s%s", n->source,
              notice_kind_name(n->kind), n->drill ? " (drill)" : "");
     hooks_run(r->hooks, "on-notice", &he, NULL, NULL);
+    act_on(r, n);
+}
+
+/* Notice n is decided: when it came, or when it is due (held). */
+static void act_on(struct orch *r, const struct notice *n)
+{
+    unsigned acts;
+
     /* A world's node that is told to go saves in no later round. */
-    if (r->world && n->terminating)
+    if (r->world && n->terminating && !orch_notice_far(n, notice_now_ms()))
         r->want_stop = true;
+    r->deciding = n;
     acts = orch_event(r, n->terminating ? EV_TERMINATING : EV_NOTICE, NULL);
+    r->deciding = NULL;
+    if (acts & A_HOLD)
+        hold(r, n);
     if (acts & A_EXIT_UNRANKED) {
         log_msg(LOGL_INFO, "a terminating notice before this node had a rank: exiting");
         r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
@@ -340,7 +375,7 @@ void orch_notice(void *arg, const struct notice *n)
     }
     if (acts & (A_LEAVE | A_END))
         log_msg(LOGL_INFO, "a terminating notice while the command is %s: %s (generation %llu "
-                "is the newest)", r->pausing ? "stopping" : "not running",
+                "is the newest)", r->pausing ? "stopping" : not_running(r),
                 r->world ? "leaving the world" : "it is not started",
                 (unsigned long long)r->resume_gen);
     if (acts & A_LEAVE)
@@ -353,6 +388,88 @@ void orch_notice(void *arg, const struct notice *n)
         orch_begin_checkpoint(r, n, "notice");
 }
 
+/* Why a node alone does not start its command for a terminating notice
+ * that came while resuming, for the log. */
+static const char *not_running(const struct orch *r)
+{
+    if (r->world || r->state != RESUMING)
+        return "not running";
+    if (event_pending(r->retry, EV_TIMEOUT, NULL))
+        return "not running (the store cannot be read)";
+    return "not running, and no room is left for a checkpoint before its deadline";
+}
+
+/* Keep notice n for later (A_HOLD): a far terminating one until
+ * NOTICE_HORIZON_MS before its deadline, one that came while resuming until
+ * the command runs; a terminating one held while resuming is given up when
+ * a checkpoint would no longer fit (held_timer, both).  Of two terminating
+ * ones, the earlier deadline is kept: its checkpoint serves the other. */
+static void hold(struct orch *r, const struct notice *n)
+{
+    struct notice **slot = n->terminating ? &r->held_stop : &r->held_advice;
+    int64_t now = notice_now_ms(), due;
+    bool far = orch_notice_far(n, now);
+    char when[48], reason[160];
+    struct timeval tv;
+
+    if (*slot && n->terminating && (*slot)->deadline_ms <= n->deadline_ms)
+        return;
+    if (!*slot && !(*slot = malloc(sizeof(**slot)))) {
+        log_msg(LOGL_ERROR, "out of memory: a notice is not kept for later; the stop at its "
+                "deadline still comes");
+        return;
+    }
+    **slot = *n;
+    orch_notice_reason(n, reason, sizeof(reason));
+    if (!n->terminating) {
+        log_msg(LOGL_INFO, "%s while resuming: its early checkpoint comes once the command "
+                "runs", reason);
+        return;
+    }
+    due = far ? n->deadline_ms - NOTICE_HORIZON_MS : orch_notice_last_start(r, n);
+    if (far)
+        log_msg(LOGL_INFO, "%s: its deadline is more than %d min away; training goes on, and "
+                "its checkpoint begins at %s", reason, NOTICE_HORIZON_MS / 60000,
+                notice_format_time(due, when, sizeof(when)));
+    else
+        log_msg(LOGL_INFO, "%s while resuming: its checkpoint comes once the command runs, if "
+                "that is before %s", reason, notice_format_time(due, when, sizeof(when)));
+    due = due > now ? due - now : 0;
+    tv = (struct timeval){ (time_t)(due / 1000), (suseconds_t)(due % 1000) * 1000 };
+    evtimer_add(r->held_timer, &tv);
+}
+
+/* The held terminating notice is due: far no more, or no room left for
+ * its checkpoint while the resume goes on. */
+static void on_held(evutil_socket_t fd, short what, void *arg)
+{
+    struct orch *r = arg;
+    struct notice *n = r->held_stop;
+
+    r->held_stop = NULL;
+    if (n)
+        act_on(r, n);
+    free(n);
+}
+
+/* The command runs (A_HELD): the notices held while resuming are acted on,
+ * the terminating one (whose checkpoint serves an advisory one too) first. */
+static void act_on_held(struct orch *r)
+{
+    struct notice *n = r->held_stop, *advice = r->held_advice;
+
+    r->held_advice = NULL;
+    if (n && !orch_notice_far(n, notice_now_ms())) {
+        r->held_stop = NULL;
+        evtimer_del(r->held_timer);
+        act_on(r, n);
+        free(n);
+    } else if (advice) {
+        act_on(r, advice);
+    }
+    free(advice);
+}
+
 /* A terminating notice during a periodic or advisory checkpoint: that
  * checkpoint becomes the last one, and the stop follows it. */
 static void make_last(struct orch *r, const struct notice *n)
@@ -363,8 +480,10 @@ static void make_last(struct orch *r, const struct notice *n)
     /* The deadline that matters now, for the margin reported; the method
      * keeps the one it was given (an earlier one fails the checkpoint
      * sooner; the fallback stop bounds a later one). */
-    if (n->deadline_ms > 0)
+    if (n->deadline_ms > 0) {
         r->deadline_ms = orch_notice_deadline(r, n);
+        r->stop_deadline_ms = n->deadline_ms;
+    }
 }
 
 /* A copy of the terminating notice, for the last checkpoint again. */
@@ -440,7 +559,11 @@ void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *w
         orch_notice_reason(n, r->reason, sizeof(r->reason));
     else
         snprintf(r->reason, sizeof(r->reason), "%s", why);
-    if (n && n->deadline_ms > 0)
+    /* Only a terminating notice's deadline bounds its checkpoint.  An
+     * advisory one has none of its own (AWS's rebalance noticeTime is when
+     * it was issued, always past): its early checkpoint has the usual limit. */
+    r->stop_deadline_ms = r->terminating ? n->deadline_ms : 0;
+    if (r->terminating && n->deadline_ms > 0)
         r->deadline_ms = orch_notice_deadline(r, n);
     else if (!n && strcmp(why, "periodic") == 0)
         r->deadline_ms = notice_now_ms() + (int64_t)r->o.interval_ms;
@@ -456,7 +579,7 @@ void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *w
         orch_start_checkpoint(r);
     if (acts & A_TRIGGER)
         world_trigger(r->world, n ? notice_kind_name(n->kind) : "checkpoint", r->why,
-                      r->terminating, n && n->deadline_ms > 0 ? r->deadline_ms : 0);
+                      r->terminating, r->terminating && n->deadline_ms > 0 ? r->deadline_ms : 0);
 }
 
 /* The checkpoint set up in r begins: its generation number claimed (a
@@ -907,12 +1030,23 @@ void orch_stop_command(struct orch *r, bool saved)
         return;
     }
     if (!saved) {
-        child_stop(r->o.child, r->reason, r->o.grace_ms);
+        child_stop(r->o.child, r->reason, stop_grace(r));
         return;
     }
     r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
     child_set_exit_code(r->o.child, ORCH_EXIT_PREEMPTED_SAVED);
-    r->mops->stop(r->method, r->reason, r->o.grace_ms);
+    r->mops->stop(r->method, r->reason, stop_grace(r));
+}
+
+/* The grace of the stop after a notice's checkpoint: --grace, less when
+ * the deadline is nearer, so that SIGKILL still lands the margin before it
+ * (a checkpoint given up leaves the fallback's 2 s at most). */
+static uint64_t stop_grace(const struct orch *r)
+{
+    if (r->stop_deadline_ms <= 0)
+        return r->o.grace_ms;
+    return notice_grace_left(r->stop_deadline_ms, notice_now_ms(), r->o.margin_ms,
+                             r->o.grace_ms);
 }
 
 /* This node goes, with code, its command not running: now, once a pause's
@@ -954,6 +1088,12 @@ static struct orch_facts facts(const struct orch *r)
         .trainers = orch_trainers(r),
         .aborted = r->aborted,
         .have_gen = r->resume_gen > 0,
+        .far = r->deciding && orch_notice_far(r->deciding, notice_now_ms()),
+        .late = r->deciding && r->deciding->terminating &&
+                orch_notice_last_start(r, r->deciding) <= notice_now_ms(),
+        .store_waits = event_pending(r->retry, EV_TIMEOUT, NULL),
+        .held = r->held_advice || (r->held_stop && !orch_notice_far(r->held_stop,
+                                                                    notice_now_ms())),
     };
 }
 

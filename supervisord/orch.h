@@ -117,4 +117,8 @@ int orch_exit_code(const struct orch *r);
  * to o. */
 void orch_status(struct orch *r, struct cJSON *o);
 
+/* A far terminating notice is held (NOTICE_HORIZON_MS): true, with when its
+ * checkpoint begins and its deadline (UTC ms) in the ret_ values. */
+bool orch_planned(const struct orch *r, int64_t *ret_checkpoint_ms, int64_t *ret_deadline_ms);
+
 #endif

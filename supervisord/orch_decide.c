@@ -18,8 +18,8 @@ static const char *const event_names[EV__COUNT] = {
 
 /* What each event can yield, for its handler. */
 static const unsigned event_acts[EV__COUNT] = {
-    [EV_NOTICE] = A_BEGIN,
-    [EV_TERMINATING] = A_EXIT_UNRANKED | A_LEAVE | A_END | A_MAKE_LAST | A_BEGIN,
+    [EV_NOTICE] = A_BEGIN | A_HOLD,
+    [EV_TERMINATING] = A_EXIT_UNRANKED | A_LEAVE | A_END | A_MAKE_LAST | A_BEGIN | A_HOLD,
     [EV_TICK] = A_BEGIN | A_TRIGGER,
     [EV_REQUEST] = A_BEGIN | A_TRIGGER,
     [EV_FOUND] = A_BEGIN,
@@ -32,7 +32,7 @@ static const unsigned event_acts[EV__COUNT] = {
     [EV_UPLOADED] = A_COMMIT | A_FINISH | A_STOP_UNSAVED | A_CLAIM_NEXT | A_READY | A_AGAIN,
     [EV_COMMITTED] = A_RECORD | A_FINISH | A_STOP_SAVED | A_CLAIM_NEXT | A_READY | A_AGAIN,
     [EV_FAILED] = A_FINISH | A_STOP_UNSAVED | A_CLAIM_NEXT | A_READY | A_AGAIN,
-    [EV_RESUMED] = A_END | A_RUN,
+    [EV_RESUMED] = A_END | A_RUN | A_HELD,
     [EV_WORLD_RESUME] = A_RESTORE,
     [EV_PARKED] = A_WAIT_WORLD,
 };
@@ -66,17 +66,19 @@ static struct orch_decision ended(const struct orch_facts *f, unsigned acts, boo
     return go(IDLE, acts | A_FINISH | A_CLAIM_NEXT | (f->world ? A_READY : 0));
 }
 
-/* The resume is done: the command starts, unless a terminating notice
- * came meanwhile (the node goes instead, exit 75) or spotd is ending. */
+/* The resume is done: the command starts, and the notices that came
+ * meanwhile are acted on; unless a terminating one left no room for a
+ * checkpoint (the node goes instead, exit 75, the restored generation the
+ * newest) or spotd is ending. */
 static struct orch_decision resumed(const struct orch_facts *f)
 {
     if (f->state != RESUMING)
         return stay(f); /* a crash restart's, or late */
     if (f->finishing)
         return go(IDLE, A_NONE);
-    if (f->ending)
+    if (f->ending || (f->held && f->late))
         return go(DRAINING, A_END);
-    return go(IDLE, A_RUN);
+    return go(IDLE, A_RUN | (f->held ? A_HELD : 0));
 }
 
 /* A world's node whose command is not running, by the world's word, and
@@ -100,13 +102,29 @@ static struct orch_decision parked(const struct orch_facts *f)
     return stay(f);
 }
 
-/* A notice.  A terminating one while nothing runs (a world's pause, the
- * resume at start, the wait for a world's resume) has nothing new to save:
- * the node goes, the newest committed generation standing.  During a
- * checkpoint, that checkpoint serves, and a terminating notice makes it
- * the last. */
+/* A notice while a node alone resumes at start: held until the command
+ * runs, so that what it trains until the deadline is saved; a terminating
+ * one whose deadline leaves no room (or that comes while the store cannot
+ * be read) has nothing to save: the node goes, the newest generation
+ * standing. */
+static struct orch_decision resuming(bool terminating, const struct orch_facts *f)
+{
+    if (terminating && (f->late || f->store_waits))
+        return go(RESUMING, A_END);
+    return go(RESUMING, A_HOLD);
+}
+
+/* A notice.  A terminating one whose deadline is far is held until it is
+ * due: training goes on.  A terminating one while nothing runs (a world's
+ * pause, the wait for a world's resume) has nothing new to save: the node
+ * goes, the newest committed generation standing.  During a checkpoint,
+ * that checkpoint serves, and a terminating notice makes it the last. */
 static struct orch_decision notice(const struct orch_facts *f, bool terminating)
 {
+    if (terminating && f->far)
+        return f->state == DRAINING ? stay(f) : go(f->state, A_HOLD);
+    if (!f->world && f->state == RESUMING)
+        return resuming(terminating, f);
     if (f->world && !f->ranked) {
         /* Still asking the coordinator for a rank: nothing runs yet. */
         if (!terminating || f->state == DRAINING)

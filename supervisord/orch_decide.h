@@ -55,6 +55,12 @@ struct orch_facts {
     bool trainers;     /* someone to save: the method needs no trainers, or one is connected */
     bool aborted;      /* the checkpoint under way was given up (the world's abort) */
     bool have_gen;     /* a committed generation holds the job's state */
+    /* Of the terminating notice decided (EV_TERMINATING's, or at EV_RESUMED
+     * the one held while resuming): */
+    bool far;          /* its deadline is beyond NOTICE_HORIZON_MS: acted on when due */
+    bool late;         /* a checkpoint begun now would end after it is given up */
+    bool store_waits;  /* the resume waits to try the store again (it could not be read) */
+    bool held;         /* notices came while resuming: acted on once the command runs */
 };
 
 /* The actions, in the order they are carried out. */
@@ -82,6 +88,9 @@ enum orch_act {
     A_RUN = 1 << 19,            /* start the command: its socket, method, tick */
     A_RESTORE = 1 << 20,        /* a world's resume: restore its generation (or none) */
     A_WAIT_WORLD = 1 << 21,     /* a world: tell its coordinator this node waits to resume */
+    A_HOLD = 1 << 22,           /* keep the notice: a far one until it is due, one that
+                                 * came while resuming until the command runs */
+    A_HELD = 1 << 23,           /* the command runs: act on the notices held while resuming */
 };
 
 struct orch_decision {

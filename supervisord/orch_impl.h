@@ -77,7 +77,15 @@ struct orch {
     bool terminating;
     bool told_last;                /* the method was told its save is the last */
     struct notice *stop_notice;    /* the terminating notice the last checkpoint serves */
-    int64_t deadline_ms;
+    /* Notices acted on later (A_HOLD): the terminating one with the
+     * earliest deadline, far (due NOTICE_HORIZON_MS before it) or come while
+     * resuming (acted on once the command runs, or given up when no room is
+     * left: held_timer); an advisory one that came while resuming. */
+    struct notice *held_stop, *held_advice;
+    struct event *held_timer;
+    const struct notice *deciding; /* the notice orch_decide() decides: facts far, late */
+    int64_t deadline_ms;           /* the checkpoint fails here (a notice's: its give-up) */
+    int64_t stop_deadline_ms;      /* the terminating notice's own deadline; 0: none */
     int64_t t_begin, t_saved, t_uploaded;   /* monotonic */
     int64_t t_restore;             /* the restore at start began */
     struct snap_counters counters;
@@ -224,6 +232,11 @@ void orch_figures_save(struct orch *r);
 bool orch_plan_fits(struct orch *r);
 /* When a notice's checkpoint is given up: before notices.c's fallback stop. */
 int64_t orch_notice_deadline(const struct orch *r, const struct notice *n);
+/* The last moment a checkpoint for terminating notice n may begin: its
+ * give-up time less what the last checkpoints took (nothing when unknown). */
+int64_t orch_notice_last_start(const struct orch *r, const struct notice *n);
+/* Whether terminating notice n is far: its deadline beyond NOTICE_HORIZON_MS. */
+bool orch_notice_far(const struct notice *n, int64_t now_ms);
 /* spotctl's commands on the control socket: status, checkpoint, drill. */
 void orch_on_command(void *arg, const char *cmd, const struct jsonl_msg *m, char *reply,
                      size_t len);

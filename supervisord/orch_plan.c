@@ -179,6 +179,51 @@ int64_t orch_notice_deadline(const struct orch *r, const struct notice *n)
         .give_up_ms;
 }
 
+int64_t orch_notice_last_start(const struct orch *r, const struct notice *n)
+{
+    int64_t need = r->fig.at_ms > 0 ? r->fig.save_ms + r->fig.upload_ms + r->fig.commit_ms : 0;
+
+    return orch_notice_deadline(r, n) - need;
+}
+
+bool orch_notice_far(const struct notice *n, int64_t now_ms)
+{
+    return n->terminating && n->deadline_ms - now_ms > NOTICE_HORIZON_MS;
+}
+
+bool orch_planned(const struct orch *r, int64_t *ret_checkpoint_ms, int64_t *ret_deadline_ms)
+{
+    const struct notice *n = r->held_stop;
+
+    if (!n || !orch_notice_far(n, notice_now_ms()))
+        return false;
+    *ret_checkpoint_ms = n->deadline_ms - NOTICE_HORIZON_MS;
+    *ret_deadline_ms = n->deadline_ms;
+    return true;
+}
+
+/* The far notice's plan, for `spotctl status`: when its checkpoint
+ * begins, when the stop comes at the latest (the fallback), the deadline. */
+static void add_plan(const struct orch *r, cJSON *o)
+{
+    int64_t at, deadline;
+    char buf[48], reason[160];
+    cJSON *p;
+
+    if (!orch_planned(r, &at, &deadline) || !(p = cJSON_AddObjectToObject(o, "planned")))
+        return;
+    orch_notice_reason(r->held_stop, reason, sizeof(reason));
+    cJSON_AddStringToObject(p, "reason", reason);
+    cJSON_AddStringToObject(p, "event_id", r->held_stop->event_id);
+    cJSON_AddStringToObject(p, "checkpoint_at", notice_format_time(at, buf, sizeof(buf)));
+    cJSON_AddStringToObject(p, "stop_by",
+                            notice_format_time(notice_stop_plan(deadline, at, r->o.margin_ms,
+                                                                r->o.grace_ms, true).stop_at_ms,
+                                               buf, sizeof(buf)));
+    cJSON_AddStringToObject(p, "deadline", notice_format_time(deadline, buf, sizeof(buf)));
+    cJSON_AddNumberToObject(p, "checkpoint_in_ms", (double)(at - notice_now_ms()));
+}
+
 /* ---- spotctl's commands -------------------------------------------------- */
 
 static void reply_json(cJSON *o, char *reply, size_t len)
@@ -220,6 +265,7 @@ void orch_status(struct orch *r, cJSON *o)
         cJSON_AddNumberToObject(o, "steps_per_s", rate);
     if (r->last_notice[0])
         cJSON_AddStringToObject(o, "last_notice", r->last_notice);
+    add_plan(r, o);
     if (r->state >= SAVING && r->state <= COMMITTING) {
         cJSON *p = cJSON_AddObjectToObject(o, "in_progress");
         cJSON_AddNumberToObject(p, "gen", (double)r->gen);

@@ -21,7 +21,7 @@ static int maintenance(const char *b, size_t len, struct notice *out, size_t max
                        const char **why)
 {
     size_t n = 0;
-    int r = aws_parse_maintenance(b, len, out, max, &n, why);
+    int r = aws_parse_maintenance(b, len, notice_now_ms(), out, max, &n, why);
 
     return r < 0 ? r : (int)n;
 }

@@ -249,10 +249,26 @@ out:
     return r;
 }
 
+/* An active event's deadline.  AWS runs the event between NotBefore and
+ * NotAfter: until NotBefore has passed, that is when it may begin.  After
+ * it, "now" would leave the command no grace at all (TERM and SIGKILL in
+ * the same millisecond), though AWS may take until NotAfter: the deadline
+ * is NotAfter then, and never sooner than AWS_EVENT_MIN_WINDOW_MS from now
+ * (no NotAfter, or one past as well). */
+static int64_t aws_event_deadline(int64_t not_before, const int64_t *not_after, int64_t now_ms)
+{
+    int64_t floor = now_ms + AWS_EVENT_MIN_WINDOW_MS;
+
+    if (not_before > now_ms)
+        return not_before;
+    return not_after && *not_after > floor ? *not_after : floor;
+}
+
 /* One element of the scheduled-events array.  Every element must have its
  * types right, whatever its State; only an active one needs good dates.
  * Returns 1 with *t filled for an active event, 0 for another, -EINVAL. */
-static int aws_maintenance_event(const cJSON *ev, struct notice *t, const char **ret_why)
+static int aws_maintenance_event(const cJSON *ev, int64_t now_ms, struct notice *t,
+                                 const char **ret_why)
 {
     static const char *const down_codes[] = { "instance-stop", "instance-retirement",
                                               "instance-reboot", "system-reboot" };
@@ -294,7 +310,7 @@ static int aws_maintenance_event(const cJSON *ev, struct notice *t, const char *
         if (strcmp(code, down_codes[i]) == 0)
             down = true;
     notice_start(t, "aws", NOTICE_MAINTENANCE, down);
-    t->deadline_ms = deadline;
+    t->deadline_ms = aws_event_deadline(deadline, not_after ? &end : NULL, now_ms);
     snprintf(t->event_id, sizeof(t->event_id), "%s", id);
     /* The event itself, not the whole array: with several events the
      * array's first 512 bytes may not even reach this one. */
@@ -305,8 +321,8 @@ static int aws_maintenance_event(const cJSON *ev, struct notice *t, const char *
     return 1;
 }
 
-int aws_parse_maintenance(const char *body, size_t len, struct notice *out, size_t max,
-                          size_t *ret_n, const char **ret_why)
+int aws_parse_maintenance(const char *body, size_t len, int64_t now_ms, struct notice *out,
+                          size_t max, size_t *ret_n, const char **ret_why)
 {
     const cJSON *ev;
     cJSON *root;
@@ -323,7 +339,7 @@ int aws_parse_maintenance(const char *body, size_t len, struct notice *out, size
     /* Check every event before writing any, so that out is untouched on
      * failure. */
     cJSON_ArrayForEach(ev, root) {
-        r = aws_maintenance_event(ev, NULL, ret_why);
+        r = aws_maintenance_event(ev, now_ms, NULL, ret_why);
         if (r < 0)
             goto out;
     }
@@ -331,7 +347,7 @@ int aws_parse_maintenance(const char *body, size_t len, struct notice *out, size
         struct notice t;
         if (n == max)
             break;
-        if (aws_maintenance_event(ev, &t, ret_why) == 1)
+        if (aws_maintenance_event(ev, now_ms, &t, ret_why) == 1)
             notice_put(&out[n++], &t);
     }
     if (ret_n)

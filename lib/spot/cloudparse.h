@@ -33,12 +33,15 @@ int aws_parse_rebalance(const char *body, size_t len, struct notice *n, const ch
 /* AWS /latest/meta-data/events/maintenance/scheduled: a JSON array of
  * {"Code", "Description", "EventId", "NotAfter", "NotBefore", "State"},
  * dates like "21 Jan 2019 09:00:43 GMT".  Fills up to max notices, one per
- * event whose State is "active" (kind maintenance, deadline NotBefore,
- * event_id EventId; terminating for the codes that take the instance down:
- * instance-stop, instance-retirement, instance-reboot, system-reboot), sets
- * *ret_n.  "[]" gives 0 notices.  Returns 0 or -EINVAL. */
-int aws_parse_maintenance(const char *body, size_t len, struct notice *out, size_t max,
-                          size_t *ret_n, const char **ret_why);
+ * event whose State is "active" (kind maintenance, event_id EventId;
+ * terminating for the codes that take the instance down: instance-stop,
+ * instance-retirement, instance-reboot, system-reboot), sets *ret_n.  The
+ * deadline is NotBefore while it is after now_ms (UTC ms); once it has
+ * passed, NotAfter, but at least AWS_EVENT_MIN_WINDOW_MS after now_ms.
+ * "[]" gives 0 notices.  Returns 0 or -EINVAL. */
+#define AWS_EVENT_MIN_WINDOW_MS (30 * 1000)
+int aws_parse_maintenance(const char *body, size_t len, int64_t now_ms, struct notice *out,
+                          size_t max, size_t *ret_n, const char **ret_why);
 
 /* AWS /latest/meta-data/autoscaling/target-lifecycle-state: plain text such
  * as "InService", "Warmed:Stopped", "Terminated".  "Terminated" is a notice

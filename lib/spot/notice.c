@@ -158,17 +158,23 @@ struct notice_stop notice_stop_plan(int64_t deadline_ms, int64_t now_ms, uint64_
                                     uint64_t grace_ms, bool checkpoints)
 {
     struct notice_stop st;
-    int64_t left;
 
     if (checkpoints && grace_ms > NOTICE_FALLBACK_GRACE_MS)
         grace_ms = NOTICE_FALLBACK_GRACE_MS;
     st.stop_at_ms = deadline_ms - (int64_t)margin_ms - (int64_t)grace_ms;
     st.give_up_ms = st.stop_at_ms - NOTICE_GIVE_UP_MS;
-    if (st.stop_at_ms <= now_ms) {
-        left = deadline_ms - (int64_t)margin_ms - now_ms;
-        if (left < (int64_t)grace_ms)
-            grace_ms = left > 0 ? (uint64_t)left : 0;
-    }
+    if (st.stop_at_ms <= now_ms)
+        grace_ms = notice_grace_left(deadline_ms, now_ms, margin_ms, grace_ms);
     st.grace_ms = grace_ms;
     return st;
+}
+
+uint64_t notice_grace_left(int64_t deadline_ms, int64_t now_ms, uint64_t margin_ms,
+                           uint64_t grace_ms)
+{
+    int64_t left = deadline_ms - (int64_t)margin_ms - now_ms;
+
+    if (left < (int64_t)grace_ms)
+        return left > 0 ? (uint64_t)left : 0;
+    return grace_ms;
 }

@@ -73,6 +73,11 @@ void notice_to_json(const struct notice *n, struct cJSON *obj);
  * NOTICE_FALLBACK_GRACE_MS so that the checkpoint has the most time, and
  * the checkpoint is given up NOTICE_GIVE_UP_MS before it begins. */
 #define NOTICE_FALLBACK_GRACE_MS 2000
+/* A terminating notice whose deadline is further away than this is far
+ * (AWS's scheduled retirement days ahead): with checkpoints, it is acted on
+ * this long before its deadline, as if it came then; training goes on
+ * until then. */
+#define NOTICE_HORIZON_MS (15 * 60 * 1000)
 #define NOTICE_GIVE_UP_MS 250
 struct notice_stop {
     int64_t stop_at_ms;      /* the stop signal, wall clock; <= now: at once */
@@ -81,6 +86,14 @@ struct notice_stop {
 };
 struct notice_stop notice_stop_plan(int64_t deadline_ms, int64_t now_ms, uint64_t margin_ms,
                                     uint64_t grace_ms, bool checkpoints);
+
+/* The grace of a stop signal sent now for a notice's deadline: grace_ms,
+ * cut to what is left before deadline - margin (0 when that has passed),
+ * so that SIGKILL never lands later than the plan's.  Every stop a notice
+ * causes (the plan's, the one after its checkpoint failed or committed)
+ * takes its grace from here when it is sent. */
+uint64_t notice_grace_left(int64_t deadline_ms, int64_t now_ms, uint64_t margin_ms,
+                           uint64_t grace_ms);
 
 /* Write ms since the epoch as RFC 3339 UTC with milliseconds into buf
  * (at least 32 bytes).  Returns buf. */

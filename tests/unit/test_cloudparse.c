@@ -131,6 +131,10 @@ TEST(notice_stop_plan)
     CHECK(st.stop_at_ms <= now);
     CHECK_INT(st.grace_ms, 0);
     CHECK(st.give_up_ms < now);
+    /* A stop sent later (a checkpoint failed or committed): what is left. */
+    CHECK_INT(notice_grace_left(deadline, now, 5000, 30000), 30000);
+    CHECK_INT(notice_grace_left(deadline, deadline - 7250, 5000, 30000), 2250);
+    CHECK_INT(notice_grace_left(deadline, deadline - 1000, 5000, 30000), 0);
 }
 
 TEST(notice_kinds)
@@ -403,7 +407,7 @@ TEST(cloud_aws_maintenance)
         int r;
         n = 99;
         why = NULL;
-        r = aws_parse_maintenance(cases[i].body, strlen(cases[i].body), out, 4, &n, &why);
+        r = aws_parse_maintenance(cases[i].body, strlen(cases[i].body), T_AWS, out, 4, &n, &why);
         if (r != cases[i].ret || (r == 0 && n != cases[i].n) || (r < 0 && (n != 99 || !why))) {
             printf("  case %zu: aws_parse_maintenance(\"%s\") = %d, n %zu (%s); expected %d, %zu\n",
                    i, cases[i].body, r, n, why ? why : "no reason", cases[i].ret, cases[i].n);
@@ -413,7 +417,7 @@ TEST(cloud_aws_maintenance)
 
     for (size_t i = 0; i < 4; i++)
         poison(&out[i]);
-    CHECK_INT(aws_parse_maintenance(doc, strlen(doc), out, 4, &n, &why), 0);
+    CHECK_INT(aws_parse_maintenance(doc, strlen(doc), T_AWS, out, 4, &n, &why), 0);
     CHECK_INT(n, 2);
     CHECK_STR(out[0].source, "aws");
     CHECK_INT(out[0].kind, NOTICE_MAINTENANCE);
@@ -430,11 +434,34 @@ TEST(cloud_aws_maintenance)
 
     /* max caps what is written. */
     poison(&out[1]);
-    CHECK_INT(aws_parse_maintenance(doc, strlen(doc), out, 1, &n, &why), 0);
+    CHECK_INT(aws_parse_maintenance(doc, strlen(doc), T_AWS, out, 1, &n, &why), 0);
     CHECK_INT(n, 1);
     CHECK_STR(out[0].event_id, "instance-event-0d59937288b749b32");
     CHECK(poisoned(&out[1]));
-    CHECK_INT(aws_parse_maintenance(doc, strlen(doc), NULL, 0, &n, &why), 0);
+
+    /* NotBefore passed: AWS may take until NotAfter, and the command gets
+     * at least AWS_EVENT_MIN_WINDOW_MS, never "now" (no grace). */
+    {
+        static const char *const open_doc =
+            "[{\"NotBefore\":\"21 Jan 2019 09:00:43 GMT\",\"Code\":\"instance-stop\","
+            "\"EventId\":\"e1\",\"NotAfter\":\"21 Jan 2019 09:17:23 GMT\","
+            "\"State\":\"active\"},{\"NotBefore\":\"21 Jan 2019 09:00:43 GMT\","
+            "\"Code\":\"instance-stop\",\"EventId\":\"e2\",\"State\":\"active\"}]";
+        const int64_t before = 1548061243000, after = 1548062243000;
+
+        CHECK_INT(aws_parse_maintenance(open_doc, strlen(open_doc), before + 60000, out, 4, &n,
+                                        &why), 0);
+        CHECK_INT(n, 2);
+        CHECK_INT(out[0].deadline_ms, after);
+        CHECK_INT(out[1].deadline_ms, before + 60000 + AWS_EVENT_MIN_WINDOW_MS);
+        CHECK_INT(aws_parse_maintenance(open_doc, strlen(open_doc), after - 10000, out, 4, &n,
+                                        &why), 0);
+        CHECK_INT(out[0].deadline_ms, after - 10000 + AWS_EVENT_MIN_WINDOW_MS);
+        CHECK_INT(aws_parse_maintenance(open_doc, strlen(open_doc), before - 1, out, 4, &n,
+                                        &why), 0);
+        CHECK_INT(out[0].deadline_ms, before);
+    }
+    CHECK_INT(aws_parse_maintenance(doc, strlen(doc), T_AWS, NULL, 0, &n, &why), 0);
     CHECK_INT(n, 0);
 }
 
@@ -541,14 +568,15 @@ TEST(cloud_body_size)
     CHECK_INT(gcp_parse_preempted(body, big, &why), -EINVAL);
     CHECK_INT(aws_parse_rebalance(body, big, &n, &why), -EINVAL);
     CHECK_INT(aws_parse_lifecycle(body, big, &n, &why), -EINVAL);
-    CHECK_INT(aws_parse_maintenance(body, big, &n, 1, &count, &why), -EINVAL);
+    CHECK_INT(aws_parse_maintenance(body, big, T_AWS, &n, 1, &count, &why), -EINVAL);
     CHECK_INT(gcp_parse_maintenance(body, big, &n, &why), -EINVAL);
     CHECK_INT(azure_parse_events(body, big, "vm", doc, &why), -EINVAL);
     CHECK_INT(alibaba_parse_termination(body, big, &n, &why), -EINVAL);
     CHECK_INT(tencent_parse_termination(body, big, &n, &why), -EINVAL);
     /* Deep nesting is just garbage. */
     memset(body, '[', big);
-    CHECK_INT(aws_parse_maintenance(body, CLOUDPARSE_MAX_BODY, &n, 1, &count, &why), -EINVAL);
+    CHECK_INT(aws_parse_maintenance(body, CLOUDPARSE_MAX_BODY, T_AWS, &n, 1, &count, &why),
+              -EINVAL);
     CHECK_INT(aws_parse_instance_action(NULL, 0, &n, &why), -EINVAL);
     free(body);
     free(doc);

@@ -23,9 +23,9 @@ struct cell {
  * again by hand.  Columns: resuming idle saving uploading committing
  * draining waiting. */
 static const struct cell alone[EV__COUNT][NS] = {
-    [EV_NOTICE] = { { S_, 0 }, { IDLE, A_BEGIN }, { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 },
-                    { S_, 0 } },
-    [EV_TERMINATING] = { { RESUMING, A_END }, { IDLE, A_BEGIN }, { SAVING, A_MAKE_LAST },
+    [EV_NOTICE] = { { S_, A_HOLD }, { IDLE, A_BEGIN }, { S_, 0 }, { S_, 0 }, { S_, 0 },
+                    { S_, 0 }, { S_, 0 } },
+    [EV_TERMINATING] = { { RESUMING, A_HOLD }, { IDLE, A_BEGIN }, { SAVING, A_MAKE_LAST },
                          { UPLOADING, A_MAKE_LAST }, { COMMITTING, A_MAKE_LAST }, { S_, 0 },
                          { WAITING, A_END } },
     [EV_TICK] = { { S_, 0 }, { IDLE, A_BEGIN }, { S_, 0 }, { S_, 0 }, { S_, 0 }, { S_, 0 },
@@ -106,6 +106,34 @@ static const struct diff ending[] = {
     { EV_RESUMED, RESUMING, { DRAINING, A_END } },
 };
 
+/* The terminating notice decided is far: it is held until it is due,
+ * whatever runs; a node that goes already has no use for it. */
+static const struct diff far[] = {
+    { EV_TERMINATING, RESUMING, { S_, A_HOLD } },
+    { EV_TERMINATING, IDLE, { S_, A_HOLD } },
+    { EV_TERMINATING, SAVING, { S_, A_HOLD } },
+    { EV_TERMINATING, UPLOADING, { S_, A_HOLD } },
+    { EV_TERMINATING, COMMITTING, { S_, A_HOLD } },
+    { EV_TERMINATING, WAITING, { S_, A_HOLD } },
+};
+
+/* The terminating notice decided leaves no room for a checkpoint, or the
+ * store cannot be read: while resuming, the command is not started. */
+static const struct diff no_room[] = {
+    { EV_TERMINATING, RESUMING, { RESUMING, A_END } },
+};
+
+/* Notices came while resuming: once the command runs they are acted on. */
+static const struct diff held[] = {
+    { EV_RESUMED, RESUMING, { IDLE, A_RUN | A_HELD } },
+};
+
+/* ... one of them terminating, and no room is left for its checkpoint. */
+static const struct diff held_late[] = {
+    { EV_TERMINATING, RESUMING, { RESUMING, A_END } },
+    { EV_RESUMED, RESUMING, { DRAINING, A_END } },
+};
+
 /* spotd itself is ending (its command gone, or never started): nothing
  * new starts. */
 static const struct diff finishing[] = {
@@ -120,6 +148,7 @@ static const struct diff nobody[] = {
 
 /* A world's node with its rank, not the coordinator, its command running. */
 static const struct diff world_node[] = {
+    { EV_NOTICE, RESUMING, { S_, 0 } },
     { EV_NOTICE, IDLE, { IDLE, A_BEGIN } },
     { EV_TERMINATING, RESUMING, { RESUMING, A_LEAVE | A_END } },
     { EV_TERMINATING, WAITING, { WAITING, A_LEAVE | A_END } },
@@ -196,6 +225,16 @@ TEST(orch_table_facts)
     check_table(&f, DIFFS(ending), "ending");
     f = base, f.finishing = true;
     check_table(&f, DIFFS(finishing), "finishing");
+    f = base, f.far = true;
+    check_table(&f, DIFFS(far), "far");
+    f = base, f.late = true;
+    check_table(&f, DIFFS(no_room), "late");
+    f = base, f.store_waits = true;
+    check_table(&f, DIFFS(no_room), "the store waits");
+    f = base, f.held = true;
+    check_table(&f, DIFFS(held), "held");
+    f = base, f.held = f.late = true;
+    check_table(&f, DIFFS(held_late), "held, late");
     /* Going and ending both: nothing is started, and the node's end
      * already under way is not asked again. */
     f = base, f.ending = f.finishing = true;
@@ -213,6 +252,7 @@ TEST(orch_table_world)
 {
     struct orch_facts f = base;
     static const struct diff coordinator[] = {
+        { EV_NOTICE, RESUMING, { S_, 0 } },
         { EV_NOTICE, IDLE, { IDLE, A_BEGIN } },
         { EV_TERMINATING, RESUMING, { RESUMING, A_LEAVE | A_END } },
         { EV_TERMINATING, WAITING, { WAITING, A_LEAVE | A_END } },
@@ -294,7 +334,7 @@ TEST(orch_table_invariants)
 {
     unsigned bad = 0, cells = 0;
 
-    for (unsigned bits = 0; bits < 1u << 12; bits++)
+    for (unsigned bits = 0; bits < 1u << 16; bits++)
         for (int s = 0; s < NS; s++)
             for (int ev = 0; ev < EV__COUNT; ev++) {
                 struct orch_facts f = {
@@ -302,7 +342,8 @@ TEST(orch_table_invariants)
                     .coordinator = bits & 4, .stopping = bits & 8, .last = bits & 16,
                     .trainers = bits & 32, .aborted = bits & 64, .have_gen = bits & 128,
                     .told_last = bits & 256, .parked = bits & 512, .ending = bits & 1024,
-                    .finishing = bits & 2048,
+                    .finishing = bits & 2048, .far = bits & 4096, .late = bits & 8192,
+                    .store_waits = bits & 16384, .held = bits & 32768,
                 };
                 struct orch_decision d = orch_decide(&f, (enum orch_event)ev);
                 unsigned stops = d.acts & (A_STOP_SAVED | A_STOP_UNSAVED);
@@ -334,8 +375,16 @@ TEST(orch_table_invariants)
                 else if ((d.acts & A_END) && !(s == RESUMING || s == WAITING || f.stopping))
                     why = "ended while the command runs";
                 else if (ev != EV_TERMINATING && ev != EV_NOTICE && (d.acts & (A_END | A_LEAVE)) &&
-                         !(ev == EV_RESUMED && f.ending && !(d.acts & A_LEAVE)))
+                         !(ev == EV_RESUMED && (f.ending || (f.held && f.late)) &&
+                           !(d.acts & A_LEAVE)))
                     why = "a node that leaves without being told to";
+                else if (ev == EV_TERMINATING && f.far && (d.acts & ~(unsigned)A_HOLD))
+                    why = "a far notice acted on before it is due";
+                else if ((d.acts & A_HOLD) && !(ev == EV_TERMINATING && f.far) &&
+                         !(s == RESUMING && !f.world))
+                    why = "a notice held with no reason to wait";
+                else if ((d.acts & A_HELD) && !(d.acts & A_RUN))
+                    why = "held notices acted on with no command running";
                 else if ((d.acts & A_RUN) && (s != RESUMING || f.ending || f.finishing))
                     why = "the command started other than from the resume, or to go";
                 else if ((d.acts & A_RESTORE) && s != WAITING)
@@ -353,7 +402,7 @@ TEST(orch_table_invariants)
                     harness_failed = 1;
                 }
             }
-    CHECK_INT(cells, 4096 * NS * EV__COUNT);
+    CHECK_INT(cells, 65536 * NS * EV__COUNT);
     CHECK_INT(bad, 0);
 }
 
@@ -484,25 +533,73 @@ TEST(orch_path_peer_lost_mid_save)
     CHECK_INT(r.acts, A_START);
 }
 
-/* A terminating notice while resuming at start (a store that is retried,
- * a long restore): the command is not started and spotd exits saved,
- * instead of starting it and losing what it then does. */
+/* Notices while resuming at start (a long restore): held, and acted on
+ * once the command runs, so that what it trains until the deadline is
+ * saved; when no room is left (or the store cannot be read) the command is
+ * not started and spotd exits saved, instead of starting it and losing
+ * what it then does. */
 TEST(orch_path_notice_while_resuming)
 {
     struct run r = { .f = base };
 
     r.f.state = RESUMING;
     feed(&r, EV_NOTICE);
-    CHECK_INT(r.acts, 0);
+    CHECK_INT(r.acts, A_HOLD);
     feed(&r, EV_TERMINATING);
-    CHECK_INT(r.acts, A_END);
+    CHECK_INT(r.acts, A_HOLD);
     CHECK_INT(r.f.state, RESUMING);
     feed(&r, EV_TICK);
     CHECK_INT(r.acts, 0);
+    r.f.held = true;
+    feed(&r, EV_RESUMED);
+    CHECK_INT(r.acts, A_RUN | A_HELD);
+    CHECK_INT(r.f.state, IDLE);
+    r.f.held = false;
+    feed(&r, EV_TERMINATING); /* the held one, now that the command runs */
+    CHECK_INT(r.acts, A_BEGIN);
+
+    /* Its room ran out while the restore went on (held_timer). */
+    r.f = base, r.f.state = RESUMING;
+    feed(&r, EV_TERMINATING);
+    r.f.late = true;
+    feed(&r, EV_TERMINATING);
+    CHECK_INT(r.acts, A_END);
+    CHECK_INT(r.f.state, RESUMING);
     r.f.ending = true; /* orch_end() waits for the resume */
     feed(&r, EV_RESUMED);
     CHECK_INT(r.acts, A_END);
     CHECK_INT(r.f.state, DRAINING);
+
+    /* The store cannot be read: nothing to wait for, spotd goes now. */
+    r.f = base, r.f.state = RESUMING, r.f.store_waits = true;
+    feed(&r, EV_TERMINATING);
+    CHECK_INT(r.acts, A_END);
+}
+
+/* A terminating notice days ahead: held, training and checkpoints go on;
+ * due, it is a notice like any other. */
+TEST(orch_path_far_notice)
+{
+    struct run r = { .f = base };
+
+    r.f.far = true;
+    feed(&r, EV_TERMINATING);
+    CHECK_INT(r.acts, A_HOLD);
+    CHECK_INT(r.f.state, IDLE);
+    CHECK(!r.f.last);
+    feed(&r, EV_TICK);
+    CHECK_INT(r.acts, A_BEGIN);
+    feed(&r, EV_GO);
+    feed(&r, EV_TERMINATING); /* a second far one, during the periodic checkpoint */
+    CHECK_INT(r.acts, A_HOLD);
+    CHECK(!r.f.last);
+    feed(&r, EV_SAVED);
+    feed(&r, EV_UPLOADED);
+    feed(&r, EV_COMMITTED);
+    CHECK_INT(r.f.state, IDLE);
+    r.f.far = false; /* held_timer: it is due */
+    feed(&r, EV_TERMINATING);
+    CHECK_INT(r.acts, A_BEGIN);
 }
 
 /* A world's node: its rank, its generations read, then parked until the
