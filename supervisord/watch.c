@@ -56,6 +56,15 @@ uint64_t watch_backoff(uint64_t poll_ms, unsigned failures, uint64_t cap_ms)
     return d > poll ? d : poll;
 }
 
+uint64_t watch_left(uint64_t delay_ms, int64_t started_ms)
+{
+    int64_t spent = notice_mono_ms() - started_ms;
+
+    if (spent <= 0)
+        return delay_ms;
+    return (uint64_t)spent >= delay_ms ? 0 : delay_ms - (uint64_t)spent;
+}
+
 int watch_parse_drill(const char *s, uint64_t *ret_ms, int *ret_kind)
 {
     const char *colon = strchr(s, ':');

@@ -72,6 +72,12 @@ void watch_ok(struct watch_complaint *c, const char *source);
  * backoff_delay()), and never less than the poll interval. */
 uint64_t watch_backoff(uint64_t poll_ms, unsigned failures, uint64_t cap_ms);
 
+/* What is left of delay_ms counted from started_ms (notice_mono_ms()): a
+ * retry's delay runs from the start of the try that failed, so that a
+ * service that hangs (each try waits out its timeout) is still tried once
+ * per backoff, not once per timeout plus backoff. */
+uint64_t watch_left(uint64_t delay_ms, int64_t started_ms);
+
 /* Local sources: signals (through child.c's hook), a notice file, a drill. */
 struct watch_local;
 struct watch_local_opts {

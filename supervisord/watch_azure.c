@@ -11,8 +11,9 @@
  * The document is polled once per poll interval and read only when its
  * DocumentIncarnation changes; each event stands alone, so one that cannot
  * be understood is said once (by EventId) and skipped.  A failed request
- * backs off to at most WATCH_CAP_30S_MS; a 200 that does not parse keeps
- * the poll interval.  The very first call may take up to about two minutes
+ * backs off to at most WATCH_CAP_30S_MS, counted from the try's start (a
+ * service that hangs is tried once per backoff, not per timeout plus
+ * backoff); a 200 that does not parse keeps the poll interval.  The very first call may take up to about two minutes
  * while Azure turns the service on for the VM, so it alone gets a long
  * timeout. */
 #include <errno.h>
@@ -48,6 +49,7 @@ struct watcher {
     bool have_doc;
     int64_t incarnation;
     unsigned failures;
+    int64_t sent_ms;             /* monotonic: when the request in flight went out */
     bool first_call_done;
     char said[MAX_SAID][64];     /* EventIds already said to be odd, oldest first out */
     size_t n_said;
@@ -82,7 +84,8 @@ static void failed(struct watcher *w, const char *what, const struct http_result
     watch_complain(&w->complaint, "azure", kind, "%s%s: %s (HTTP %ld); retrying with backoff",
                    w->ctx.base_url, what, res->error ? res->errmsg : "unexpected answer",
                    res->status);
-    arm(w, watch_backoff(w->ctx.poll_ms, ++w->failures, WATCH_CAP_30S_MS));
+    arm(w, watch_left(watch_backoff(w->ctx.poll_ms, ++w->failures, WATCH_CAP_30S_MS),
+                      w->sent_ms));
 }
 
 /* Whether something about event id was said already; remembers it if not.
@@ -221,7 +224,8 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         .connect_timeout_ms = 1000,
     };
 
-    if (!w->vm_name[0] && notice_mono_ms() >= w->name_next_ms) {
+    w->sent_ms = notice_mono_ms();
+    if (!w->vm_name[0] && w->sent_ms >= w->name_next_ms) {
         snprintf(url, sizeof(url), "%s%s", w->ctx.base_url, NAME_PATH);
         o.max_body = 1024;
         w->req = http_start(w->ctx.http, &o, on_name, w);

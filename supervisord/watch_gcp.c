@@ -12,7 +12,15 @@
  * once, dozens of times a second: between two answers that brought no
  * change there is at least the poll interval.  A failed request backs off
  * to at most WATCH_CAP_30S_MS; an answer that does not parse is said once
- * and the chain goes on as after a good one. */
+ * and the chain goes on as after a good one.
+ *
+ * A long-poll cannot tell a value that does not change from a server that
+ * stopped answering (or a connection a NAT dropped): it would wait out its
+ * 300 s, blind, and a notice served meanwhile would go unseen.  So a
+ * long-poll that is still open after the poll interval is replaced by a
+ * plain read, then a new long-poll: a change is seen at once while the
+ * server answers, and within the poll interval (or the backoff) when it
+ * does not. */
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +48,7 @@ struct gcp_key {
     int64_t sent_ms;             /* when the request in flight went out */
     struct http_req *req;
     struct event *retry;
+    struct event *probe;         /* ends a long-poll open for the poll interval */
     struct watch_complaint complaint;   /* each key its own: see watch_complain() */
 };
 
@@ -126,6 +135,7 @@ static void on_answer(void *arg, const struct http_result *res)
     bool was_waiting = k->waiting, same;
 
     k->req = NULL;
+    evtimer_del(k->probe);
     if (res->error || res->status != 200) {
         snprintf(kind, sizeof(kind), "error %d status %ld", res->error, res->status);
         if (res->error)
@@ -137,7 +147,8 @@ static void on_answer(void *arg, const struct http_result *res)
                            "backoff (check --metadata-url or --cloud)", w->ctx.base_url,
                            k->path, res->status);
         k->waiting = false;
-        arm_retry(k, watch_backoff(w->ctx.poll_ms, ++k->failures, WATCH_CAP_30S_MS));
+        arm_retry(k, watch_left(watch_backoff(w->ctx.poll_ms, ++k->failures, WATCH_CAP_30S_MS),
+                                k->sent_ms));
         return;
     }
     k->failures = 0;
@@ -177,13 +188,32 @@ static void key_request(struct gcp_key *k)
     }
     k->sent_ms = notice_mono_ms();
     k->req = http_start(w->ctx.http, &o, on_answer, k);
-    if (!k->req)
+    if (!k->req) {
         arm_retry(k, 1000);
+    } else if (k->waiting) {
+        struct timeval tv = { (time_t)(w->ctx.poll_ms / 1000),
+                              (suseconds_t)(w->ctx.poll_ms % 1000) * 1000 };
+        evtimer_add(k->probe, &tv);
+    }
 }
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
     key_request(arg);
+}
+
+/* The long-poll has been open for the poll interval: read the value
+ * plainly instead (which starts a new long-poll when it answers). */
+static void on_probe(evutil_socket_t fd, short what, void *arg)
+{
+    struct gcp_key *k = arg;
+
+    if (!k->req || !k->waiting)
+        return;
+    http_cancel(k->req);
+    k->req = NULL;
+    k->waiting = false;
+    key_request(k);
 }
 
 static struct watcher *gcp_stop(struct watcher *w)
@@ -194,6 +224,8 @@ static struct watcher *gcp_stop(struct watcher *w)
         http_cancel(w->keys[i].req);
         if (w->keys[i].retry)
             event_free(w->keys[i].retry);
+        if (w->keys[i].probe)
+            event_free(w->keys[i].probe);
     }
     free(w);
     return NULL;
@@ -212,7 +244,8 @@ static struct watcher *gcp_start(const struct watch_ctx *ctx)
         w->keys[i].w = w;
         w->keys[i].path = paths[i];
         w->keys[i].retry = evtimer_new(ctx->base, on_retry, &w->keys[i]);
-        if (!w->keys[i].retry)
+        w->keys[i].probe = evtimer_new(ctx->base, on_probe, &w->keys[i]);
+        if (!w->keys[i].retry || !w->keys[i].probe)
             return gcp_stop(w);
     }
     log_msg(LOGL_INFO, "gcp: watching %s (long-poll)", ctx->base_url);

@@ -4,7 +4,8 @@
  * DESIGN.  A round: renew the token when it is missing or near expiry,
  * then GET every endpoint at once; when the last answer is in, the next
  * round is armed: after the poll interval, after a backoff (capped at the
- * cloud's backoff_cap_ms) when a request failed, or at once when a token
+ * cloud's backoff_cap_ms, and counted from the round's start, so that a
+ * service that hangs is tried once per backoff) when a request failed, or at once when a token
  * that worked expired (401), which drops it.  A 200 whose body does not
  * parse is said once and skipped, not backed off: the service answers. */
 #include "watch_poll.h"
@@ -42,6 +43,7 @@ struct watcher {
     size_t pending;
     bool failed, retry_now;
     unsigned failures;
+    int64_t round_ms;            /* monotonic: when the round began */
     struct event *timer;
     /* The service's failures, each endpoint's answers that do not parse,
      * and the token's: complaints that come at once must not take turns
@@ -65,7 +67,8 @@ static void round_done(struct watcher *w)
         delay = 0;
     } else if (w->failed) {
         w->failures++;
-        delay = watch_backoff(w->ctx.poll_ms, w->failures, w->pc->backoff_cap_ms);
+        delay = watch_left(watch_backoff(w->ctx.poll_ms, w->failures, w->pc->backoff_cap_ms),
+                           w->round_ms);
     } else {
         watch_ok(&w->complaint, w->pc->name);
         w->failures = 0;
@@ -141,6 +144,10 @@ static void on_endpoint(void *arg, const struct http_result *res)
             watch_complain(&w->garbled[call->idx], w->pc->name, "garbage", "cannot understand "
                            "%s%s: %s; ignoring it, and polling on", w->ctx.base_url, ep->path,
                            why ? why : "malformed");
+        else if (why)
+            watch_complain(&w->garbled[call->idx], w->pc->name, "part", "%s%s: an event "
+                           "cannot be read (%s); skipping it, the others are read",
+                           w->ctx.base_url, ep->path, why);
         else
             watch_ok(&w->garbled[call->idx], w->pc->name);
         for (int i = 0; i < n; i++) {
@@ -164,6 +171,9 @@ static void get_endpoints(struct watcher *w)
 
     if (with_token)
         headers[0] = w->token.header;
+    /* The round's tries start here: a token request that had to time out
+     * first (a hop limit) is not counted against the backoff. */
+    w->round_ms = notice_mono_ms();
     w->pending = 0;
     for (size_t i = 0; i < w->pc->n_endpoints; i++) {
         struct http_req_opts o = {
@@ -219,6 +229,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct watcher *w = arg;
 
+    w->round_ms = notice_mono_ms();
     if (w->tokenless || !w->pc->token_path || imds_token_fresh(&w->token, notice_mono_ms())) {
         get_endpoints(w);
         return;

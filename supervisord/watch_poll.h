@@ -11,7 +11,8 @@
 struct poll_endpoint {
     const char *path;
     /* Parse a 200 body into at most max notices: returns how many, or
-     * -EINVAL with *why set. */
+     * -EINVAL with *why set.  *why set with a count: part of the answer
+     * (an event) was skipped, the rest read. */
     int (*parse)(const char *body, size_t len, struct notice *out, size_t max,
                  const char **why);
     uint64_t window_ms;          /* deadline = detection + this when the parser left it 0 */

@@ -304,8 +304,6 @@ static int aws_maintenance_event(const cJSON *ev, int64_t now_ms, struct notice 
     if (not_after && time_parse_aws_event(not_after, strlen(not_after), &end) < 0)
         return strict_garbage(ret_why,
                               "\"NotAfter\" is not a date like \"21 Jan 2019 09:17:23 GMT\"");
-    if (!t)
-        return 1;
     for (size_t i = 0; i < sizeof(down_codes) / sizeof(down_codes[0]); i++)
         if (strcmp(code, down_codes[i]) == 0)
             down = true;
@@ -316,7 +314,7 @@ static int aws_maintenance_event(const cJSON *ev, int64_t now_ms, struct notice 
      * array's first 512 bytes may not even reach this one. */
     printed = cJSON_PrintUnformatted(ev);
     notice_copy_raw(t->raw, sizeof(t->raw), printed ? printed : id,
-                strlen(printed ? printed : id));
+                    strlen(printed ? printed : id));
     free(printed);
     return 1;
 }
@@ -324,6 +322,7 @@ static int aws_maintenance_event(const cJSON *ev, int64_t now_ms, struct notice 
 int aws_parse_maintenance(const char *body, size_t len, int64_t now_ms, struct notice *out,
                           size_t max, size_t *ret_n, const char **ret_why)
 {
+    const char *skipped = NULL;
     const cJSON *ev;
     cJSON *root;
     size_t n = 0;
@@ -336,22 +335,22 @@ int aws_parse_maintenance(const char *body, size_t len, int64_t now_ms, struct n
         r = strict_garbage(ret_why, "not a JSON array");
         goto out;
     }
-    /* Check every event before writing any, so that out is untouched on
-     * failure. */
-    cJSON_ArrayForEach(ev, root) {
-        r = aws_maintenance_event(ev, now_ms, NULL, ret_why);
-        if (r < 0)
-            goto out;
-    }
+    /* Each event stands alone: one that cannot be read is skipped, and
+     * said through *ret_why, so that it hides none of the others. */
     cJSON_ArrayForEach(ev, root) {
         struct notice t;
-        if (n == max)
-            break;
-        if (aws_maintenance_event(ev, now_ms, &t, ret_why) == 1)
+        const char *why = NULL;
+        int e = aws_maintenance_event(ev, now_ms, &t, &why);
+
+        if (e < 0 && !skipped)
+            skipped = why ? why : "a scheduled event cannot be read";
+        else if (e == 1 && n < max)
             notice_put(&out[n++], &t);
     }
     if (ret_n)
         *ret_n = n;
+    if (skipped && ret_why)
+        *ret_why = skipped;
     r = 0;
 out:
     cJSON_Delete(root);

@@ -38,7 +38,10 @@ int aws_parse_rebalance(const char *body, size_t len, struct notice *n, const ch
  * instance-retirement, instance-reboot, system-reboot), sets *ret_n.  The
  * deadline is NotBefore while it is after now_ms (UTC ms); once it has
  * passed, NotAfter, but at least AWS_EVENT_MIN_WINDOW_MS after now_ms.
- * "[]" gives 0 notices.  Returns 0 or -EINVAL. */
+ * "[]" gives 0 notices.  Returns -EINVAL when the body is no JSON array
+ * (out untouched); otherwise 0, each event standing alone: one that
+ * cannot be read is skipped and the others are read, and *ret_why then
+ * says why the first skipped one was (it stays as it was when none was). */
 #define AWS_EVENT_MIN_WINDOW_MS (30 * 1000)
 int aws_parse_maintenance(const char *body, size_t len, int64_t now_ms, struct notice *out,
                           size_t max, size_t *ret_n, const char **ret_why);
