@@ -170,7 +170,7 @@ expect_match "resuming, terminating: notice, resume, start, then the checkpoint 
 expect_eq "resuming, terminating: the new work is generation 2" "2 notice" \
     "$(c=$(ev "$T/rterm.ev" commit); echo "$(jget "$c" gen) $(jget "$c" reason)")"
 
-resumed radv --drill-after 1s:rebalance -- "$TRAINER" 2000 1
+resumed radv --drill-after 1s:rebalance -- "$TRAINER" 3000 1
 expect_eq "resuming, advisory: the trainer finishes" 0 "$RC"
 expect_match "resuming, advisory: its early checkpoint once the command runs" \
     ".*notice .*resume .*(child_start .*checkpoint_begin|checkpoint_begin .*child_start) .*commit .*exit" \
