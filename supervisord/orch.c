@@ -288,9 +288,9 @@ void orch_run_command(struct orch *r)
     acts = orch_event(r, EV_RESUMED, NULL);
     r->deciding = NULL;
     if ((acts & A_END) && !r->ending)
-        log_msg(LOGL_INFO, "a terminating notice while the command is %s: it is not started "
-                "(generation %llu is the newest)", not_running(r),
-                (unsigned long long)r->resume_gen);
+        log_msg(LOGL_INFO, "a terminating notice while the command is not running, and no room "
+                "is left for a checkpoint before its deadline: it is not started (generation "
+                "%llu is the newest)", (unsigned long long)r->resume_gen);
     if (acts & A_END)
         orch_end(r, r->ending ? r->exit_code : ORCH_EXIT_PREEMPTED_SAVED);
     if (!(acts & A_RUN))

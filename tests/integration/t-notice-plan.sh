@@ -73,12 +73,13 @@ dl=$(ts_ms "${t%Z}.000Z")
 stop=$(ev "$T/deaf.ev" stop | head -n 1) kill=$(ev "$T/deaf.ev" kill | head -n 1)
 st=$(ts_ms "$(jget "$stop" ts)") g=$(jget "$stop" grace_ms)
 # SIGKILL is planned at the margin before the deadline (a loaded machine
-# may deliver it late, never plan it later).
+# may deliver it late, never plan it later); the stop is logged a few ms
+# after its grace was computed.
 expect_lt "fallback: the stop's grace ends by deadline - margin ($g ms from the stop)" \
-    $(( dl - 1000 - st + 1 )) "${g:-99999}"
+    $(( dl - 1000 - st + $(late 10) )) "${g:-99999}"
 # The fallback's 2 s at most, and the 250 ms the checkpoint is given up before it.
 expect_lt "fallback: at most 2 s of grace, and the give-up's 250 ms" 2500 "${g:-99999}"
-expect_lt "fallback: SIGKILL lands before the deadline" $(( dl + $(late 100) )) \
+expect_lt "fallback: SIGKILL lands before the deadline" $(( dl + $(late 400) )) \
     "$(ts_ms "$(jget "$kill" ts)")"
 mock_reset
 
@@ -170,7 +171,7 @@ expect_match "resuming, terminating: notice, resume, start, then the checkpoint 
 expect_eq "resuming, terminating: the new work is generation 2" "2 notice" \
     "$(c=$(ev "$T/rterm.ev" commit); echo "$(jget "$c" gen) $(jget "$c" reason)")"
 
-resumed radv --drill-after 1s:rebalance -- "$TRAINER" 2000 1
+resumed radv --drill-after 1s:rebalance -- "$TRAINER" 3000 1
 expect_eq "resuming, advisory: the trainer finishes" 0 "$RC"
 expect_match "resuming, advisory: its early checkpoint once the command runs" \
     ".*notice .*resume .*(child_start .*checkpoint_begin|checkpoint_begin .*child_start) .*commit .*exit" \
