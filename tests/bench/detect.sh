@@ -348,52 +348,34 @@ curl_driver() {
     ctl --url "${URL[curl]}" flips >"$tmp/flips.curl.json"
 }
 
-# ---- start ----
-
-cores=$(nproc 2>/dev/null || echo '?')
-echo "detect.sh: $built (copied for the run), $flips flips per cloud," \
-    "poll interval $poll_ms ms, idle window $idle s, $cores CPUs"
-: >"$tmp/lat.tsv"
-: >"$tmp/runs.tsv"
-: >"$tmp/idle.tsv"
-for c in $clouds; do start_mock "$c" "$c"; done
-
-use_curl=0
-if [ "${BENCH_CURL:-1}" = 1 ]; then
-    if command -v curl >/dev/null; then
-        use_curl=1
-        start_mock curl aws
-    else
-        notes+=("note: curl(1) not installed: the \"curl loop (5 s)\" baseline was skipped")
-    fi
-fi
-
 # ---- latency, one cloud after the other ----
 
-for c in $clouds; do
-    echo "detect.sh: $c: $flips flips..." >&2
-    ev=$tmp/ev.$c log=$tmp/log.$c
-    start_spotd "$c" "$ev" "$log"
-    if ! ctl --url "${URL[$c]}" wait-requests --count 1 --path "${NOTICE_PATH[$c]}" \
-        --timeout 10 >/dev/null; then
-        if alive "$SPID"; then
-            problems+=("$c: spotd never polled ${NOTICE_PATH[$c]} within 10 s; skipped")
-            stop_spotd "$SPID" "$ev"
-        else
-            died "$SPID" "before its first $c poll" "$log"
+bench_latency() {
+    for c in $clouds; do
+        echo "detect.sh: $c: $flips flips..." >&2
+        ev=$tmp/ev.$c log=$tmp/log.$c
+        start_spotd "$c" "$ev" "$log"
+        if ! ctl --url "${URL[$c]}" wait-requests --count 1 --path "${NOTICE_PATH[$c]}" \
+            --timeout 10 >/dev/null; then
+            if alive "$SPID"; then
+                problems+=("$c: spotd never polled ${NOTICE_PATH[$c]} within 10 s; skipped")
+                stop_spotd "$SPID" "$ev"
+            else
+                died "$SPID" "before its first $c poll" "$log"
+            fi
+            continue
         fi
-        continue
-    fi
-    ok=1
-    for ((i = 1; i <= flips; i++)); do
-        flip "$c" "$i" "$ev" "$SPID" "$log" || { ok=0; break; }
+        ok=1
+        for ((i = 1; i <= flips; i++)); do
+            flip "$c" "$i" "$ev" "$SPID" "$log" || { ok=0; break; }
+        done
+        if [ $ok = 1 ]; then
+            sleep "$(printf '%d.%03d' $((poll_ms * 3 / 2000)) $((poll_ms * 3 / 2 % 1000)))"
+            if alive "$SPID"; then stop_spotd "$SPID" "$ev"; else died "$SPID" "after the $c flips" "$log"; fi
+        fi
+        ctl --url "${URL[$c]}" flips >"$tmp/flips.$c.json"
     done
-    if [ $ok = 1 ]; then
-        sleep "$(printf '%d.%03d' $((poll_ms * 3 / 2000)) $((poll_ms * 3 / 2 % 1000)))"
-        if alive "$SPID"; then stop_spotd "$SPID" "$ev"; else died "$SPID" "after the $c flips" "$log"; fi
-    fi
-    ctl --url "${URL[$c]}" flips >"$tmp/flips.$c.json"
-done
+}
 
 # ---- idle CPU, every cloud at once (and the curl baseline meanwhile) ----
 
@@ -414,76 +396,101 @@ readcpu() {
     done
 }
 
-if [ $use_curl = 1 ]; then
-    : >"$tmp/curl.out"
-    curl_loop "${URL[curl]}" "$tmp/curl.out" &
-    curl_pid=$!
-    others+=("$curl_pid")
-    now_us
-    curl_t0=$NOW_US
-    sleep 0.3                          # its token first
-    curl_driver &
-    driver_pid=$!
-    others+=("$driver_pid")
-fi
+bench_idle() {
+    if [ $use_curl = 1 ]; then
+        : >"$tmp/curl.out"
+        curl_loop "${URL[curl]}" "$tmp/curl.out" &
+        curl_pid=$!
+        others+=("$curl_pid")
+        now_us
+        curl_t0=$NOW_US
+        sleep 0.3                          # its token first
+        curl_driver &
+        driver_pid=$!
+        others+=("$driver_pid")
+    fi
 
-echo "detect.sh: idle CPU for $idle s..." >&2
-declare -A IPID=() B_NS=() B_TICKS=() B_SCHED=()
-idle_clouds=()
-for c in $clouds; do
-    ctl --url "${URL[$c]}" reset >/dev/null
-    start_spotd "$c" "$tmp/ev.idle.$c" "$tmp/log.idle.$c"
-    IPID[$c]=$SPID
-done
-for c in $clouds; do
-    if ctl --url "${URL[$c]}" wait-requests --count 1 --path "${NOTICE_PATH[$c]}" \
-        --timeout 10 >/dev/null; then
-        idle_clouds+=("$c")
-    elif alive "${IPID[$c]}"; then
-        problems+=("$c (idle): spotd never requested ${NOTICE_PATH[$c]} within 10 s; not measured")
+    echo "detect.sh: idle CPU for $idle s..." >&2
+    declare -A IPID=() B_NS=() B_TICKS=() B_SCHED=()
+    idle_clouds=()
+    for c in $clouds; do
+        ctl --url "${URL[$c]}" reset >/dev/null
+        start_spotd "$c" "$tmp/ev.idle.$c" "$tmp/log.idle.$c"
+        IPID[$c]=$SPID
+    done
+    for c in $clouds; do
+        if ctl --url "${URL[$c]}" wait-requests --count 1 --path "${NOTICE_PATH[$c]}" \
+            --timeout 10 >/dev/null; then
+            idle_clouds+=("$c")
+        elif alive "${IPID[$c]}"; then
+            problems+=("$c (idle): spotd never requested ${NOTICE_PATH[$c]} within 10 s; not measured")
+        else
+            died "${IPID[$c]}" "before its first $c request (idle)" "$tmp/log.idle.$c"
+        fi
+    done
+    sleep 2                                # warm-up: start-up is left out
+    for c in "${idle_clouds[@]}"; do
+        readcpu "${IPID[$c]}"
+        B_NS[$c]=$P_ns B_TICKS[$c]=$P_ticks B_SCHED[$c]=$P_sched
+    done
+    now_us
+    i_t0=$NOW_US
+    sleep "$idle" &                        # waited for, so a signal is taken at once
+    others+=($!)
+    wait $!
+    now_us
+    i_t1=$NOW_US
+    for c in "${idle_clouds[@]}"; do
+        if ! alive "${IPID[$c]}" || ! readcpu "${IPID[$c]}"; then
+            died "${IPID[$c]}" "while idle-watching $c" "$tmp/log.idle.$c"
+            continue
+        fi
+        sched=$((P_sched & B_SCHED[$c]))
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$c" $((P_ns - B_NS[$c])) $((P_ticks - B_TICKS[$c])) \
+            "$sched" "$i_t0" "$i_t1" "$tmp/requests.$c.json" >>"$tmp/idle.tsv"
+    done
+    for c in "${idle_clouds[@]}"; do
+        ctl --url "${URL[$c]}" requests >"$tmp/requests.$c.json"
+        stop_spotd "${IPID[$c]}" "$tmp/ev.idle.$c"
+    done
+
+    if [ $use_curl = 1 ]; then
+        if alive "$driver_pid"; then
+            echo "detect.sh: waiting for the curl loop's flips..." >&2
+            wait "$driver_pid"
+        fi
+        now_us
+        if readcpu "$curl_pid" 1; then
+            printf 'curl loop (5 s)\t0\t%s\t0\t%s\t%s\t\n' "$P_ticks" "$curl_t0" "$NOW_US" \
+                >>"$tmp/idle.tsv"
+        fi
+        kill_tree "$curl_pid"
+        cat "$tmp/curl.tsv" >>"$tmp/lat.tsv" 2>/dev/null
+    fi
+}
+
+# ---- start ----
+
+cores=$(nproc 2>/dev/null || echo '?')
+echo "detect.sh: $built (copied for the run), $flips flips per cloud," \
+    "poll interval $poll_ms ms, idle window $idle s, $cores CPUs"
+: >"$tmp/lat.tsv"
+: >"$tmp/runs.tsv"
+: >"$tmp/idle.tsv"
+for c in $clouds; do start_mock "$c" "$c"; done
+
+use_curl=0
+if [ "${BENCH_CURL:-1}" = 1 ]; then
+    if command -v curl >/dev/null; then
+        use_curl=1
+        start_mock curl aws
     else
-        died "${IPID[$c]}" "before its first $c request (idle)" "$tmp/log.idle.$c"
+        notes+=("note: curl(1) not installed: the \"curl loop (5 s)\" baseline was skipped")
     fi
-done
-sleep 2                                # warm-up: start-up is left out
-for c in "${idle_clouds[@]}"; do
-    readcpu "${IPID[$c]}"
-    B_NS[$c]=$P_ns B_TICKS[$c]=$P_ticks B_SCHED[$c]=$P_sched
-done
-now_us
-i_t0=$NOW_US
-sleep "$idle" &                        # waited for, so a signal is taken at once
-others+=($!)
-wait $!
-now_us
-i_t1=$NOW_US
-for c in "${idle_clouds[@]}"; do
-    if ! alive "${IPID[$c]}" || ! readcpu "${IPID[$c]}"; then
-        died "${IPID[$c]}" "while idle-watching $c" "$tmp/log.idle.$c"
-        continue
-    fi
-    sched=$((P_sched & B_SCHED[$c]))
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$c" $((P_ns - B_NS[$c])) $((P_ticks - B_TICKS[$c])) \
-        "$sched" "$i_t0" "$i_t1" "$tmp/requests.$c.json" >>"$tmp/idle.tsv"
-done
-for c in "${idle_clouds[@]}"; do
-    ctl --url "${URL[$c]}" requests >"$tmp/requests.$c.json"
-    stop_spotd "${IPID[$c]}" "$tmp/ev.idle.$c"
-done
-
-if [ $use_curl = 1 ]; then
-    if alive "$driver_pid"; then
-        echo "detect.sh: waiting for the curl loop's flips..." >&2
-        wait "$driver_pid"
-    fi
-    now_us
-    if readcpu "$curl_pid" 1; then
-        printf 'curl loop (5 s)\t0\t%s\t0\t%s\t%s\t\n' "$P_ticks" "$curl_t0" "$NOW_US" \
-            >>"$tmp/idle.tsv"
-    fi
-    kill_tree "$curl_pid"
-    cat "$tmp/curl.tsv" >>"$tmp/lat.tsv" 2>/dev/null
 fi
+
+bench_latency
+bench_idle
 
 # ---- the report ----
 
