@@ -126,6 +126,10 @@ if [ ! -x "$built" ]; then
     fi
 fi
 command -v python3 >/dev/null || { echo "detect.sh: the mocks need python3" >&2; exit 1; }
+# The interpreter itself, found once: a python3 on PATH may be a wrapper
+# (pyenv's shim costs about 0.4 s of CPU per start, Python itself 0.03 s),
+# and the outage row starts Python a few hundred times at once.
+py=$(python3 -c 'import sys; print(sys.executable)') && [ -x "$py" ] || py=python3
 
 # Settings of the caller's environment must not change what is measured.
 for v in $(compgen -e | grep '^SPOTD_'); do unset "$v"; done
@@ -199,13 +203,13 @@ trap 'cleanup; exit 143' TERM HUP
 # now_us: sets NOW_US, wall-clock microseconds, with no fork.
 now_us() { local t=$EPOCHREALTIME; NOW_US=$((10#${t/./})); }
 
-ctl() { python3 "$mockdir/mockctl.py" "$@"; }
+ctl() { "$py" "$mockdir/mockctl.py" "$@"; }
 
 # launch_mock NAME CLOUD: start a mock and set MPID[NAME]; await_mock NAME
 # CLOUD waits for it to listen and sets URL[NAME] (exit 1 when it did not
 # start).  Launching many first and then awaiting them starts them together.
 launch_mock() {
-    python3 "$mockdir/metadata.py" --cloud "$2" --port 0 --port-file "$tmp/mock.$1.port" \
+    "$py" "$mockdir/metadata.py" --cloud "$2" --port 0 --port-file "$tmp/mock.$1.port" \
         </dev/null >"$tmp/mock.$1.log" 2>&1 &
     MPID[$1]=$!
     others+=($!)
@@ -566,7 +570,7 @@ outage_problem() { printf '%s\n' "$1" >>"$tmp/outage.problems"; }
 # outage lasts outage_s however slow a start of Python is; prints the
 # second answer.
 outage_start() {
-    python3 - "$1" "$2" "$3" "$outage_s" <<'PY'
+    "$py" - "$1" "$2" "$3" "$outage_s" <<'PY'
 import json, sys, urllib.error, urllib.request
 url, fault, state, secs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -1024,7 +1028,7 @@ else:
 EOF
 
 [ ${#problems[@]} -gt 0 ] && printf '%s\n' "${problems[@]}" >"$tmp/problems.txt"
-python3 "$tmp/report.py" "$tmp" "$poll_ms" "$tick" "$clouds" "$mode" "$outage_s" "$wait_s" \
+"$py" "$tmp/report.py" "$tmp" "$poll_ms" "$tick" "$clouds" "$mode" "$outage_s" "$wait_s" \
     "$cap30" "$cap2m" "$outage_faults" || status=1
 notes+=("note: p99 is nearest-rank: with fewer than 100 flips (or trials) it is the largest latency")
 notes+=("note: \"detected\" has millisecond resolution; flip times are the mock's time.time()")
