@@ -4,8 +4,8 @@
 # only).  A report, not a test.
 #
 #   tests/bench/detect.sh                                  # several minutes
-#   BENCH_FLIPS=5 BENCH_IDLE_SECONDS=10 tests/bench/detect.sh   # about 2.5 min
-#   tests/bench/detect.sh outage                           # the outage row alone, ~1.5 min
+#   BENCH_FLIPS=5 BENCH_IDLE_SECONDS=10 tests/bench/detect.sh   # about 6 min
+#   tests/bench/detect.sh outage                # the outage row alone, about 4 min
 #
 # Latency.  One spotd per cloud watches that cloud's mock; the mock is told
 # to "flip" to a new notice (POST /_mock/state with "after": delay) and
