@@ -60,11 +60,7 @@ static unsigned may_end(struct orch *r, enum orch_event ev, int err, const char 
 static bool step_done(struct orch *r, enum orch_event ev, unsigned next);
 static void on_withdrawn(void *arg, int err, const char *msg);
 static uint64_t stop_grace(const struct orch *r);
-static void act_on(struct orch *r, const struct notice *n);
 static const char *not_running(const struct orch *r);
-static void hold(struct orch *r, const struct notice *n);
-static void act_on_held(struct orch *r);
-static void on_held(evutil_socket_t fd, short what, void *arg);
 
 struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
 {
@@ -119,7 +115,7 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
     orch_figures_load(r);
     r->tick = event_new(o->base, -1, EV_PERSIST, on_tick, r);
     r->retry = evtimer_new(o->base, orch_on_retry, r);
-    r->held_timer = evtimer_new(o->base, on_held, r);
+    r->held_timer = evtimer_new(o->base, orch_on_held, r);
     r->hooks = hooks_new(o->base, o->child, o->hooks_dir, o->hook_timeout_ms);
     if (!r->tick || !r->retry || !r->held_timer || !r->hooks) {
         snprintf(err, errlen, "out of memory");
@@ -339,7 +335,7 @@ void orch_run_command(struct orch *r)
     if (child_start(r->o.child) < 0)
         log_msg(LOGL_ERROR, "cannot schedule the command's start: out of memory");
     if (acts & A_HELD)
-        act_on_held(r);
+        orch_act_on_held(r);
 }
 
 void orch_notice(void *arg, const struct notice *n)
@@ -352,11 +348,11 @@ void orch_notice(void *arg, const struct notice *n)
     snprintf(r->last_notice, sizeof(r->last_notice), "%s %s%s", n->source,
              notice_kind_name(n->kind), n->drill ? " (drill)" : "");
     hooks_run(r->hooks, "on-notice", &he, NULL, NULL);
-    act_on(r, n);
+    orch_act_on(r, n);
 }
 
 /* Notice n is decided: when it came, or when it is due (held). */
-static void act_on(struct orch *r, const struct notice *n)
+void orch_act_on(struct orch *r, const struct notice *n)
 {
     unsigned acts;
 
@@ -367,7 +363,7 @@ static void act_on(struct orch *r, const struct notice *n)
     acts = orch_event(r, n->terminating ? EV_TERMINATING : EV_NOTICE, NULL);
     r->deciding = NULL;
     if (acts & A_HOLD)
-        hold(r, n);
+        orch_hold(r, n);
     if (acts & A_EXIT_UNRANKED) {
         log_msg(LOGL_INFO, "a terminating notice before this node had a rank: exiting");
         r->exit_code = ORCH_EXIT_PREEMPTED_SAVED;
@@ -397,77 +393,6 @@ static const char *not_running(const struct orch *r)
     if (event_pending(r->retry, EV_TIMEOUT, NULL))
         return "not running (the store cannot be read)";
     return "not running, and no room is left for a checkpoint before its deadline";
-}
-
-/* Keep notice n for later (A_HOLD): a far terminating one until
- * NOTICE_HORIZON_MS before its deadline, one that came while resuming until
- * the command runs; a terminating one held while resuming is given up when
- * a checkpoint would no longer fit (held_timer, both).  Of two terminating
- * ones, the earlier deadline is kept: its checkpoint serves the other. */
-static void hold(struct orch *r, const struct notice *n)
-{
-    struct notice **slot = n->terminating ? &r->held_stop : &r->held_advice;
-    int64_t now = notice_now_ms(), due;
-    bool far = orch_notice_far(n, now);
-    char when[48], reason[160];
-    struct timeval tv;
-
-    if (*slot && n->terminating && (*slot)->deadline_ms <= n->deadline_ms)
-        return;
-    if (!*slot && !(*slot = malloc(sizeof(**slot)))) {
-        log_msg(LOGL_ERROR, "out of memory: a notice is not kept for later; the stop at its "
-                "deadline still comes");
-        return;
-    }
-    **slot = *n;
-    orch_notice_reason(n, reason, sizeof(reason));
-    if (!n->terminating) {
-        log_msg(LOGL_INFO, "%s while resuming: its early checkpoint comes once the command "
-                "runs", reason);
-        return;
-    }
-    due = far ? n->deadline_ms - NOTICE_HORIZON_MS : orch_notice_last_start(r, n);
-    if (far)
-        log_msg(LOGL_INFO, "%s: its deadline is more than %d min away; training goes on, and "
-                "its checkpoint begins at %s", reason, NOTICE_HORIZON_MS / 60000,
-                notice_format_time(due, when, sizeof(when)));
-    else
-        log_msg(LOGL_INFO, "%s while resuming: its checkpoint comes once the command runs, if "
-                "that is before %s", reason, notice_format_time(due, when, sizeof(when)));
-    due = due > now ? due - now : 0;
-    tv = (struct timeval){ (time_t)(due / 1000), (suseconds_t)(due % 1000) * 1000 };
-    evtimer_add(r->held_timer, &tv);
-}
-
-/* The held terminating notice is due: far no more, or no room left for
- * its checkpoint while the resume goes on. */
-static void on_held(evutil_socket_t fd, short what, void *arg)
-{
-    struct orch *r = arg;
-    struct notice *n = r->held_stop;
-
-    r->held_stop = NULL;
-    if (n)
-        act_on(r, n);
-    free(n);
-}
-
-/* The command runs (A_HELD): the notices held while resuming are acted on,
- * the terminating one (whose checkpoint serves an advisory one too) first. */
-static void act_on_held(struct orch *r)
-{
-    struct notice *n = r->held_stop, *advice = r->held_advice;
-
-    r->held_advice = NULL;
-    if (n && !orch_notice_far(n, notice_now_ms())) {
-        r->held_stop = NULL;
-        evtimer_del(r->held_timer);
-        act_on(r, n);
-        free(n);
-    } else if (advice) {
-        act_on(r, advice);
-    }
-    free(advice);
 }
 
 /* A terminating notice during a periodic or advisory checkpoint: that

@@ -153,6 +153,8 @@ void orch_remove_tree(const char *path);
 void orch_prune_local(struct orch *r, const char *sub, const char *keep);
 /* "notice: aws terminate", "notice: drill" into buf. */
 void orch_notice_reason(const struct notice *n, char *buf, size_t size);
+/* Notice n is decided: when it came, or when it is due (held). */
+void orch_act_on(struct orch *r, const struct notice *n);
 /* The resume is done (EV_RESUMED): start the command from what was resumed
  * (control socket, method, environment), or end instead. */
 void orch_run_command(struct orch *r);
@@ -237,6 +239,12 @@ int64_t orch_notice_deadline(const struct orch *r, const struct notice *n);
 int64_t orch_notice_last_start(const struct orch *r, const struct notice *n);
 /* Whether terminating notice n is far: its deadline beyond NOTICE_HORIZON_MS. */
 bool orch_notice_far(const struct notice *n, int64_t now_ms);
+/* Keep notice n for later (A_HOLD); orch_on_held() is r->held_timer's
+ * callback; orch_act_on_held() acts on what was held once the command runs
+ * (A_HELD). */
+void orch_hold(struct orch *r, const struct notice *n);
+void orch_on_held(evutil_socket_t fd, short what, void *arg);
+void orch_act_on_held(struct orch *r);
 /* spotctl's commands on the control socket: status, checkpoint, drill. */
 void orch_on_command(void *arg, const char *cmd, const struct jsonl_msg *m, char *reply,
                      size_t len);

@@ -1,10 +1,12 @@
 /* orch_plan: what the last checkpoints measured (STATE/figures.json), the
  * plan a terminating notice's checkpoint is held to (does a new one fit
- * before the deadline, or is the newest committed generation kept), and
+ * before the deadline, or is the newest committed generation kept), the
+ * notices held for later (a far deadline, a notice while resuming), and
  * spotctl's commands on the control socket (status, checkpoint, drill). */
 #include "orch_impl.h"
 
 #include <cjson/cJSON.h>
+#include <event2/event.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,6 +224,79 @@ static void add_plan(const struct orch *r, cJSON *o)
                                                buf, sizeof(buf)));
     cJSON_AddStringToObject(p, "deadline", notice_format_time(deadline, buf, sizeof(buf)));
     cJSON_AddNumberToObject(p, "checkpoint_in_ms", (double)(at - notice_now_ms()));
+}
+
+/* ---- notices held for later --------------------------------------------- */
+
+/* Keep notice n for later (A_HOLD): a far terminating one until
+ * NOTICE_HORIZON_MS before its deadline, one that came while resuming until
+ * the command runs; a terminating one held while resuming is given up when
+ * a checkpoint would no longer fit (held_timer, both).  Of two terminating
+ * ones, the earlier deadline is kept: its checkpoint serves the other. */
+void orch_hold(struct orch *r, const struct notice *n)
+{
+    struct notice **slot = n->terminating ? &r->held_stop : &r->held_advice;
+    int64_t now = notice_now_ms(), due;
+    bool far = orch_notice_far(n, now);
+    char when[48], reason[160];
+    struct timeval tv;
+
+    if (*slot && n->terminating && (*slot)->deadline_ms <= n->deadline_ms)
+        return;
+    if (!*slot && !(*slot = malloc(sizeof(**slot)))) {
+        log_msg(LOGL_ERROR, "out of memory: a notice is not kept for later; the stop at its "
+                "deadline still comes");
+        return;
+    }
+    **slot = *n;
+    orch_notice_reason(n, reason, sizeof(reason));
+    if (!n->terminating) {
+        log_msg(LOGL_INFO, "%s while resuming: its early checkpoint comes once the command "
+                "runs", reason);
+        return;
+    }
+    due = far ? n->deadline_ms - NOTICE_HORIZON_MS : orch_notice_last_start(r, n);
+    if (far)
+        log_msg(LOGL_INFO, "%s: its deadline is more than %d min away; training goes on, and "
+                "its checkpoint begins at %s", reason, NOTICE_HORIZON_MS / 60000,
+                notice_format_time(due, when, sizeof(when)));
+    else
+        log_msg(LOGL_INFO, "%s while resuming: its checkpoint comes once the command runs, if "
+                "that is before %s", reason, notice_format_time(due, when, sizeof(when)));
+    due = due > now ? due - now : 0;
+    tv = (struct timeval){ (time_t)(due / 1000), (suseconds_t)(due % 1000) * 1000 };
+    evtimer_add(r->held_timer, &tv);
+}
+
+/* The held terminating notice is due: far no more, or no room left for
+ * its checkpoint while the resume goes on. */
+void orch_on_held(evutil_socket_t fd, short what, void *arg)
+{
+    struct orch *r = arg;
+    struct notice *n = r->held_stop;
+
+    r->held_stop = NULL;
+    if (n)
+        orch_act_on(r, n);
+    free(n);
+}
+
+/* The command runs (A_HELD): the notices held while resuming are acted on,
+ * the terminating one (whose checkpoint serves an advisory one too) first. */
+void orch_act_on_held(struct orch *r)
+{
+    struct notice *n = r->held_stop, *advice = r->held_advice;
+
+    r->held_advice = NULL;
+    if (n && !orch_notice_far(n, notice_now_ms())) {
+        r->held_stop = NULL;
+        evtimer_del(r->held_timer);
+        orch_act_on(r, n);
+        free(n);
+    } else if (advice) {
+        orch_act_on(r, advice);
+    }
+    free(advice);
 }
 
 /* ---- spotctl's commands -------------------------------------------------- */
