@@ -150,11 +150,11 @@ TRAINER_METHOD=signal replacement signal e2e-sig "$GEN" "$STEP" "$ref" --cloud g
     --events "$T/rep.ev" -- "$TRAINER" 3000 2
 mock_stop
 
-# dir, Azure: the trainer writes checkpoint-N/ every 400 steps, each
+# dir, Azure: the trainer writes checkpoint-N/ every 200 steps, each
 # uploaded as it completes; a Preempt event for this VM (NotBefore 25 s
 # away) once two were committed, plus up to 1 s.
 mock_start azure || { fail "e2e: the azure mock starts"; exit 1; }
-TRAINER_METHOD=dir TRAINER_SAVE_EVERY=400 TRAINER_MARKER=1 start_spotd run --cloud azure \
+TRAINER_METHOD=dir TRAINER_SAVE_EVERY=200 TRAINER_MARKER=1 start_spotd run --cloud azure \
     --metadata-url "$MOCK_URL" --poll-interval 200ms --job e2e-dir --store "$STORE" \
     --state-dir "$T/dir1" --method dir --ckpt-dir "$T/dir1ck" --settle 300ms \
     --events "$T/dir1.ev" -- "$TRAINER" 3000 2
