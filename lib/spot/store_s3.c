@@ -40,6 +40,7 @@
 #include "spot/backoff.h"
 #include "spot/hash.h"
 #include "spot/http.h"
+#include "spot/parse.h"
 #include "spot/pool.h"
 #include "spot/s3creds.h"
 #include "spot/s3xml.h"
@@ -73,6 +74,7 @@ struct s3_store {
     char sigv4[96];
     char *ca_file;
     unsigned max_inflight, retries, inflight;
+    unsigned max_keys;                /* 0, or a listing's page size (tests only) */
     long timeout_s;
     struct s3_op *queue, *queue_tail; /* ready, waiting for a slot or credentials */
     struct s3_op *ops;                /* every live op, doubly linked */
@@ -325,6 +327,7 @@ static void send_op(struct s3_op *op)
         break;
     case S3_LIST: {
         char full[2 * STORE_KEY_MAX + 4], pre[3 * 2 * STORE_KEY_MAX + 1], tok[3 * S3_TOKEN_MAX + 1];
+        char mk[32] = "";
 
         snprintf(full, sizeof(full), "%s%s", s->prefix, op->key);
         if (query_escape(full, pre, sizeof(pre)) < 0 ||
@@ -333,12 +336,15 @@ static void send_op(struct s3_op *op)
                    s->bucket, full);
             return;
         }
-        /* Canonical order: continuation-token < list-type < prefix. */
+        /* Canonical order: continuation-token < list-type < max-keys <
+         * prefix.  max-keys only when a test asks for small pages. */
+        if (s->max_keys)
+            snprintf(mk, sizeof(mk), "&max-keys=%u", s->max_keys);
         if (op->token[0])
-            snprintf(url, sizeof(url), "%s?continuation-token=%s&list-type=2&prefix=%s",
-                     s->root_url, tok, pre);
+            snprintf(url, sizeof(url), "%s?continuation-token=%s&list-type=2%s&prefix=%s",
+                     s->root_url, tok, mk, pre);
         else
-            snprintf(url, sizeof(url), "%s?list-type=2&prefix=%s", s->root_url, pre);
+            snprintf(url, sizeof(url), "%s?list-type=2%s&prefix=%s", s->root_url, mk, pre);
         o.max_body = LIST_MAX_BODY;
         break;
     }
@@ -888,6 +894,25 @@ static int set_endpoint(struct s3_store *s, const struct store_ctx *ctx, char *e
     return 0;
 }
 
+/* SPOTD_TEST_S3_MAX_KEYS=N: every listing asks for pages of at most N keys
+ * (max-keys), so that tests drive pagination with a few objects.  Not an
+ * option: nothing but a test needs pages smaller than the server's. */
+static int set_max_keys(struct s3_store *s, char *err, size_t errlen)
+{
+    const char *v = getenv("SPOTD_TEST_S3_MAX_KEYS");
+    uint64_t n;
+
+    if (!v || !*v)
+        return 0;
+    if (parse_u64(v, 1, 1000, &n) < 0) {
+        snprintf(err, errlen, "invalid SPOTD_TEST_S3_MAX_KEYS '%.32s': expected 1 to 1000 "
+                              "(a test knob; unset it)", v);
+        return -EINVAL;
+    }
+    s->max_keys = (unsigned)n;
+    return 0;
+}
+
 static void on_creds(void *arg)
 {
     pump(arg);
@@ -915,6 +940,8 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
     r = set_prefix(s, url, slash, err, errlen);
     if (r == 0)
         r = set_endpoint(s, ctx, err, errlen);
+    if (r == 0)
+        r = set_max_keys(s, err, errlen);
     if (r < 0)
         goto out_free;
     v = getenv("AWS_CA_BUNDLE");
