@@ -20,11 +20,14 @@
  * truncated answers, 5xx, 429, SlowDown and RequestTimeout.  Expired
  * temporary credentials are fetched again.  Everything else fails at once
  * with a message naming the operation, bucket, key, HTTP status and the S3
- * error code and message.
+ * error code and message, and what to check: a TLS certificate refused (a
+ * CA not given, a host name it does not name, expired), a CA file that
+ * cannot be used, 403 and 404 NoSuchBucket are never retried.
  *
  * Credentials come from s3creds.c (the environment, the shared file, the
  * instance role); a request waits for them in the queue. */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <event2/event.h>
@@ -71,6 +74,7 @@ struct s3_store {
     char bucket[64];
     char prefix[STORE_KEY_MAX + 2];   /* "" or ending in '/' */
     char root_url[640];               /* ".../bucket/" or "https://bucket.host/" */
+    char host[256];                   /* the host name requests go to, for messages */
     char sigv4[96];
     char *ca_file;
     unsigned max_inflight, retries, inflight;
@@ -591,12 +595,42 @@ static bool refused(struct s3_op *op, const struct http_result *res, int *err, b
     return false;
 }
 
+/* What to check after a transport error that no retry mends (http.h's
+ * permanent codes), in buf; false for the others. */
+static bool permanent_hint(const struct s3_store *s, int err, char *buf, size_t size)
+{
+    char ca[PATH_MAX + 32];
+
+    if (s->ca_file)
+        snprintf(ca, sizeof(ca), "AWS_CA_BUNDLE='%s'", s->ca_file);
+    else
+        snprintf(ca, sizeof(ca), "the system's CAs: AWS_CA_BUNDLE is not set");
+    switch (err) {
+    case -EKEYREJECTED:
+        snprintf(buf, size, "; the server's certificate is not trusted (%s): give the CA "
+                 "that signed it in AWS_CA_BUNDLE (a PEM file), check that the endpoint's "
+                 "host name ('%s') is one the certificate names, and that it has not expired",
+                 ca, s->host);
+        return true;
+    case -ENOKEY:
+        snprintf(buf, size, "; cannot use the CA file %s: check that it exists, is readable "
+                 "and holds PEM certificates", ca);
+        return true;
+    case -EPROTONOSUPPORT:
+        snprintf(buf, size, "; check the endpoint (--s3-endpoint, AWS_ENDPOINT_URL)");
+        return true;
+    default:
+        return false;
+    }
+}
+
 static void on_response(void *arg, const struct http_result *res)
 {
     struct s3_op *op = arg;
     struct s3_store *s = op->s;
     bool retry = false, slow = false;
     const char *hint = "";
+    char hbuf[PATH_MAX + 512];
     int err;
 
     op->req = NULL;
@@ -609,8 +643,10 @@ static void on_response(void *arg, const struct http_result *res)
         }
         err = res->error == -EMSGSIZE ? -EBADMSG : res->error;
         snprintf(op->last, sizeof(op->last), "%s", res->errmsg);
-        retry = true;
-        if (err == -ECONNREFUSED || err == -EHOSTUNREACH)
+        retry = !permanent_hint(s, err, hbuf, sizeof(hbuf));
+        if (!retry)
+            hint = hbuf;
+        else if (err == -ECONNREFUSED || err == -EHOSTUNREACH)
             hint = "; check the endpoint (--s3-endpoint, AWS_ENDPOINT_URL)";
     } else if (res->status >= 200 && res->status < 300) {
         answered(op, res);
@@ -885,12 +921,15 @@ static int set_endpoint(struct s3_store *s, const struct store_ctx *ctx, char *e
         path_style = ctx->s3_path_style != 0;
     else
         path_style = host_needs_path_style(host, hlen) || !bucket_dns_ok(s->bucket);
-    if (path_style)
+    if (path_style) {
         snprintf(s->root_url, sizeof(s->root_url), "%.*s/%s/",
                  (int)(v - endpoint), endpoint, s->bucket);
-    else
+        snprintf(s->host, sizeof(s->host), "%.*s", (int)hlen, host);
+    } else {
         snprintf(s->root_url, sizeof(s->root_url), "%.*s%s.%.*s/",
                  (int)(host - endpoint), endpoint, s->bucket, (int)(v - host), host);
+        snprintf(s->host, sizeof(s->host), "%s.%.*s", s->bucket, (int)hlen, host);
+    }
     return 0;
 }
 
