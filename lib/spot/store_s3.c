@@ -24,6 +24,10 @@
  * CA not given, a host name it does not name, expired), a CA file that
  * cannot be used, 403 and 404 NoSuchBucket are never retried.
  *
+ * An endpoint may have a path (a gateway serving S3 below /s3): requests
+ * go to /s3/bucket/key, path-style, and curl signs that whole path, as the
+ * AWS SDKs do; the gateway must let the server check it (docs/stores.md).
+ *
  * Credentials come from s3creds.c (the environment, the shared file, the
  * instance role); a request waits for them in the queue. */
 #include <errno.h>
@@ -872,14 +876,46 @@ static int set_prefix(struct s3_store *s, const char *url, const char *slash, ch
     return 0;
 }
 
+/* An endpoint's path, "" or "/seg[/seg...]" (a gateway that serves S3 below
+ * a path): segments of unreserved characters, so that the path needs no
+ * encoding and is signed as sent.  Copied to out without a trailing '/'. */
+static bool endpoint_path_ok(const char *v, char *out, size_t size)
+{
+    size_t len = strlen(v);
+
+    while (len > 0 && v[len - 1] == '/')
+        len--;
+    if (len >= size)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = v[i];
+        if (c == '/') {
+            if (v[i + 1] == '/' || v[i + 1] == '\0')
+                return false;
+            if (v[i + 1] == '.' && (v[i + 2] == '/' || v[i + 2] == '\0' ||
+                                    (v[i + 2] == '.' && (v[i + 3] == '/' || i + 3 == len))))
+                return false;
+        } else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                     (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' || c == '~')) {
+            return false;
+        }
+    }
+    memcpy(out, v, len);
+    out[len] = '\0';
+    return true;
+}
+
 /* The region (signatures) and the endpoint, path-style or virtual-hosted:
- * s->sigv4 and s->root_url. */
+ * s->sigv4, s->root_url and s->host.  An endpoint with a path
+ * (http://gw:7480/s3) puts it before the bucket: /s3/bucket/key, signed
+ * over that whole path, as the AWS SDKs do; that takes path-style
+ * addressing. */
 static int set_endpoint(struct s3_store *s, const struct store_ctx *ctx, char *err,
                         size_t errlen)
 {
     const char *endpoint, *region, *scheme_end, *host, *v;
     bool path_style;
-    char def_ep[128];
+    char def_ep[128], path[304];
     size_t hlen;
 
     region = ctx->s3_region && *ctx->s3_region ? ctx->s3_region
@@ -902,8 +938,8 @@ static int set_endpoint(struct s3_store *s, const struct store_ctx *ctx, char *e
     scheme_end = strstr(endpoint, "://");
     if (!scheme_end || (strncmp(endpoint, "http://", 7) != 0 &&
                         strncmp(endpoint, "https://", 8) != 0)) {
-        snprintf(err, errlen, "invalid S3 endpoint '%.300s': expected http(s)://host[:port]",
-                 endpoint);
+        snprintf(err, errlen, "invalid S3 endpoint '%.300s': expected http(s)://host[:port]"
+                              "[/path]", endpoint);
         return -EINVAL;
     }
     host = scheme_end + 3;
@@ -911,19 +947,25 @@ static int set_endpoint(struct s3_store *s, const struct store_ctx *ctx, char *e
     if (host[0] == '[')
         hlen = strcspn(host, "]") + 1;
     v = host + strcspn(host, "/");
-    if (hlen == 0 || hlen > 253 || strlen(endpoint) > 300 || (*v && strcmp(v, "/") != 0) ||
-        strpbrk(host, " \t\r\n?#@")) {
-        snprintf(err, errlen, "invalid S3 endpoint '%.300s': expected http(s)://host[:port] "
-                              "without a path", endpoint);
+    if (hlen == 0 || hlen > 253 || strlen(endpoint) > 300 || strpbrk(host, " \t\r\n?#@") ||
+        !endpoint_path_ok(v, path, sizeof(path))) {
+        snprintf(err, errlen, "invalid S3 endpoint '%.300s': expected http(s)://host[:port]"
+                              "[/path], a path of letters, digits, '-', '_', '.', '~' "
+                              "between '/'", endpoint);
         return -EINVAL;
     }
     if (ctx->s3_path_style_set)
         path_style = ctx->s3_path_style != 0;
     else
-        path_style = host_needs_path_style(host, hlen) || !bucket_dns_ok(s->bucket);
+        path_style = path[0] || host_needs_path_style(host, hlen) || !bucket_dns_ok(s->bucket);
+    if (!path_style && path[0]) {
+        snprintf(err, errlen, "S3 endpoint '%.300s' has a path ('%s'), which takes path-style "
+                              "addressing: drop --s3-virtual-hosted", endpoint, path);
+        return -EINVAL;
+    }
     if (path_style) {
-        snprintf(s->root_url, sizeof(s->root_url), "%.*s/%s/",
-                 (int)(v - endpoint), endpoint, s->bucket);
+        snprintf(s->root_url, sizeof(s->root_url), "%.*s%s/%s/",
+                 (int)(v - endpoint), endpoint, path, s->bucket);
         snprintf(s->host, sizeof(s->host), "%.*s", (int)hlen, host);
     } else {
         snprintf(s->root_url, sizeof(s->root_url), "%.*s%s.%.*s/",

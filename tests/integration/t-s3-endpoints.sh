@@ -102,7 +102,7 @@ expect_eq "tls: an AWS_CA_BUNDLE that cannot be read fails at once" "1 1" "$RC $
 check "tls: ... naming it" grep -q "cannot use the CA file AWS_CA_BUNDLE='$T/no-such-ca.pem'" "$T/err"
 
 kill -TERM "${TLS_PIDS[@]}"
-wait "${TLS_PIDS[@]}" 2>/dev/null
+wait "${TLS_PIDS[@]}" 2>/dev/null || true
 
 # ---- S3 errors that no retry mends: one request each ------------------------
 fault_start "$UP" || { fail "endpoints: the fault proxy starts"; exit 1; }
@@ -134,3 +134,69 @@ expect_eq "4xx: AccessDenied (a user without rights on the account) fails at onc
     "1 1 1" "$RC $(( MS < 3000 )) $N"
 check "4xx: ... with what to check" grep -q "AccessDenied.*lack permission" "$T/err"
 fault_stop
+
+# ---- an endpoint below a path: http://gateway/s3 ----------------------------
+# tests/mocks/prefixgw.py is the gateway: it takes S3 below /s3 only, checks
+# the client's signature over the path it received (prefix included), and
+# passes the request on to Swift without the prefix, signed again, with
+# X-Forwarded-Prefix (what nginx's stripping proxy_pass and a server that
+# honours X-Forwarded-Prefix do together).
+pf=$T/gw.port
+python3 "$TOP/tests/mocks/prefixgw.py" --prefix /s3 --upstream "$UP" \
+    --secret "$AWS_SECRET_ACCESS_KEY" --port-file "$pf" --log "$T/gw.log" \
+    </dev/null >"$T/gw.out" 2>&1 &
+GW_PID=$!
+_bg_pids+=("$GW_PID")
+GW_PORT=$(python3 "$TOP/tests/mocks/mockctl.py" wait-port "$pf" --timeout 10 --pid "$GW_PID") ||
+    { fail "prefix: the gateway starts" "$(cat "$T/gw.out")"; exit 1; }
+GW=http://127.0.0.1:$GW_PORT
+# gctl ENDPOINT ARGS...: spotctl against s3://bkt/gw through ENDPOINT.
+gctl() {
+    local ep=$1
+    shift
+    timeout -k 2 60 "$SPOTCTL" "$@" --store s3://bkt/gw --job g --s3-endpoint "$ep" \
+        >"$T/out" 2>"$T/err"
+    RC=$?
+}
+mkdir -p "$T/gwck"
+head -c 200000 /dev/urandom >"$T/gwck/a.bin"
+echo one >"$T/gwck/b.txt"
+gctl "$GW/s3" push --step 10 --chunk-size 64KiB "$T/gwck"
+expect_eq "prefix: a push through http://gateway/s3 succeeds" "0 " "$RC $(cat "$T/err")"
+echo two >"$T/gwck/b.txt"
+gctl "$GW/s3/" push --step 20 --chunk-size 64KiB "$T/gwck"
+expect_eq "prefix: ... and with a trailing '/'" "0 " "$RC $(cat "$T/err")"
+gctl "$GW/s3" ls --json
+expect_eq "prefix: ls lists both generations" "0 2" \
+    "$RC $(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')"
+gctl "$GW/s3" fetch "$T/gwback"
+check "prefix: fetch restores the newest" same_tree "$T/gwck" "$T/gwback"
+gctl "$GW/s3" verify --gen 1
+expect_eq "prefix: verify passes" 0 "$RC"
+gctl "$GW/s3" gc --keep 1 --grace 0s --json
+expect_eq "prefix: gc deletes the older generation" "0 1" "$RC $(jget "$(cat "$T/out")" gens_deleted)"
+expect_eq "prefix: every request went below /s3/bkt/, none refused by the gateway" \
+    "0 0" "$(grep -vc '^[A-Z]* /s3/bkt/' "$T/gw.log") $(grep -c ' 40[34]$' "$T/gw.log")"
+seen() { grep -qE "$1" "$T/gw.log" && echo yes || echo no; }
+expect_eq "prefix: ... PUTs, GETs, listings and DELETEs among them" "yes yes yes yes" \
+    "$(seen '^PUT ') $(seen '^GET /s3/bkt/gw/') $(seen '^GET /s3/bkt/\?.*list-type=2') $(seen '^DELETE ')"
+gctl "$S3_ENDPOINT" ls --json
+expect_eq "prefix: Swift itself holds what went through the gateway" "0 1" \
+    "$RC $(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')"
+: >"$T/gw.log"
+AWS_SECRET_ACCESS_KEY=wrong gctl "$GW/s3" ls
+expect_eq "prefix: the gateway checks signatures (a wrong secret: 403 there)" "1 1" \
+    "$RC $(grep -c ' 403$' "$T/gw.log")"
+gctl "$GW" ls
+check "prefix: the gateway's root is not S3 (the prefix is needed)" grep -q "NoSuchPrefix" "$T/err"
+gctl "$GW/s3" ls --s3-virtual-hosted
+expect_eq "prefix: a path with --s3-virtual-hosted is refused" 1 "$RC"
+check "prefix: ... saying it takes path-style addressing" \
+    grep -q "has a path ('/s3'), which takes path-style addressing: drop --s3-virtual-hosted" "$T/err"
+for ep in "$GW/s3?x=1" "$GW/a/../s3" "$GW/s%203" "$GW/s3//x" "$GW/s3/./x"; do
+    gctl "$ep" ls
+    expect_eq "prefix: the endpoint '${ep#$GW}' is refused as invalid" "1 1" \
+        "$RC $(grep -c "invalid S3 endpoint" "$T/err")"
+done
+kill -TERM "$GW_PID"
+wait "$GW_PID" 2>/dev/null || true
