@@ -606,9 +606,9 @@ static bool permanent_hint(const struct s3_store *s, int err, char *buf, size_t 
     char ca[PATH_MAX + 32];
 
     if (s->ca_file)
-        snprintf(ca, sizeof(ca), "AWS_CA_BUNDLE='%s'", s->ca_file);
+        snprintf(ca, sizeof(ca), "checked against AWS_CA_BUNDLE='%s'", s->ca_file);
     else
-        snprintf(ca, sizeof(ca), "the system's CAs: AWS_CA_BUNDLE is not set");
+        snprintf(ca, sizeof(ca), "checked against the system's CAs; AWS_CA_BUNDLE is not set");
     switch (err) {
     case -EKEYREJECTED:
         snprintf(buf, size, "; the server's certificate is not trusted (%s): give the CA "
@@ -617,8 +617,12 @@ static bool permanent_hint(const struct s3_store *s, int err, char *buf, size_t 
                  ca, s->host);
         return true;
     case -ENOKEY:
-        snprintf(buf, size, "; cannot use the CA file %s: check that it exists, is readable "
-                 "and holds PEM certificates", ca);
+        if (s->ca_file)
+            snprintf(buf, size, "; cannot use the CA file AWS_CA_BUNDLE='%s': check that it "
+                     "exists, is readable and holds PEM certificates", s->ca_file);
+        else
+            snprintf(buf, size, "; the TLS setup cannot be used (the system's CA bundle); "
+                     "set AWS_CA_BUNDLE to a PEM file of the CAs to trust");
         return true;
     case -EPROTONOSUPPORT:
         snprintf(buf, size, "; check the endpoint (--s3-endpoint, AWS_ENDPOINT_URL)");
