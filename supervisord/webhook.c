@@ -588,6 +588,13 @@ static void failure_words(const struct target *t, const struct http_result *res,
     case -ECONNRESET:
         snprintf(buf, size, "connection closed without a whole answer");
         break;
+    case -EKEYREJECTED:
+        snprintf(buf, size, "the server's TLS certificate was refused (its CA, host name "
+                 "or dates)");
+        break;
+    case -ENOKEY:
+        snprintf(buf, size, "the TLS setup (the CA file) cannot be used");
+        break;
     default:
         snprintf(buf, size, "%s", strerror(-res->error));
         break;

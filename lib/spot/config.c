@@ -779,7 +779,10 @@ int config_load_env(struct config *c, const char *const *envp, char *err, size_t
             continue;
         memcpy(name, *envp, (size_t)(eq - *envp));
         name[eq - *envp] = '\0';
-        if (strcmp(name, "SPOTD_CONFIG") == 0 || eq[1] == '\0')
+        /* SPOTD_TEST_*: knobs of the test suite (store_s3.c's page size),
+         * read where they apply, never configuration. */
+        if (strcmp(name, "SPOTD_CONFIG") == 0 || strncmp(name, "SPOTD_TEST_", 11) == 0 ||
+            eq[1] == '\0')
             continue;
         id = find_spelled(name + 6, '_', true);
         if (id < 0) {

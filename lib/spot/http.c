@@ -203,6 +203,31 @@ static int map_error(CURLcode c)
     case CURLE_GOT_NOTHING:
     case CURLE_PARTIAL_FILE:
         return -ECONNRESET;
+    /* The server's certificate was refused: a CA we were not given, a
+     * host name it does not name, expired (since 7.62 all are code 60).
+     * No retry changes that. */
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS:
+        return -EKEYREJECTED;
+    /* Our own TLS setup cannot be used: the CA file, a CRL, a client
+     * certificate, a cipher list or an engine. */
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+    case CURLE_SSL_ENGINE_SETFAILED:
+    case CURLE_SSL_ENGINE_INITFAILED:
+        return -ENOKEY;
+    case CURLE_UNSUPPORTED_PROTOCOL:
+    case CURLE_URL_MALFORMAT:
+    case CURLE_NOT_BUILT_IN:
+        return -EPROTONOSUPPORT;
+    /* CURLE_SSL_CONNECT_ERROR stays -EIO, retried: a handshake cut short
+     * by a reset or an overloaded TLS front lands there (and so, alas,
+     * does https:// to a plain-http port). */
     default:
         return -EIO;
     }

@@ -20,7 +20,11 @@ struct http_req;
 struct http_result {
     int error;            /* 0, or -ETIMEDOUT, -ECONNREFUSED, -EMSGSIZE (body over
                              the cap), -EHOSTUNREACH (name or route), -ECONNRESET
-                             (connection lost or answer cut short), -EIO (other) */
+                             (connection lost or answer cut short), -EIO (other);
+                             permanent, where a retry cannot help: -EKEYREJECTED
+                             (the server's certificate was refused), -ENOKEY (the
+                             CA file or other local TLS setup is unusable),
+                             -EPROTONOSUPPORT (a URL curl cannot use) */
     const char *errmsg;   /* curl's words for error, "" when none */
     long status;          /* HTTP status, 0 when there was no response */
     const char *body;     /* terminated; valid during the callback only */

@@ -20,11 +20,18 @@
  * truncated answers, 5xx, 429, SlowDown and RequestTimeout.  Expired
  * temporary credentials are fetched again.  Everything else fails at once
  * with a message naming the operation, bucket, key, HTTP status and the S3
- * error code and message.
+ * error code and message, and what to check: a TLS certificate refused (a
+ * CA not given, a host name it does not name, expired), a CA file that
+ * cannot be used, 403 and 404 NoSuchBucket are never retried.
+ *
+ * An endpoint may have a path (a gateway serving S3 below /s3): requests
+ * go to /s3/bucket/key, path-style, and curl signs that whole path, as the
+ * AWS SDKs do; the gateway must let the server check it (docs/stores.md).
  *
  * Credentials come from s3creds.c (the environment, the shared file, the
  * instance role); a request waits for them in the queue. */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <event2/event.h>
@@ -40,6 +47,7 @@
 #include "spot/backoff.h"
 #include "spot/hash.h"
 #include "spot/http.h"
+#include "spot/parse.h"
 #include "spot/pool.h"
 #include "spot/s3creds.h"
 #include "spot/s3xml.h"
@@ -70,9 +78,11 @@ struct s3_store {
     char bucket[64];
     char prefix[STORE_KEY_MAX + 2];   /* "" or ending in '/' */
     char root_url[640];               /* ".../bucket/" or "https://bucket.host/" */
+    char host[256];                   /* the host name requests go to, for messages */
     char sigv4[96];
     char *ca_file;
     unsigned max_inflight, retries, inflight;
+    unsigned max_keys;                /* 0, or a listing's page size (tests only) */
     long timeout_s;
     struct s3_op *queue, *queue_tail; /* ready, waiting for a slot or credentials */
     struct s3_op *ops;                /* every live op, doubly linked */
@@ -325,6 +335,7 @@ static void send_op(struct s3_op *op)
         break;
     case S3_LIST: {
         char full[2 * STORE_KEY_MAX + 4], pre[3 * 2 * STORE_KEY_MAX + 1], tok[3 * S3_TOKEN_MAX + 1];
+        char mk[32] = "";
 
         snprintf(full, sizeof(full), "%s%s", s->prefix, op->key);
         if (query_escape(full, pre, sizeof(pre)) < 0 ||
@@ -333,12 +344,15 @@ static void send_op(struct s3_op *op)
                    s->bucket, full);
             return;
         }
-        /* Canonical order: continuation-token < list-type < prefix. */
+        /* Canonical order: continuation-token < list-type < max-keys <
+         * prefix.  max-keys only when a test asks for small pages. */
+        if (s->max_keys)
+            snprintf(mk, sizeof(mk), "&max-keys=%u", s->max_keys);
         if (op->token[0])
-            snprintf(url, sizeof(url), "%s?continuation-token=%s&list-type=2&prefix=%s",
-                     s->root_url, tok, pre);
+            snprintf(url, sizeof(url), "%s?continuation-token=%s&list-type=2%s&prefix=%s",
+                     s->root_url, tok, mk, pre);
         else
-            snprintf(url, sizeof(url), "%s?list-type=2&prefix=%s", s->root_url, pre);
+            snprintf(url, sizeof(url), "%s?list-type=2%s&prefix=%s", s->root_url, mk, pre);
         o.max_body = LIST_MAX_BODY;
         break;
     }
@@ -585,12 +599,46 @@ static bool refused(struct s3_op *op, const struct http_result *res, int *err, b
     return false;
 }
 
+/* What to check after a transport error that no retry mends (http.h's
+ * permanent codes), in buf; false for the others. */
+static bool permanent_hint(const struct s3_store *s, int err, char *buf, size_t size)
+{
+    char ca[PATH_MAX + 32];
+
+    if (s->ca_file)
+        snprintf(ca, sizeof(ca), "checked against AWS_CA_BUNDLE='%s'", s->ca_file);
+    else
+        snprintf(ca, sizeof(ca), "checked against the system's CAs; AWS_CA_BUNDLE is not set");
+    switch (err) {
+    case -EKEYREJECTED:
+        snprintf(buf, size, "; the server's certificate is not trusted (%s): give the CA "
+                 "that signed it in AWS_CA_BUNDLE (a PEM file), check that the endpoint's "
+                 "host name ('%s') is one the certificate names, and that it has not expired",
+                 ca, s->host);
+        return true;
+    case -ENOKEY:
+        if (s->ca_file)
+            snprintf(buf, size, "; cannot use the CA file AWS_CA_BUNDLE='%s': check that it "
+                     "exists, is readable and holds PEM certificates", s->ca_file);
+        else
+            snprintf(buf, size, "; the TLS setup cannot be used (the system's CA bundle); "
+                     "set AWS_CA_BUNDLE to a PEM file of the CAs to trust");
+        return true;
+    case -EPROTONOSUPPORT:
+        snprintf(buf, size, "; check the endpoint (--s3-endpoint, AWS_ENDPOINT_URL)");
+        return true;
+    default:
+        return false;
+    }
+}
+
 static void on_response(void *arg, const struct http_result *res)
 {
     struct s3_op *op = arg;
     struct s3_store *s = op->s;
     bool retry = false, slow = false;
     const char *hint = "";
+    char hbuf[PATH_MAX + 512];
     int err;
 
     op->req = NULL;
@@ -603,8 +651,10 @@ static void on_response(void *arg, const struct http_result *res)
         }
         err = res->error == -EMSGSIZE ? -EBADMSG : res->error;
         snprintf(op->last, sizeof(op->last), "%s", res->errmsg);
-        retry = true;
-        if (err == -ECONNREFUSED || err == -EHOSTUNREACH)
+        retry = !permanent_hint(s, err, hbuf, sizeof(hbuf));
+        if (!retry)
+            hint = hbuf;
+        else if (err == -ECONNREFUSED || err == -EHOSTUNREACH)
             hint = "; check the endpoint (--s3-endpoint, AWS_ENDPOINT_URL)";
     } else if (res->status >= 200 && res->status < 300) {
         answered(op, res);
@@ -830,14 +880,46 @@ static int set_prefix(struct s3_store *s, const char *url, const char *slash, ch
     return 0;
 }
 
+/* An endpoint's path, "" or "/seg[/seg...]" (a gateway that serves S3 below
+ * a path): segments of unreserved characters, so that the path needs no
+ * encoding and is signed as sent.  Copied to out without a trailing '/'. */
+static bool endpoint_path_ok(const char *v, char *out, size_t size)
+{
+    size_t len = strlen(v);
+
+    while (len > 0 && v[len - 1] == '/')
+        len--;
+    if (len >= size)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = v[i];
+        if (c == '/') {
+            if (v[i + 1] == '/' || v[i + 1] == '\0')
+                return false;
+            if (v[i + 1] == '.' && (v[i + 2] == '/' || v[i + 2] == '\0' ||
+                                    (v[i + 2] == '.' && (v[i + 3] == '/' || i + 3 == len))))
+                return false;
+        } else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                     (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' || c == '~')) {
+            return false;
+        }
+    }
+    memcpy(out, v, len);
+    out[len] = '\0';
+    return true;
+}
+
 /* The region (signatures) and the endpoint, path-style or virtual-hosted:
- * s->sigv4 and s->root_url. */
+ * s->sigv4, s->root_url and s->host.  An endpoint with a path
+ * (http://gw:7480/s3) puts it before the bucket: /s3/bucket/key, signed
+ * over that whole path, as the AWS SDKs do; that takes path-style
+ * addressing. */
 static int set_endpoint(struct s3_store *s, const struct store_ctx *ctx, char *err,
                         size_t errlen)
 {
     const char *endpoint, *region, *scheme_end, *host, *v;
     bool path_style;
-    char def_ep[128];
+    char def_ep[128], path[304];
     size_t hlen;
 
     region = ctx->s3_region && *ctx->s3_region ? ctx->s3_region
@@ -860,8 +942,8 @@ static int set_endpoint(struct s3_store *s, const struct store_ctx *ctx, char *e
     scheme_end = strstr(endpoint, "://");
     if (!scheme_end || (strncmp(endpoint, "http://", 7) != 0 &&
                         strncmp(endpoint, "https://", 8) != 0)) {
-        snprintf(err, errlen, "invalid S3 endpoint '%.300s': expected http(s)://host[:port]",
-                 endpoint);
+        snprintf(err, errlen, "invalid S3 endpoint '%.300s': expected http(s)://host[:port]"
+                              "[/path]", endpoint);
         return -EINVAL;
     }
     host = scheme_end + 3;
@@ -869,22 +951,50 @@ static int set_endpoint(struct s3_store *s, const struct store_ctx *ctx, char *e
     if (host[0] == '[')
         hlen = strcspn(host, "]") + 1;
     v = host + strcspn(host, "/");
-    if (hlen == 0 || hlen > 253 || strlen(endpoint) > 300 || (*v && strcmp(v, "/") != 0) ||
-        strpbrk(host, " \t\r\n?#@")) {
-        snprintf(err, errlen, "invalid S3 endpoint '%.300s': expected http(s)://host[:port] "
-                              "without a path", endpoint);
+    if (hlen == 0 || hlen > 253 || strlen(endpoint) > 300 || strpbrk(host, " \t\r\n?#@") ||
+        !endpoint_path_ok(v, path, sizeof(path))) {
+        snprintf(err, errlen, "invalid S3 endpoint '%.300s': expected http(s)://host[:port]"
+                              "[/path], a path of letters, digits, '-', '_', '.', '~' "
+                              "between '/'", endpoint);
         return -EINVAL;
     }
     if (ctx->s3_path_style_set)
         path_style = ctx->s3_path_style != 0;
     else
-        path_style = host_needs_path_style(host, hlen) || !bucket_dns_ok(s->bucket);
-    if (path_style)
-        snprintf(s->root_url, sizeof(s->root_url), "%.*s/%s/",
-                 (int)(v - endpoint), endpoint, s->bucket);
-    else
+        path_style = path[0] || host_needs_path_style(host, hlen) || !bucket_dns_ok(s->bucket);
+    if (!path_style && path[0]) {
+        snprintf(err, errlen, "S3 endpoint '%.300s' has a path ('%s'), which takes path-style "
+                              "addressing: drop --s3-virtual-hosted", endpoint, path);
+        return -EINVAL;
+    }
+    if (path_style) {
+        snprintf(s->root_url, sizeof(s->root_url), "%.*s%s/%s/",
+                 (int)(v - endpoint), endpoint, path, s->bucket);
+        snprintf(s->host, sizeof(s->host), "%.*s", (int)hlen, host);
+    } else {
         snprintf(s->root_url, sizeof(s->root_url), "%.*s%s.%.*s/",
                  (int)(host - endpoint), endpoint, s->bucket, (int)(v - host), host);
+        snprintf(s->host, sizeof(s->host), "%s.%.*s", s->bucket, (int)hlen, host);
+    }
+    return 0;
+}
+
+/* SPOTD_TEST_S3_MAX_KEYS=N: every listing asks for pages of at most N keys
+ * (max-keys), so that tests drive pagination with a few objects.  Not an
+ * option: nothing but a test needs pages smaller than the server's. */
+static int set_max_keys(struct s3_store *s, char *err, size_t errlen)
+{
+    const char *v = getenv("SPOTD_TEST_S3_MAX_KEYS");
+    uint64_t n;
+
+    if (!v || !*v)
+        return 0;
+    if (parse_u64(v, 1, 1000, &n) < 0) {
+        snprintf(err, errlen, "invalid SPOTD_TEST_S3_MAX_KEYS '%.32s': expected 1 to 1000 "
+                              "(a test knob; unset it)", v);
+        return -EINVAL;
+    }
+    s->max_keys = (unsigned)n;
     return 0;
 }
 
@@ -915,6 +1025,8 @@ static int s3_open(const char *url, const struct store_ctx *ctx, struct store **
     r = set_prefix(s, url, slash, err, errlen);
     if (r == 0)
         r = set_endpoint(s, ctx, err, errlen);
+    if (r == 0)
+        r = set_max_keys(s, err, errlen);
     if (r < 0)
         goto out_free;
     v = getenv("AWS_CA_BUNDLE");

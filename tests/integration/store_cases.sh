@@ -270,3 +270,64 @@ open('$T/chunk.bad','wb').write(b)"
         expect_eq "$name: generation $g is whole after gc" 0 "$RC"
     done
 }
+
+# store_page_cases NAME URL: every listing path across many pages.  The
+# test knob SPOTD_TEST_S3_MAX_KEYS=3 makes each S3 listing ask for pages of
+# 3 keys (the file store lists a directory at once and ignores it): 8
+# generations of 3 objects each under gens/, 11 chunks under chunks/.
+store_page_cases() {
+    local name=$1 i g own
+    URL=$2
+    JOB=pages-$name
+    export SPOTD_TEST_S3_MAX_KEYS=3
+    mkdir -p "$T/pg"
+    head -c 300000 /dev/urandom >"$T/pg/shared.bin"
+    for i in 1 2 3 4 5 6 7 8; do
+        echo "generation $i's own bytes" >"$T/pg/own.bin"
+        ctl push --json --step $((i * 100)) --chunk-size 256KiB "$T/pg"
+        [ "$RC" -eq 0 ] || break
+    done
+    expect_eq "$name pages: 8 pushes, the last one generation 8" "0 8" \
+        "$RC $(jget "$(cat "$T/out")" gen)"
+    ctl ls --json
+    expect_eq "$name pages: ls shows all 8 committed generations" "0 8" \
+        "$RC $(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')"
+    ctl show --json
+    expect_eq "$name pages: show's newest generation is 8 (step 800)" "0 8 800" \
+        "$RC $(jget "$(cat "$T/out")" gen) $(jget "$(cat "$T/out")" step)"
+    ctl show --json --gen 7
+    expect_eq "$name pages: show --gen 7 (on a later page)" "0 700" \
+        "$RC $(jget "$(cat "$T/out")" step)"
+    ctl fetch "$T/pg-$name-back"
+    expect_eq "$name pages: fetch restores generation 8's files" \
+        "0 generation 8's own bytes" "$RC $(cat "$T/pg-$name-back/own.bin" 2>/dev/null)"
+    ctl verify --json --gen 8
+    expect_eq "$name pages: verify --gen 8 passes" "0 3" "$RC $(jget "$(cat "$T/out")" chunks)"
+    echo "generation 9's own bytes" >"$T/pg/own.bin"
+    ctl push --json --step 900 --chunk-size 256KiB "$T/pg"
+    expect_eq "$name pages: the next push takes generation 9" "0 9" \
+        "$RC $(jget "$(cat "$T/out")" gen)"
+    check "$name pages: ... at once, finding no number taken" bash -c "! grep -q 'is taken' '$T/err'"
+    ctl gc --keep 2 --grace 0s --json
+    expect_eq "$name pages: gc --keep 2 deletes 7 generations and their 7 own chunks" "0 7 7 4" \
+        "$RC $(jget "$(cat "$T/out")" gens_deleted) $(jget "$(cat "$T/out")" chunks_deleted) $(jget "$(cat "$T/out")" chunks_kept)"
+    ctl gc --keep 2 --grace 0s --json
+    expect_eq "$name pages: a second gc finds nothing left to delete" "0 0 0 4" \
+        "$RC $(jget "$(cat "$T/out")" gens_deleted) $(jget "$(cat "$T/out")" chunks_deleted) $(jget "$(cat "$T/out")" chunks_kept)"
+    for g in 8 9; do
+        ctl verify --gen "$g"
+        expect_eq "$name pages: generation $g is whole after gc" 0 "$RC"
+    done
+    # A spotd resume's discovery of the newest generation: pushes 10 to 16,
+    # so that the 9 generations listed span 9 pages.
+    for i in 10 11 12 13 14 15 16; do
+        echo "generation $i's own bytes" >"$T/pg/own.bin"
+        ctl push --step $((i * 100)) --chunk-size 256KiB "$T/pg"
+    done
+    run_spotd run --cloud none --method dir --ckpt-dir "$T/pg-$name-ck" --job "$JOB" --store "$URL" \
+        --state-dir "$T/pg-$name-sd" --events "$T/pg-$name.ev" -- true
+    own=$(ev "$T/pg-$name.ev" resume)
+    expect_eq "$name pages: spotd resumes from the newest generation, 16" "0 16 1600" \
+        "$RC $(jget "$own" gen) $(jget "$own" step)"
+    unset SPOTD_TEST_S3_MAX_KEYS
+}

@@ -13,6 +13,7 @@ raw_file() {
     esac
 }
 store_cases file "file://$T/store" raw_file
+store_page_cases file "file://$T/store"
 
 check "file: no temporary file is left in the store" \
     bash -c "! find '$T/store' -name '*.tmp.*' | grep -q ."

@@ -301,6 +301,9 @@ storage_domain = localhost
 [filter:tempauth]
 use = egg:swift#tempauth
 user_test_tester = $SECRET_KEY .admin
+# No .admin: a user of the account that may not touch its containers
+# (AccessDenied, t-s3-endpoints.sh).
+user_test_reader = reading
 
 [filter:copy]
 use = egg:swift#copy

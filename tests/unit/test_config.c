@@ -181,7 +181,8 @@ TEST(config_env)
 {
     const char *env[] = { "PATH=/bin",          "SPOTD_GRACE=5s",    "SPOTD_RESTART=",
                     "SPOTD_FOO=1",        "SPOTD_CONFIG=/x",   "SPOTD_MAX_RESTARTS=4",
-                    "SPOTD_max_restarts=9", "SPOTD_=1",        NULL };
+                    "SPOTD_max_restarts=9", "SPOTD_=1",        "SPOTD_TEST_S3_MAX_KEYS=3",
+                    NULL };
     const char *bad[] = { "SPOTD_GRACE=soon", NULL };
     char err[512], warn[512];
     struct config c;
@@ -195,6 +196,7 @@ TEST(config_env)
     CHECK_HAS(warn, "SPOTD_FOO");
     CHECK_HAS(warn, "SPOTD_max_restarts");
     CHECK(strstr(warn, "SPOTD_CONFIG") == NULL);
+    CHECK(strstr(warn, "SPOTD_TEST_") == NULL); /* the test suite's knobs */
     CHECK_INT(config_load_env(&c, bad, err, sizeof(err), warn, sizeof(warn)), -EINVAL);
     CHECK_STR(err, "invalid grace 'soon' (from SPOTD_GRACE): expected a duration such as "
                    "500ms, 30s, 5m or 1h, at most 720h");

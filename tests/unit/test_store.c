@@ -195,8 +195,42 @@ TEST(store_file_ops)
     ctx.s3_endpoint = "ftp://host";
     CHECK_INT(store_open("s3://bucket/x", &ctx, &s, err, sizeof(err)), -EINVAL);
     CHECK_HAS(err, "endpoint");
-    ctx.s3_endpoint = "http://host/path";
+    /* A path below the host is a gateway's prefix: path-style only, and
+     * plain segments (it is signed as sent). */
+    ctx.s3_endpoint = "http://host/s3/v1/";
+    s = NULL;
+    CHECK_INT(store_open("s3://bucket/x", &ctx, &s, err, sizeof(err)), 0);
+    if (s)
+        store_close(s);
+    static const char *const bad_ep[] = { "http://host/a/../b", "http://host/a/./b",
+                                          "http://host/a//b", "http://host/s%203",
+                                          "http://host/s3?x=1", "http://host/s3#f",
+                                          "http://host/s 3", "http://host/.." };
+    for (size_t i = 0; i < sizeof(bad_ep) / sizeof(bad_ep[0]); i++) {
+        ctx.s3_endpoint = bad_ep[i];
+        err[0] = '\0';
+        if (store_open("s3://bucket/x", &ctx, &s, err, sizeof(err)) != -EINVAL ||
+            !strstr(err, "invalid S3 endpoint")) {
+            printf("  endpoint \"%s\" was not refused (%s)\n", bad_ep[i], err);
+            harness_failed = 1;
+        }
+    }
+    ctx.s3_endpoint = "http://host:9000/s3";
+    ctx.s3_path_style_set = true;
+    ctx.s3_path_style = 0;
     CHECK_INT(store_open("s3://bucket/x", &ctx, &s, err, sizeof(err)), -EINVAL);
+    CHECK_HAS(err, "has a path ('/s3'), which takes path-style addressing");
+    ctx.s3_path_style_set = false;
+    ctx.s3_endpoint = "http://host";
+    setenv("SPOTD_TEST_S3_MAX_KEYS", "0", 1);
+    CHECK_INT(store_open("s3://bucket/x", &ctx, &s, err, sizeof(err)), -EINVAL);
+    CHECK_HAS(err, "invalid SPOTD_TEST_S3_MAX_KEYS '0'");
+    setenv("SPOTD_TEST_S3_MAX_KEYS", "1000", 1);
+    s = NULL;
+    CHECK_INT(store_open("s3://bucket/x", &ctx, &s, err, sizeof(err)), 0);
+    if (s)
+        store_close(s);
+    unsetenv("SPOTD_TEST_S3_MAX_KEYS");
     ctx.s3_endpoint = NULL;
     ctx.s3_region = "US EAST";
     CHECK_INT(store_open("s3://bucket/x", &ctx, &s, err, sizeof(err)), -EINVAL);
