@@ -158,7 +158,10 @@ static void push_claimed(void *arg, int err, const char *msg, uint64_t gen)
     }
 }
 
-static void push_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
+/* The number after the newest there is (found through <job>/LATEST, in a
+ * few requests: snap_gens_newest()). */
+static void push_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n,
+                      bool all)
 {
     struct ctl *c = arg;
     uint64_t from = n ? gens[n - 1].gen + 1 : 1;
@@ -628,7 +631,7 @@ static int start_push(struct ctl *c, struct resume *rs)
         fprintf(stderr, "spotctl: out of memory\n");
         return 1;
     }
-    snap_gens(c->snap, push_gens, c);
+    snap_gens_newest(c->snap, push_gens, c);
     return 0;
 }
 
