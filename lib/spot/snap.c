@@ -290,9 +290,7 @@ void snap_gens_build(struct gens_op *g, struct store_entry *e, size_t n)
 
         if (!snap_gen_key(s, e[i].key, &gen, &name))
             continue;
-        if (g->n && g->gens[g->n - 1].gen == gen)
-            sg = &g->gens[g->n - 1]; /* listings come sorted: the usual case */
-        for (size_t j = 0; !sg && j < g->n; j++)
+        for (size_t j = 0; j < g->n; j++)
             if (g->gens[j].gen == gen)
                 sg = &g->gens[j];
         if (!sg) {

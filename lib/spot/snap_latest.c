@@ -39,6 +39,21 @@ static void latest_key(const struct snap *s, char *key, size_t size)
     snprintf(key, size, "%s/LATEST", s->job);
 }
 
+/* The number of "<job>/gens/<8 digits>/...": which numbers hold anything
+ * (what the objects are is snap_gens_build()'s to say). */
+static bool key_gen(const struct snap *s, const char *key, uint64_t *ret)
+{
+    char head[MANIFEST_NAME_MAX + 8];
+    size_t hl = (size_t)snprintf(head, sizeof(head), "%s/gens/", s->job);
+    const char *p = key + hl;
+
+    /* Eight digits and a slash: strtoull() reads exactly those. */
+    if (strncmp(key, head, hl) != 0 || strspn(p, "0123456789") != 8 || p[8] != '/')
+        return false;
+    *ret = strtoull(p, NULL, 10);
+    return true;
+}
+
 /* ---- the document ---------------------------------------------------------- */
 
 int snap_latest_parse(const char *data, size_t len, const char *job, uint64_t *ret_gen,
@@ -203,10 +218,9 @@ static void on_tens_listed(void *arg, int err, const char *msg, struct store_ent
     }
     for (size_t i = 0; i < n; i++) {
         uint64_t gen;
-        const char *name;
 
         /* Below the pointer: not part of the answer. */
-        if (err || !snap_gen_key(g->s, e[i].key, &gen, &name) || gen < g->latest) {
+        if (err || !key_gen(g->s, e[i].key, &gen) || gen < g->latest) {
             free(e[i].key);
             continue;
         }
