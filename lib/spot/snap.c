@@ -2,7 +2,8 @@
  * runs on, the listing of generations with their commit records, the
  * fetching and checking of manifests, and the commit.  The operations
  * built on them have a file each: snap_save.c, snap_fetch.c (restore,
- * check, verify) and snap_gc.c; snap_impl.h holds what they share.
+ * check, verify) and snap_gc.c, and snap_latest.c the pointer
+ * <job>/LATEST; snap_impl.h holds what they share.
  *
  * Every operation keeps the first error, stops starting work, and reports
  * once the work in flight has drained: a callback never races a pool job

@@ -1,7 +1,8 @@
 /* snap_impl: what the parts of the snapshot engine share.  snap.c holds
  * the engine, the listing of generations, the fetching of manifests and
  * the commit; snap_save.c, snap_fetch.c and snap_gc.c the operations
- * built on them. */
+ * built on them; snap_latest.c the pointer <job>/LATEST and the search
+ * for the newest generations through it. */
 #ifndef SPOT_SNAP_IMPL_H
 #define SPOT_SNAP_IMPL_H
 
