@@ -116,7 +116,7 @@ UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c
               tests/unit/test_worldrec.c tests/unit/test_world.c tests/unit/test_orch.c tests/unit/test_gpuinv.c tests/unit/test_nvml.c tests/unit/test_proc.c
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)
 FUZZ_NAMES := config duration aws azure gcp time termination chunk s3xml awscreds manifest zipgrid jsonl \
-              frame peermsg worldrec gpuinv proc
+              frame peermsg worldrec gpuinv proc latest
 FUZZ_BINS  := $(FUZZ_NAMES:%=$(O)/tests/fuzz/fuzz_%)
 
 PROGS      := $(O)/spotd $(O)/spotctl $(O)/spotd-init

@@ -169,6 +169,14 @@ void snap_gens_free(struct snap_gen *gens, size_t n);
  * error, never an empty job. */
 void snap_gens_newest(struct snap *s, snap_newest_fn done, void *arg);
 
+/* The generation the pointer document data[0..len) names for job
+ * ({"format":1,"kind":"latest","job":J,"gen":G}): 0 and *ret_gen, or
+ * -EINVAL with why (garbage, another job's, a newer format, a member
+ * twice), *ret_gen untouched.  No I/O. */
+#define LATEST_MAX 4096
+int snap_latest_parse(const char *data, size_t len, const char *job, uint64_t *ret_gen,
+                      const char **ret_why);
+
 /* The line that says why unauthentic generation g is refused. */
 void snap_refusal(const struct snap *s, const struct snap_gen *g, char *buf, size_t size);
 

@@ -206,11 +206,6 @@ void snap_gens_op_free(struct gens_op *g);
 /* Write <job>/LATEST naming gen (after its commit record).  done may be
  * NULL; a failure is only reported: readers never depend on it. */
 void snap_latest_put(struct snap *s, uint64_t gen, snap_done_fn done, void *arg);
-/* The generation a pointer document names, checked: 0, or -EINVAL with
- * why (garbage, another job's, a newer format). */
-int snap_latest_parse(const char *data, size_t len, const char *job, uint64_t *ret_gen,
-                      const char **ret_why);
-#define LATEST_MAX 4096
 
 /* ---- errors found before any work ----------------------------------------- */
 
