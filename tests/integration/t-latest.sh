@@ -26,7 +26,8 @@ resume_ok() {
     rm -rf "$T/state"
     run_spotd run --cloud none --job "$JOB" --store "$URL" --state-dir "$T/state" \
         --store-wait 5s --events "$T/ev" -- sh -c 'cat "$SPOT_RESUME_DIR/gen.txt"'
-    FIND=$(jget "$(ev "$T/ev" resume)" find_requests)
+    LAST=$(ev "$T/ev" resume)
+    FIND=$(jget "$LAST" find_requests)
     expect_eq "$1: spotd resumes from generation $2" "0|$2|$2" \
         "$RC|$(jget "$(ev "$T/ev" resume)" gen)|$(cat "$T/stdout")"
     rm -f "$T/ev"
@@ -154,6 +155,26 @@ rm -f "$T/store/$JOB/LATEST"
 mkdir "$T/store/$JOB/LATEST"
 resume_ok "file: an unreadable pointer" $((N + 1))
 rmdir "$T/store/$JOB/LATEST"
+
+# With a job key, a pointer naming a record the key did not sign (a push
+# without the key, or a bucket writer's) is not trusted: the resume takes
+# the newest signed generation, and says why it skipped the other.
+openssl rand -hex 32 >"$T/key"
+JOB=job-latest-keyed
+for i in 1 2 3; do
+    echo "$i" >"$T/ck/gen.txt"
+    SPOTD_JOB_KEY_FILE=$T/key ctl push "$T/ck"
+done
+echo 4 >"$T/ck/gen.txt"
+ctl push "$T/ck"
+check "file: keyed: an unsigned push moved the pointer to its generation" \
+    grep -q '"gen":4}' "$T/store/$JOB/LATEST"
+SPOTD_JOB_KEY_FILE=$T/key resume_ok "file: keyed: a pointer naming an unsigned record" 3
+check "file: keyed: ... and the resume event names the one it skipped" \
+    grep -q '"skipped":\[{"gen":4,' <<<"$LAST"
+SPOTD_JOB_KEY_FILE=$T/key ctl fetch "$T/keyed-back"
+expect_eq "file: keyed: fetch of the newest refuses the unsigned one by name" "1|1" \
+    "$RC|$(grep -c 'generation 4' "$T/err")"
 
 # ---- Swift ----
 . "$(dirname "$0")/s3.sh"
