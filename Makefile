@@ -249,11 +249,13 @@ bench: all
 	@O=$(O) tests/bench/criu.sh
 	@O=$(O) tests/bench/metrics.sh
 
-# The store against a real Swift (about 10 minutes at 2 GiB), and the
-# chunking measurements (a few minutes; installs Debian's torch as root).
+# The store against a real Swift (about 10 minutes at 2 GiB), the chunking
+# measurements (a few minutes; installs Debian's torch as root), and the
+# store at scale (2,000 generations and 2,000 ranks, about 20 minutes).
 bench-store: all
 	@O=$(O) tests/bench/store.sh
 	@O=$(O) tests/bench/chunking.sh
+	@O=$(O) tests/bench/scale.sh
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(PKGDIR)

@@ -124,6 +124,12 @@ static void on_gens(struct orch *r, int err, const char *msg, struct snap_gen *g
         return;
     }
     snap_gens_free(gens, n);
+    if (!r->n_cands && !r->gens_all && r->resume_mode == RESUME_AUTO) {
+        /* Never afresh on the pointer's word: the whole listing decides. */
+        r->gens_all = true;
+        list_gens(r);
+        return;
+    }
     if (r->resume_mode == RESUME_GEN && !r->n_cands) {
         log_msg(LOGL_ERROR, "--resume %llu: job '%s' has no committed generation %llu (see "
                 "spotctl ls); not starting the command", (unsigned long long)r->resume_want,
