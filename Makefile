@@ -84,7 +84,7 @@ $(O)/config.mk: Makefile
 
 # lib/spot: the internal library shared by spotd and spotctl.
 SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c lib/spot/http.c lib/spot/dmi.c \
-              lib/spot/pool.c lib/spot/hash.c lib/spot/chunk.c lib/spot/store.c lib/spot/store_file.c lib/spot/store_s3.c lib/spot/manifest.c lib/spot/snap.c lib/spot/snap_save.c lib/spot/snap_fetch.c lib/spot/snap_gc.c lib/spot/zipgrid.c lib/libckpt/jsonl.c \
+              lib/spot/pool.c lib/spot/hash.c lib/spot/chunk.c lib/spot/store.c lib/spot/store_file.c lib/spot/store_s3.c lib/spot/manifest.c lib/spot/snap.c lib/spot/snap_save.c lib/spot/snap_fetch.c lib/spot/snap_gc.c lib/spot/snap_latest.c lib/spot/zipgrid.c lib/libckpt/jsonl.c \
               lib/spot/notice.c lib/spot/backoff.c lib/spot/timeparse.c lib/spot/cloudparse.c lib/spot/xml.c lib/spot/s3xml.c lib/spot/awscreds.c lib/spot/s3creds.c lib/spot/imds.c \
               lib/spot/strict.c lib/spot/frame.c lib/spot/jobkey.c lib/spot/peermsg.c lib/spot/worldrec.c \
               lib/spot/gpuinv.c lib/spot/proc.c lib/spot/dircheck.c lib/spot/genclaim.c
@@ -116,7 +116,7 @@ UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c
               tests/unit/test_worldrec.c tests/unit/test_world.c tests/unit/test_orch.c tests/unit/test_gpuinv.c tests/unit/test_nvml.c tests/unit/test_proc.c
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)
 FUZZ_NAMES := config duration aws azure gcp time termination chunk s3xml awscreds manifest zipgrid jsonl \
-              frame peermsg worldrec gpuinv proc
+              frame peermsg worldrec gpuinv proc latest
 FUZZ_BINS  := $(FUZZ_NAMES:%=$(O)/tests/fuzz/fuzz_%)
 
 PROGS      := $(O)/spotd $(O)/spotctl $(O)/spotd-init
@@ -249,11 +249,13 @@ bench: all
 	@O=$(O) tests/bench/criu.sh
 	@O=$(O) tests/bench/metrics.sh
 
-# The store against a real Swift (about 10 minutes at 2 GiB), and the
-# chunking measurements (a few minutes; installs Debian's torch as root).
+# The store against a real Swift (about 10 minutes at 2 GiB), the chunking
+# measurements (a few minutes; installs Debian's torch as root), and the
+# store at scale (2,000 generations and 2,000 ranks, about 20 minutes).
 bench-store: all
 	@O=$(O) tests/bench/store.sh
 	@O=$(O) tests/bench/chunking.sh
+	@O=$(O) tests/bench/scale.sh
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(PKGDIR)

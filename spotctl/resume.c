@@ -48,9 +48,20 @@ static void on_resume_gens(void *arg, int err, const char *msg, struct snap_gen 
     ctl_stop(c);
 }
 
+static void on_resume_newest(void *arg, int err, const char *msg, struct snap_gen *gens,
+                             size_t n, bool all)
+{
+    on_resume_gens(arg, err, msg, gens, n);
+}
+
+/* The newest through <job>/LATEST (a few requests whatever the number of
+ * generations), a named one from the whole listing. */
 void resume_find(struct resume *rs)
 {
-    snap_gens(rs->c->snap, on_resume_gens, rs);
+    if (rs->c->gen)
+        snap_gens(rs->c->snap, on_resume_gens, rs);
+    else
+        snap_gens_newest(rs->c->snap, on_resume_newest, rs);
 }
 
 /* The spotd beside this spotctl, else the one in PATH. */

@@ -158,7 +158,10 @@ static void push_claimed(void *arg, int err, const char *msg, uint64_t gen)
     }
 }
 
-static void push_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
+/* The number after the newest there is (found through <job>/LATEST, in a
+ * few requests: snap_gens_newest()). */
+static void push_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n,
+                      bool all)
 {
     struct ctl *c = arg;
     uint64_t from = n ? gens[n - 1].gen + 1 : 1;
@@ -628,7 +631,7 @@ static int start_push(struct ctl *c, struct resume *rs)
         fprintf(stderr, "spotctl: out of memory\n");
         return 1;
     }
-    snap_gens(c->snap, push_gens, c);
+    snap_gens_newest(c->snap, push_gens, c);
     return 0;
 }
 
@@ -687,6 +690,8 @@ static const struct {
 
 /* The command, from its start to the end of the loop.  Returns the exit
  * code: 0, or 1 after saying why. */
+static void stats(const struct ctl *c);
+
 static int run(struct ctl *c, struct resume *rs)
 {
     size_t i = 0;
@@ -702,7 +707,23 @@ static int run(struct ctl *c, struct resume *rs)
     progress_end(c);
     if (c->err)
         fprintf(stderr, "spotctl: %s\n", c->msg);
+    stats(c);
     return c->err ? 1 : 0;
+}
+
+/* SPOTCTL_STATS=1: what the command cost the store, one line on stderr
+ * (the scale benchmark and the tests read it). */
+static void stats(const struct ctl *c)
+{
+    const char *v = getenv("SPOTCTL_STATS");
+    struct timespec t;
+
+    if (!v || strcmp(v, "1") != 0)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    fprintf(stderr, "spotctl: stats: %llu store requests in %.3f s\n",
+            (unsigned long long)store_requests(c->store),
+            (double)(t.tv_sec - c->t0.tv_sec) + (double)(t.tv_nsec - c->t0.tv_nsec) / 1e9);
 }
 
 /* What open_store() and the command made, whatever got made: the engine

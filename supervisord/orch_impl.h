@@ -111,6 +111,10 @@ struct orch {
     enum { RESUME_AUTO, RESUME_FRESH, RESUME_GEN } resume_mode;
     uint64_t resume_want;          /* RESUME_GEN */
     bool gens_read;
+    bool gens_all;                 /* every generation was listed, not only the
+                                      newest ones through <job>/LATEST */
+    uint64_t find_from, find_requests; /* store requests: before, and of the
+                                      start's search for the newest generation */
     uint64_t resumed_from;         /* 0: started fresh */
     uint64_t *own;                 /* generations this spotd committed, ascending */
     size_t n_own, cap_own;

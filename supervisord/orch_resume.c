@@ -25,10 +25,14 @@
 #include "method.h"
 #include "spot/log.h"
 #include "spot/snap.h"
+#include "spot/store.h"
 #include "world.h"
 
 static void list_gens(struct orch *r);
-static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n);
+static void on_all_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n);
+static void on_newest(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n,
+                      bool all);
+static void on_gens(struct orch *r, int err, const char *msg, struct snap_gen *gens, size_t n);
 static int make_cands(struct orch *r, const struct snap_gen *gens, size_t n);
 static void resume_next(struct orch *r);
 static void on_pre_restore(void *arg, int code, const char *msg);
@@ -56,14 +60,36 @@ void orch_start_listing(struct orch *r)
     list_gens(r);
 }
 
+/* The newest generations through <job>/LATEST, in a few requests however
+ * many the job keeps (snap_gens_newest()); every one for --resume N, or
+ * once those from the pointer on all failed to restore. */
 static void list_gens(struct orch *r)
 {
-    snap_gens(r->snap, on_gens, r);
+    r->find_from = store_requests(r->store);
+    if (r->resume_mode == RESUME_GEN || r->gens_all)
+        snap_gens(r->snap, on_all_gens, r);
+    else
+        snap_gens_newest(r->snap, on_newest, r);
 }
 
-static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
+static void on_all_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)
+{
+    on_newest(arg, err, msg, gens, n, true);
+}
+
+static void on_newest(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n,
+                      bool all)
 {
     struct orch *r = arg;
+
+    r->find_requests = store_requests(r->store) - r->find_from;
+    if (!err)
+        r->gens_all = all;
+    on_gens(r, err, msg, gens, n);
+}
+
+static void on_gens(struct orch *r, int err, const char *msg, struct snap_gen *gens, size_t n)
+{
     char what[256];
 
     if (err) {
@@ -98,6 +124,12 @@ static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, 
         return;
     }
     snap_gens_free(gens, n);
+    if (!r->n_cands && !r->gens_all && r->resume_mode == RESUME_AUTO) {
+        /* Never afresh on the pointer's word: the whole listing decides. */
+        r->gens_all = true;
+        list_gens(r);
+        return;
+    }
     if (r->resume_mode == RESUME_GEN && !r->n_cands) {
         log_msg(LOGL_ERROR, "--resume %llu: job '%s' has no committed generation %llu (see "
                 "spotctl ls); not starting the command", (unsigned long long)r->resume_want,
@@ -125,13 +157,19 @@ static void on_gens(void *arg, int err, const char *msg, struct snap_gen *gens, 
  * read is a generation that does not restore. */
 static int make_cands(struct orch *r, const struct snap_gen *gens, size_t n)
 {
-    free(r->cands);
+    struct cand *tried = r->cands;
+    size_t n_tried = r->n_cands;
+
     r->cands = NULL;
     r->n_cands = r->next_cand = 0;
-    if (!n)
+    if (!n) {
+        free(tried);
         return 0;
-    if (!(r->cands = calloc(n, sizeof(*r->cands))))
+    }
+    if (!(r->cands = calloc(n, sizeof(*r->cands)))) {
+        free(tried);
         return -ENOMEM;
+    }
     for (size_t i = n; i-- > 0;) {
         struct cand *c = &r->cands[r->n_cands];
 
@@ -149,8 +187,16 @@ static int make_cands(struct orch *r, const struct snap_gen *gens, size_t n)
             c->err = -EBADMSG;
             snprintf(c->why, sizeof(c->why), "its commit record is unreadable");
         }
+        /* Listed again after those from the pointer on failed: what was
+         * tried stays tried. */
+        for (size_t j = 0; j < n_tried && !c->err; j++)
+            if (tried[j].gen == c->gen && tried[j].err) {
+                c->err = tried[j].err;
+                snprintf(c->why, sizeof(c->why), "%s", tried[j].why);
+            }
         r->n_cands++;
     }
+    free(tried);
     return 0;
 }
 
@@ -159,6 +205,15 @@ static void resume_next(struct orch *r)
 {
     while (r->next_cand < r->n_cands && r->cands[r->next_cand].err)
         r->next_cand++;
+    if (r->next_cand == r->n_cands && !r->gens_all) {
+        /* Older generations are not listed yet: list them all. */
+        log_msg(LOGL_INFO, "no generation from %llu on restores; listing every generation of "
+                "job '%s'", r->n_cands ? (unsigned long long)r->cands[r->n_cands - 1].gen : 0ull,
+                r->job);
+        r->gens_all = true;
+        list_gens(r);
+        return;
+    }
     if (r->next_cand == r->n_cands) {
         unrestorable(r);
         return;
@@ -283,7 +338,7 @@ static void on_restored(void *arg, int err, const char *msg)
     snprintf(c->why, sizeof(c->why), "%s", msg);
     r->next_cand++;
     if (r->resume_mode == RESUME_GEN || r->o.on_unrestorable == UNRESTORABLE_FAIL ||
-        r->next_cand == r->n_cands) {
+        (r->next_cand == r->n_cands && r->gens_all)) {
         unrestorable(r);
         return;
     }
@@ -332,6 +387,7 @@ static void resumed(struct orch *r)
     if (r->resume_gen)
         cJSON_AddStringToObject(e, "dir", r->resume_dir);
     cJSON_AddNumberToObject(e, "ms", (double)(notice_mono_ms() - r->t_restore));
+    cJSON_AddNumberToObject(e, "find_requests", (double)r->find_requests);
     if (r->restarting)
         cJSON_AddBoolToObject(e, "restart", 1);
     skipped = cJSON_AddArrayToObject(e, "skipped");

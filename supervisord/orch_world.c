@@ -34,6 +34,8 @@ static void on_world_claimed(void *arg, int err, const char *msg, uint64_t gen);
 static void w_write_commit(void *arg, const struct commit *c);
 static void on_world_written(void *arg, int err, const char *msg);
 static void w_pick_resume(void *arg);
+static void on_pick_newest(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n,
+                           bool all);
 static void on_pick(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n);
 static char *substitute(const struct orch *r, const char *arg);
 
@@ -316,7 +318,18 @@ static void w_pick_resume(void *arg)
 {
     struct orch *r = arg;
 
-    snap_gens(r->snap, on_pick, r);
+    /* The newest through <job>/LATEST (a few requests), unless --resume N
+     * names one that may be older. */
+    if (!r->resumed_once && r->resume_mode == RESUME_GEN)
+        snap_gens(r->snap, on_pick, r);
+    else
+        snap_gens_newest(r->snap, on_pick_newest, r);
+}
+
+static void on_pick_newest(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n,
+                           bool all)
+{
+    on_pick(arg, err, msg, gens, n);
 }
 
 static void on_pick(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n)

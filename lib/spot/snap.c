@@ -2,7 +2,8 @@
  * runs on, the listing of generations with their commit records, the
  * fetching and checking of manifests, and the commit.  The operations
  * built on them have a file each: snap_save.c, snap_fetch.c (restore,
- * check, verify) and snap_gc.c; snap_impl.h holds what they share.
+ * check, verify) and snap_gc.c, and snap_latest.c the pointer
+ * <job>/LATEST; snap_impl.h holds what they share.
  *
  * Every operation keeps the first error, stops starting work, and reports
  * once the work in flight has drained: a callback never races a pool job
@@ -224,6 +225,31 @@ void snap_gens_free(struct snap_gen *gens, size_t n)
 struct gens_op *snap_gens_op_start(struct snap *s, void (*next)(struct gens_op *), void *owner)
 {
     struct gens_op *g = calloc(1, sizeof(*g));
+
+    if (!g)
+        return NULL;
+    g->s = s;
+    g->next = next;
+    g->owner = owner;
+    snap_gens_list(g);
+    return g;
+}
+
+/* The whole listing of <job>/gens/ (g->all), into g. */
+void snap_gens_list(struct gens_op *g)
+{
+    char prefix[STORE_KEY_MAX + 1];
+
+    g->all = true;
+    snprintf(prefix, sizeof(prefix), "%s/gens/", g->s->job);
+    store_list(g->s->store, prefix, on_gens_listed, g);
+}
+
+/* Only generation gen: one listing of its own prefix. */
+struct gens_op *snap_gens_op_one(struct snap *s, uint64_t gen, void (*next)(struct gens_op *),
+                                 void *owner)
+{
+    struct gens_op *g = calloc(1, sizeof(*g));
     char prefix[STORE_KEY_MAX + 1];
 
     if (!g)
@@ -231,7 +257,7 @@ struct gens_op *snap_gens_op_start(struct snap *s, void (*next)(struct gens_op *
     g->s = s;
     g->next = next;
     g->owner = owner;
-    snprintf(prefix, sizeof(prefix), "%s/gens/", s->job);
+    snprintf(prefix, sizeof(prefix), "%s/gens/%08llu/", s->job, (unsigned long long)gen);
     store_list(s->store, prefix, on_gens_listed, g);
     return g;
 }
@@ -239,14 +265,22 @@ struct gens_op *snap_gens_op_start(struct snap *s, void (*next)(struct gens_op *
 static void on_gens_listed(void *arg, int err, const char *msg, struct store_entry *e, size_t n)
 {
     struct gens_op *g = arg;
-    struct snap *s = g->s;
-    size_t cap = 0;
 
     if (err) {
         fail_msg(&g->err, g->msg, err, "%s", msg);
         g->next(g);
         return;
     }
+    snap_gens_build(g, e, n);
+}
+
+/* The generations of listing e (which becomes g's), their commit records
+ * read, then next(g). */
+void snap_gens_build(struct gens_op *g, struct store_entry *e, size_t n)
+{
+    struct snap *s = g->s;
+    size_t cap = 0;
+
     g->entries = e;
     g->n_entries = n;
     for (size_t i = 0; i < n; i++) {
@@ -536,6 +570,8 @@ static void on_commit_checked(struct mf_fetch *f);
 static void on_commit_put(void *arg, int err, const char *msg);
 static void on_commit_there(void *arg, int err, const char *msg, void *data, size_t len);
 static void commit_op_end(struct commit_op *op, int err, const char *msg);
+static void commit_point(struct commit_op *op);
+static void on_pointer_put(void *arg, int err, const char *msg);
 
 void snap_claim(struct snap *s, uint64_t from, snap_claim_fn done, void *arg)
 {
@@ -628,7 +664,24 @@ static void on_commit_put(void *arg, int err, const char *msg)
         store_get(op->s->store, key, COMMIT_MAX, on_commit_there, op);
         return;
     }
-    commit_op_end(op, err, msg);
+    if (!err)
+        commit_point(op);
+    else
+        commit_op_end(op, err, msg);
+}
+
+/* Committed: <job>/LATEST names the generation now (snap_latest.c).  A
+ * pointer that could not be written leaves the commit as it is: readers
+ * check the pointer and look above it, and the next commit or gc writes
+ * it again. */
+static void commit_point(struct commit_op *op)
+{
+    snap_latest_put(op->s, op->c.gen, on_pointer_put, op);
+}
+
+static void on_pointer_put(void *arg, int err, const char *msg)
+{
+    commit_op_end(arg, 0, "");
 }
 
 /* A record already there: the same generation of the same manifests
@@ -653,7 +706,7 @@ static void on_commit_there(void *arg, int err, const char *msg, void *data, siz
     }
     free(data);
     if (same)
-        commit_op_end(op, 0, "");
+        commit_point(op);
     else if (err && err != -ENOENT)
         commit_op_end(op, err, msg);
     else

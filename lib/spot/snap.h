@@ -141,6 +141,11 @@ typedef void (*snap_gc_fn)(void *arg, int err, const char *msg, const struct sna
 typedef void (*snap_verify_fn)(void *arg, int err, const char *msg,
                                const struct snap_verify_report *r);
 
+/* all: gens holds every generation of the job; false: only those from
+ * the one <job>/LATEST names on (it is committed), the rest unlisted. */
+typedef void (*snap_newest_fn)(void *arg, int err, const char *msg, struct snap_gen *gens,
+                               size_t n, bool all);
+
 /* Returns NULL with the reason in err. */
 struct snap *snap_new(const struct snap_opts *o, char *err, size_t errlen);
 /* Only when no operation is in flight, and not from inside one of its
@@ -151,6 +156,26 @@ struct snap *snap_free(struct snap *s);
  * records. */
 void snap_gens(struct snap *s, snap_gens_fn done, void *arg);
 void snap_gens_free(struct snap_gen *gens, size_t n);
+
+/* The newest generations in a few requests, whatever the number of
+ * generations: <job>/LATEST names a generation, written after each
+ * commit; once its commit record checks (valid, this job's and
+ * generation's, signed by the key where one is set), the numbers above it
+ * are listed (a few listings of ten numbers each) until eight in a row
+ * are empty.  gens are those from the pointer's on, and all is false.
+ * Where the pointer is missing or does not hold (another job's, garbage,
+ * its record gone, corrupt or unauthentic), every generation is listed as
+ * snap_gens() does, and all is true.  An error reading the store is an
+ * error, never an empty job. */
+void snap_gens_newest(struct snap *s, snap_newest_fn done, void *arg);
+
+/* The generation the pointer document data[0..len) names for job
+ * ({"format":1,"kind":"latest","job":J,"gen":G}): 0 and *ret_gen, or
+ * -EINVAL with why (garbage, another job's, a newer format, a member
+ * twice), *ret_gen untouched.  No I/O. */
+#define LATEST_MAX 4096
+int snap_latest_parse(const char *data, size_t len, const char *job, uint64_t *ret_gen,
+                      const char **ret_why);
 
 /* The line that says why unauthentic generation g is refused. */
 void snap_refusal(const struct snap *s, const struct snap_gen *g, char *buf, size_t size);

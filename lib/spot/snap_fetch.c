@@ -93,6 +93,7 @@ static void early_verified(struct early *e);
 static void early_shown(struct early *e);
 static struct fetch *fetch_new(struct snap *s, uint64_t gen, struct snap_counters *c);
 static void on_fetch_gens(struct gens_op *g);
+static struct gens_op *fetch_gens(struct snap *s, struct fetch *fe);
 static void on_fetch_manifests(struct mf_fetch *f);
 static void check_work(struct pool_job *job);
 static void check_done(struct pool_job *job);
@@ -162,7 +163,7 @@ void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
     fe->rank = rank;
     fe->done = done;
     fe->arg = arg;
-    if (!(fe->g = snap_gens_op_start(s, on_fetch_gens, fe))) {
+    if (!(fe->g = fetch_gens(s, fe))) {
         free(fe->dest);
         free(fe->tmp);
         free(fe);
@@ -186,7 +187,7 @@ void snap_check(struct snap *s, uint64_t gen, uint32_t rank, const char *dir,
     fe->rank = rank;
     fe->done = done;
     fe->arg = arg;
-    if (!(fe->g = snap_gens_op_start(s, on_fetch_gens, fe))) {
+    if (!(fe->g = fetch_gens(s, fe))) {
         free(fe->dest);
         free(fe);
         snap_early(s, snap_early_done, (union snap_cb){ .done = done }, arg, -ENOMEM,
@@ -207,7 +208,7 @@ void snap_verify(struct snap *s, uint64_t gen, struct snap_counters *c, snap_ver
     fe->verify = true;
     fe->verified = done;
     fe->arg = arg;
-    if (!(fe->g = snap_gens_op_start(s, on_fetch_gens, fe))) {
+    if (!(fe->g = fetch_gens(s, fe))) {
         free(fe);
         snap_early(s, early_verified, (union snap_cb){ .verified = done }, arg, -ENOMEM,
                    "out of memory");
@@ -232,7 +233,7 @@ void snap_manifests(struct snap *s, uint64_t gen, snap_manifests_fn done, void *
     fe->verify = true;            /* every rank, nothing written */
     fe->shown = done;
     fe->arg = arg;
-    if (!(fe->g = snap_gens_op_start(s, on_fetch_gens, fe))) {
+    if (!(fe->g = fetch_gens(s, fe))) {
         free(fe);
         snap_early(s, early_shown, (union snap_cb){ .shown = done }, arg, -ENOMEM, "out of memory");
     }
@@ -241,6 +242,15 @@ void snap_manifests(struct snap *s, uint64_t gen, snap_manifests_fn done, void *
 static void early_shown(struct early *e)
 {
     e->cb.shown(e->arg, e->err, e->msg, NULL, NULL);
+}
+
+/* The generation fe wants: that number's objects alone, or the newest
+ * ones (through the pointer, snap_latest.c): a few requests however many
+ * generations the job keeps. */
+static struct gens_op *fetch_gens(struct snap *s, struct fetch *fe)
+{
+    return fe->gen ? snap_gens_op_one(s, fe->gen, on_fetch_gens, fe)
+                   : snap_gens_op_newest(s, on_fetch_gens, fe);
 }
 
 static struct fetch *fetch_new(struct snap *s, uint64_t gen, struct snap_counters *c)

@@ -7,7 +7,9 @@
  * with parts missing, then their other objects and the chunks that
  * nothing kept references and that are older than the grace period.
  * GC never deletes what the newest committed generations reference,
- * and that is all a save deduplicates against (snap_save.c). */
+ * and that is all a save deduplicates against (snap_save.c).  Before it
+ * deletes, it writes <job>/LATEST again where the pointer is missing or
+ * behind the newest committed generation (gc_point()). */
 #include "spot/snap.h"
 
 #include <errno.h>
@@ -43,10 +45,14 @@ struct gc_op {
     int err;
     char msg[MSG_MAX];
     struct snap_gc_report report;
+    uint64_t newest;              /* committed, for <job>/LATEST */
 };
 
 static void early_gc(struct early *e);
 static void on_gc_gens(struct gens_op *g);
+static void gc_point(struct gc_op *gc);
+static void on_gc_latest(void *arg, int err, const char *msg, void *data, size_t len);
+static void on_gc_pointed(void *arg, int err, const char *msg);
 static void gc_next_kept(struct gc_op *gc);
 static void on_gc_manifests(struct mf_fetch *f);
 static void on_gc_chunks(void *arg, int err, const char *msg, struct store_entry *e, size_t n);
@@ -125,7 +131,50 @@ static void on_gc_gens(struct gens_op *g)
             gc->drop[i] = sg->mtime_ms < gc->now - gc->o.grace_ms;
     }
     gc->cur = 0;
-    gc_next_kept(gc);
+    gc_point(gc);
+}
+
+/* Before anything is deleted: <job>/LATEST names the newest committed
+ * generation, or a newer one (a commit since the listing).  A pointer
+ * that is missing, garbage or behind (its write failed, or it names a
+ * generation about to go) is written again; one that cannot be read is
+ * left as it is (readers check it and fall back). */
+static void gc_point(struct gc_op *gc)
+{
+    const struct gens_op *g = gc->g;
+    char key[STORE_KEY_MAX + 1];
+
+    gc->newest = 0;
+    for (size_t i = 0; i < g->n; i++)
+        if (g->gens[i].committed)
+            gc->newest = g->gens[i].gen;
+    if (!gc->newest || gc->o.dry_run) {
+        gc_next_kept(gc);
+        return;
+    }
+    snprintf(key, sizeof(key), "%s/LATEST", gc->s->job);
+    store_get(gc->s->store, key, LATEST_MAX, on_gc_latest, gc);
+}
+
+static void on_gc_latest(void *arg, int err, const char *msg, void *data, size_t len)
+{
+    struct gc_op *gc = arg;
+    const char *why = NULL;
+    uint64_t gen = 0;
+    bool stale = err == -ENOENT || err == -EFBIG ||
+                 (!err && (snap_latest_parse(data, len, gc->s->job, &gen, &why) < 0 ||
+                           gen < gc->newest));
+
+    free(data);
+    if (stale)
+        snap_latest_put(gc->s, gc->newest, on_gc_pointed, gc);
+    else
+        gc_next_kept(gc);
+}
+
+static void on_gc_pointed(void *arg, int err, const char *msg)
+{
+    gc_next_kept(arg);
 }
 
 /* Read the manifests of each kept committed generation, one after the

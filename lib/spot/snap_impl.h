@@ -1,7 +1,8 @@
 /* snap_impl: what the parts of the snapshot engine share.  snap.c holds
  * the engine, the listing of generations, the fetching of manifests and
  * the commit; snap_save.c, snap_fetch.c and snap_gc.c the operations
- * built on them. */
+ * built on them; snap_latest.c the pointer <job>/LATEST and the search
+ * for the newest generations through it. */
 #ifndef SPOT_SNAP_IMPL_H
 #define SPOT_SNAP_IMPL_H
 
@@ -169,7 +170,16 @@ struct gens_op {
     void *owner;
     uint64_t below;                    /* the generation a save dedups for */
     snap_gens_fn done;
+    snap_newest_fn newest_done;
     void *arg;
+    bool all;                          /* gens is every generation (a full
+                                          listing), not those from one on */
+    /* Discovery through <job>/LATEST (snap_latest.c). */
+    uint64_t latest;                   /* the pointer's generation */
+    uint64_t listed_to;                /* numbers below it are listed */
+    uint64_t top;                      /* the newest number with objects */
+    size_t lists;                      /* listings in flight */
+    void (*then)(struct gens_op *g);   /* the owner's next */
 };
 
 /* Parse "<job>/gens/<8 digits>/<name>": the generation and the name. */
@@ -177,8 +187,25 @@ bool snap_gen_key(const struct snap *s, const char *key, uint64_t *gen, const ch
 /* List and read commit records, then call next(g) on the loop.  NULL when
  * out of memory (nothing started). */
 struct gens_op *snap_gens_op_start(struct snap *s, void (*next)(struct gens_op *), void *owner);
+/* Only generation gen (one listing of its prefix), then next(g). */
+struct gens_op *snap_gens_op_one(struct snap *s, uint64_t gen, void (*next)(struct gens_op *),
+                                 void *owner);
+/* The newest generations, from the one <job>/LATEST names on, found in a
+ * few requests whatever the number of generations; where the pointer
+ * does not hold, every generation (g->all).  Then next(g).  See
+ * snap_latest.c. */
+struct gens_op *snap_gens_op_newest(struct snap *s, void (*next)(struct gens_op *), void *owner);
+/* Start the full listing of <job>/gens/ into g (g->all). */
+void snap_gens_list(struct gens_op *g);
+/* Take listing e (n entries, becoming g's), read the commit records, then
+ * g->next(g). */
+void snap_gens_build(struct gens_op *g, struct store_entry *e, size_t n);
 /* Frees g with its generations and its listing. */
 void snap_gens_op_free(struct gens_op *g);
+
+/* Write <job>/LATEST naming gen (after its commit record).  done may be
+ * NULL; a failure is only reported: readers never depend on it. */
+void snap_latest_put(struct snap *s, uint64_t gen, snap_done_fn done, void *arg);
 
 /* ---- errors found before any work ----------------------------------------- */
 
@@ -190,6 +217,7 @@ union snap_cb {
     snap_verify_fn verified;
     snap_gc_fn gc;
     snap_manifests_fn shown;
+    snap_newest_fn newest;
 };
 
 struct early {

@@ -169,7 +169,9 @@ void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_coun
     if (s->known_loading)
         return;
     s->known_loading = true;
-    g = snap_gens_op_start(s, on_known_gens, NULL);
+    /* The newest through <job>/LATEST: a few requests, not one per
+     * generation the job keeps (snap_latest.c). */
+    g = snap_gens_op_newest(s, on_known_gens, NULL);
     if (!g) {
         known_loaded(s);
         return;

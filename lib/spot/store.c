@@ -100,6 +100,17 @@ static void defer(struct store *s, struct deferred d, const char *fmt, ...)
 
 #define BAD_KEY "invalid store key '%.1100s': keys are relative paths of letters, digits, '.', '_', '-'"
 
+static void count(struct store *s)
+{
+    if (!s->backend->counts_requests)
+        s->requests++;
+}
+
+uint64_t store_requests(const struct store *s)
+{
+    return s->requests;
+}
+
 void store_put(struct store *s, const char *key, const void *data, size_t len,
                store_done_fn done, void *arg)
 {
@@ -114,6 +125,7 @@ void store_put_hashed(struct store *s, const char *key, const void *data, size_t
     if (!store_key_valid(key))
         return defer(s, d, BAD_KEY, key);
     d.err = -ENOMEM;
+    count(s);
     if (s->backend->put(s, key, data, len, sha256, done, arg) < 0)
         defer(s, d, "out of memory storing '%s'", key);
 }
@@ -129,6 +141,7 @@ void store_put_new(struct store *s, const char *key, const void *data, size_t le
     if (!s->backend->put_new)
         return defer(s, d, "%s cannot create '%s' only where nothing is", s->url, key);
     d.err = -ENOMEM;
+    count(s);
     if (s->backend->put_new(s, key, data, len, sha256, done, arg) < 0)
         defer(s, d, "out of memory storing '%s'", key);
 }
@@ -145,6 +158,7 @@ void store_get(struct store *s, const char *key, size_t max, store_get_fn got, v
     if (!store_key_valid(key))
         return defer(s, d, BAD_KEY, key);
     d.err = -ENOMEM;
+    count(s);
     if (s->backend->get(s, key, max, got, arg) < 0)
         defer(s, d, "out of memory reading '%s'", key);
 }
@@ -156,6 +170,7 @@ void store_list(struct store *s, const char *prefix, store_list_fn listed, void 
     if (!prefix_valid(prefix))
         return defer(s, d, BAD_KEY, prefix);
     d.err = -ENOMEM;
+    count(s);
     if (s->backend->list(s, prefix, listed, arg) < 0)
         defer(s, d, "out of memory listing '%s'", prefix);
 }
@@ -167,6 +182,7 @@ void store_delete(struct store *s, const char *key, store_done_fn done, void *ar
     if (!store_key_valid(key))
         return defer(s, d, BAD_KEY, key);
     d.err = -ENOMEM;
+    count(s);
     if (s->backend->del(s, key, done, arg) < 0)
         defer(s, d, "out of memory deleting '%s'", key);
 }

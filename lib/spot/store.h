@@ -95,6 +95,12 @@ void store_list(struct store *s, const char *prefix, store_list_fn done, void *a
 /* Deleting what is not there succeeds. */
 void store_delete(struct store *s, const char *key, store_done_fn done, void *arg);
 
+/* The requests this store has made since it was opened: for S3 every
+ * HTTP request (each page of a listing, each retry); for a file store
+ * each operation (a listing is one).  What spotctl's SPOTCTL_STATS and
+ * the benchmarks report. */
+uint64_t store_requests(const struct store *s);
+
 /* Whether store_put_hashed() saves this store work (it signs payloads). */
 bool store_wants_sha256(const struct store *s);
 

@@ -243,6 +243,7 @@ static int add_entry(struct file_job *j, const char *key, const struct stat *st)
 static int walk(struct file_job *j, const char *dir, const char *rel, int depth)
 {
     DIR *d = depth <= WALK_DEPTH_MAX ? opendir(dir) : NULL;
+    size_t kl, pl = strlen(j->key);
     struct dirent *de;
     int r = 0;
 
@@ -262,6 +263,11 @@ static int walk(struct file_job *j, const char *dir, const char *rel, int depth)
             snprintf(key, sizeof(key), "%s%s%s", rel, *rel ? "/" : "", de->d_name) >
                 STORE_KEY_MAX)
             continue;
+        /* Neither below the prefix nor on the way to it: not even a stat
+         * (a listing of one generation skips the others' folders). */
+        kl = strlen(key);
+        if (strncmp(key, j->key, kl < pl ? kl : pl) != 0)
+            continue;
         if (stat(path, &st) < 0) {
             /* Gone since readdir() (a delete, a rename into place): fine. */
             if (errno == ENOENT && lstat(path, &st) < 0)
@@ -270,11 +276,8 @@ static int walk(struct file_job *j, const char *dir, const char *rel, int depth)
             break;
         }
         if (S_ISDIR(st.st_mode)) {
-            /* Descend only where the prefix can still match. */
-            size_t kl = strlen(key), pl = strlen(j->key);
-            if (strncmp(key, j->key, kl < pl ? kl : pl) == 0)
-                r = walk(j, path, key, depth + 1);
-        } else if (S_ISREG(st.st_mode) && strncmp(key, j->key, strlen(j->key)) == 0) {
+            r = walk(j, path, key, depth + 1);
+        } else if (S_ISREG(st.st_mode) && kl >= pl) {
             r = add_entry(j, key, &st);
             if (r < 0)
                 fail(j, r, "list", dir);

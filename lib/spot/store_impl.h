@@ -19,6 +19,9 @@ struct store_backend {
     int (*put_new)(struct store *s, const char *key, const void *data, size_t len,
                    const uint8_t *sha256, store_done_fn done, void *arg);
     bool put_new_trusted;        /* its condition always holds (no test needed) */
+    bool counts_requests;        /* adds to store.requests itself (every HTTP
+                                    request: pages, retries); else store.c counts
+                                    one per operation */
     int (*get)(struct store *s, const char *key, size_t max, store_get_fn done, void *arg);
     int (*list)(struct store *s, const char *prefix, store_list_fn done, void *arg);
     int (*del)(struct store *s, const char *key, store_done_fn done, void *arg);
@@ -30,6 +33,7 @@ struct store {
     const struct store_backend *backend;
     char *url;                   /* owned by store.c */
     struct event_base *base;     /* for errors reported before any I/O */
+    uint64_t requests;           /* store_requests() */
 };
 
 extern const struct store_backend store_file_backend;

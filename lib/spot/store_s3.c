@@ -304,6 +304,7 @@ static void send_op(struct s3_op *op)
         .proxy = true,
     };
 
+    s->base.requests++;
     if (s->creds.aws.session_token[0]) {
         snprintf(tok_hdr, sizeof(tok_hdr), "x-amz-security-token: %s",
                  s->creds.aws.session_token);
@@ -1101,6 +1102,7 @@ const struct store_backend store_s3_backend = {
     .put = s3_put,
     .put_new = s3_put_new,
     .put_new_trusted = false,     /* Swift's s3api answers 501, others may ignore it */
+    .counts_requests = true,      /* send_op(): every page and retry */
     .get = s3_get,
     .list = s3_list,
     .del = s3_del,

@@ -29,3 +29,20 @@ s3_start() {
     export AWS_SHARED_CREDENTIALS_FILE=$T/no-such-credentials AWS_EC2_METADATA_DISABLED=true
     EMPTY_SHA=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
 }
+
+# s3curl ARGS...: curl(1), SigV4-signed with the test credentials.
+s3curl() {
+    curl -s --netrc-file "$D/netrc" --aws-sigv4 "aws:amz:$AWS_REGION:s3" "$@"
+}
+
+# raw_s3 get KEY FILE | put KEY FILE | del KEY: an object of bucket bkt
+# below $RAW_PREFIX (default none), read or written around spotd.
+raw_s3() {
+    local u="$S3_ENDPOINT/bkt/${RAW_PREFIX:-}$2"
+    case $1 in
+    get) s3curl -f -H "x-amz-content-sha256: $EMPTY_SHA" -o "$3" "$u" ;;
+    put) s3curl -f -H "x-amz-content-sha256: $(sha256sum <"$3" | cut -d' ' -f1)" -T "$3" \
+            "$u" -o /dev/null ;;
+    del) s3curl -f -H "x-amz-content-sha256: $EMPTY_SHA" -X DELETE "$u" ;;
+    esac
+}

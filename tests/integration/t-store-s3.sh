@@ -7,18 +7,6 @@
 
 . "$(dirname "$0")/s3.sh"
 s3_start s3
-# s3curl ARGS...: curl(1), SigV4-signed with the test credentials.
-s3curl() {
-    curl -s --netrc-file "$D/netrc" --aws-sigv4 "aws:amz:$AWS_REGION:s3" "$@"
-}
-raw_s3() {
-    case $1 in
-    get) s3curl -f -H "x-amz-content-sha256: $EMPTY_SHA" -o "$3" "$S3_ENDPOINT/bkt/$RAW_PREFIX$2" ;;
-    put) s3curl -f -H "x-amz-content-sha256: $(sha256sum <"$3" | cut -d' ' -f1)" -T "$3" \
-            "$S3_ENDPOINT/bkt/$RAW_PREFIX$2" -o /dev/null ;;
-    del) s3curl -f -H "x-amz-content-sha256: $EMPTY_SHA" -X DELETE "$S3_ENDPOINT/bkt/$RAW_PREFIX$2" ;;
-    esac
-}
 expect_eq "s3: the bucket is created" 200 \
     "$(s3curl -o /dev/null -w '%{http_code}' -H "x-amz-content-sha256: $EMPTY_SHA" -X PUT "$S3_ENDPOINT/bkt")"
 

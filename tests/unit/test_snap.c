@@ -830,3 +830,36 @@ TEST(snap_restore_sizes)
     free(zeros);
     hostile_close(&h);
 }
+
+/* The pointer <job>/LATEST: what is taken, and why the rest is not. */
+TEST(snap_latest_parse)
+{
+    static const struct {
+        const char *doc, *why;
+    } bad[] = {
+        { "{\"format\":2,\"kind\":\"latest\",\"job\":\"j\",\"gen\":3}", "newer store format" },
+        { "{\"format\":1,\"kind\":\"commit\",\"job\":\"j\",\"gen\":3}", "not a pointer" },
+        { "{\"format\":1,\"kind\":\"latest\",\"job\":\"k\",\"gen\":3}", "another job" },
+        { "{\"format\":1,\"kind\":\"latest\",\"job\":\"j\",\"gen\":0}", "not a generation" },
+        { "{\"format\":1,\"kind\":\"latest\",\"job\":\"j\",\"gen\":2.5}", "not a generation" },
+        { "{\"format\":1,\"kind\":\"latest\",\"job\":\"j\",\"gen\":100000000}", "not a generation" },
+        { "{\"format\":1,\"kind\":\"latest\",\"job\":\"j\",\"gen\":\"3\"}", "not a generation" },
+        { "{\"format\":1,\"kind\":\"latest\",\"job\":\"j\",\"gen\":3,\"gen\":4}", "" },
+        { "[3]", "not a JSON object" },
+        { "{\"format\":1,\"kind\":\"latest\",\"job\":\"j\\u0000\",\"gen\":3}", "\\u0000" },
+    };
+    const char *good = "{\"format\":1,\"kind\":\"latest\",\"job\":\"j\",\"gen\":99999999,\"new\":1}";
+    const char *why = NULL;
+    uint64_t gen = 0;
+
+    CHECK_INT(snap_latest_parse(good, strlen(good), "j", &gen, &why), 0);
+    CHECK_INT((int)gen, 99999999);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        gen = 7;
+        why = NULL;
+        CHECK_INT(snap_latest_parse(bad[i].doc, strlen(bad[i].doc), "j", &gen, &why), -EINVAL);
+        CHECK(why != NULL);
+        CHECK_HAS(why, bad[i].why);
+        CHECK_INT((int)gen, 7);
+    }
+}
