@@ -23,7 +23,9 @@ X-Forwarded-Prefix, so this gateway plays both parts:
   path with the same key, headers and payload hash (the body is sent on
   untouched, so Swift still checks its SHA-256), with X-Forwarded-Prefix.
 
-Each request appends "METHOD PATH STATUS" to the log.  Python 3 standard
+Each request appends "METHOD PATH STATUS" to the log, with " refused" after
+it when the gateway answered itself (a 404 of the server, such as NoSuchKey
+for an object not there yet, is no refusal).  Python 3 standard
 library only.
 """
 
@@ -82,12 +84,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         pass
 
-    def note(self, status):
+    def note(self, status, refused):
         if self.server.log:
             with self.server.lock:
-                self.server.log.write("%s %s %d\n" % (self.command, self.path, status))
+                self.server.log.write("%s %s %d%s\n" % (self.command, self.path, status,
+                                                         " refused" if refused else ""))
 
-    def reply(self, status, body, headers=()):
+    def reply(self, status, body, headers=(), refused=True):
         self.send_response(status)
         for k, v in headers:
             self.send_header(k, v)
@@ -95,7 +98,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
-        self.note(status)
+        self.note(status, refused)
 
     def handle_one(self):
         g = self.server
@@ -135,7 +138,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         finally:
             conn.close()
         self.reply(r.status, data, [(k, v) for k, v in r.getheaders()
-                                    if k.lower() not in HOP and k.lower() != "content-length"])
+                                    if k.lower() not in HOP and k.lower() != "content-length"],
+                   refused=False)
 
     do_GET = do_PUT = do_DELETE = do_HEAD = do_POST = handle_one
 
