@@ -5,6 +5,7 @@
  * store_show.c).  store_cmd() reads the options, opens the store, starts
  * the command's operation, runs the loop until the operation's callback
  * ends it, and frees what it opened. */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/thread.h>
@@ -230,6 +231,21 @@ static void on_fetched(void *arg, int err, const char *msg)
     ctl_stop(c);
 }
 
+/* keys as a JSON array of strings, escaped (manifest_escape()). */
+static void print_keys(const char *const *keys, size_t n)
+{
+    static char esc[MANIFEST_ESCAPED_MAX];
+    cJSON *a = cJSON_CreateArray();
+    char *text;
+
+    for (size_t i = 0; a && i < n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateString(manifest_escape(keys[i], esc, sizeof(esc))));
+    text = a ? cJSON_PrintUnformatted(a) : NULL;
+    fputs(text ? text : "[]", stdout);
+    free(text);
+    cJSON_Delete(a);
+}
+
 static void on_gc(void *arg, int err, const char *msg, const struct snap_gc_report *r)
 {
     struct ctl *c = arg;
@@ -241,18 +257,24 @@ static void on_gc(void *arg, int err, const char *msg, const struct snap_gc_repo
         return;
     }
     spotctl_human(b, sizeof(b), r->bytes_deleted);
-    if (c->json)
+    if (c->json) {
         printf("{\"dry_run\":%s,\"gens_deleted\":%" PRIu64 ",\"gens_kept\":%" PRIu64
                ",\"chunks_deleted\":%" PRIu64 ",\"chunks_kept\":%" PRIu64
-               ",\"bytes_deleted\":%" PRIu64 ",\"gens_unauthentic\":%" PRIu64 "}\n",
+               ",\"bytes_deleted\":%" PRIu64 ",\"gens_unauthentic\":%" PRIu64
+               ",\"foreign_objects\":%zu,\"foreign_bytes\":%" PRIu64 ",\"foreign\":",
                c->dry_run ? "true" : "false", r->gens_deleted, r->gens_kept, r->chunks_deleted,
-               r->chunks_kept, r->bytes_deleted, r->gens_unauthentic);
-    else
+               r->chunks_kept, r->bytes_deleted, r->gens_unauthentic, r->n_foreign,
+               r->foreign_bytes);
+        print_keys(r->foreign, r->n_foreign);
+        printf("}\n");
+    } else {
         printf("%s%" PRIu64 " generation%s and %" PRIu64 " chunks (%s); kept %" PRIu64
                " generation%s and %" PRIu64 " chunks\n",
                c->dry_run ? "would delete " : "deleted ", r->gens_deleted,
                r->gens_deleted == 1 ? "" : "s", r->chunks_deleted, b, r->gens_kept,
                r->gens_kept == 1 ? "" : "s", r->chunks_kept);
+        show_foreign(c, stdout, r->foreign, r->n_foreign, "in the job's tree");
+    }
     if (r->gens_unauthentic)
         fprintf(stderr, "spotctl: %" PRIu64 " of the kept generations are not signed by job key "
                 "%s: they were left alone, with what they reference ('spotctl ls' shows them; "
