@@ -299,11 +299,37 @@ ev() {
     return 0
 }
 
-# jget LINE KEY: the value of KEY's first occurrence in a compact JSON line;
-# strings come unquoted.
+# Every JSON document a test reads (--json outputs, event log lines,
+# control answers) goes through strictjson.py: a key twice in one object,
+# NaN, Infinity or anything that is not JSON prints "FAIL: strict JSON: ..."
+# (a failed check).  Python snippets import it (PYTHONPATH).
+STRICTJSON=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/strictjson.py
+export PYTHONPATH="${STRICTJSON%/*}${PYTHONPATH:+:$PYTHONPATH}"
+
+# jget TEXT KEY: the value of KEY's first occurrence (depth first, in
+# document order) in TEXT, one JSON document or JSON Lines; strings come
+# unquoted, numbers as written; nothing when there is none.
 jget() {
-    printf '%s\n' "$1" | grep -o "\"$2\":\(\"[^\"]*\"\|[^,}]*\)" | head -n 1 |
-        sed "s/^\"$2\"://; s/^\"\(.*\)\"\$/\1/"
+    printf '%s\n' "$1" | python3 "$STRICTJSON" get "$2"
+    return 0
+}
+
+# jcheck FILE: FILE is one strict JSON document (or JSON Lines of them).
+jcheck() {
+    python3 "$STRICTJSON" check "$1"
+}
+
+# jq_ EXPR FILE: Python EXPR over FILE's document d, strictly parsed; a list
+# prints one item a line.  jq_ '[g["gen"] for g in d if g["state"] ==
+# "committed"]' "$T/out": the committed generations of spotctl ls --json.
+jq_() {
+    python3 "$STRICTJSON" eval "$1" "${2:-/dev/stdin}"
+}
+
+# ls_gens FILE [STATE]: the generations of a spotctl ls --json in FILE in
+# that state (committed by default), oldest first, one a line.
+ls_gens() {
+    jq_ "[g['gen'] for g in d if g['state'] == '${2:-committed}']" "$1"
 }
 
 # events_of FILE: the sequence of event names, space separated.

@@ -195,7 +195,7 @@ EOF
     # ---- damage in the store ----
     ctl ls --json
     # (A push that failed left its claimed number behind, uncommitted.)
-    g=$(jget "$(cat "$T/out" | tr '}' '\n' | grep '"state":"committed"' | tail -n 1)" gen)
+    g=$(ls_gens "$T/out" | tail -n 1)
     # A chunk of the newest committed generation, from its manifest.
     $RAW get "$(printf '%s/gens/%08d/rank-0.json' "$JOB" "$g")" "$T/m0"
     k=$(grep -o '[0-9a-f]\{64\}' "$T/m0" | head -n 1)
@@ -249,12 +249,11 @@ open('$T/chunk.bad','wb').write(b)"
     # ---- retention and garbage collection ----
     ctl ls --json
     local before
-    before=$(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')
+    before=$(ls_gens "$T/out" | wc -l)
     ctl gc --keep 2 --grace 0s --dry-run --json
     expect_eq "$name: gc --dry-run exits 0" 0 "$RC"
     ctl ls --json
-    expect_eq "$name: gc --dry-run deletes nothing" "$before" \
-        "$(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')"
+    expect_eq "$name: gc --dry-run deletes nothing" "$before" "$(ls_gens "$T/out" | wc -l)"
     ctl gc --keep 2 --grace 1h --json
     expect_eq "$name: gc with a grace period keeps every chunk" 0 \
         "$(jget "$(cat "$T/out")" chunks_deleted)"
@@ -263,9 +262,8 @@ open('$T/chunk.bad','wb').write(b)"
     expect_ge "$name: gc deletes the chunks only old generations used" 1 \
         "$(jget "$(cat "$T/out")" chunks_deleted)"
     ctl ls --json
-    expect_eq "$name: gc keeps the newest 2 committed generations" 2 \
-        "$(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')"
-    for g in $(tr '}' '\n' <"$T/out" | grep '"state":"committed"' | sed 's/.*"gen":\([0-9]*\).*/\1/'); do
+    expect_eq "$name: gc keeps the newest 2 committed generations" 2 "$(ls_gens "$T/out" | wc -l)"
+    for g in $(ls_gens "$T/out"); do
         ctl verify --gen "$g"
         expect_eq "$name: generation $g is whole after gc" 0 "$RC"
     done

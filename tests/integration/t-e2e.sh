@@ -44,8 +44,8 @@ azure_event() { # ID TYPE RESOURCES-JSON NOTBEFORE
 # committed JOB: the job's committed generations in the store, one JSON
 # object a line, oldest first.
 committed() {
-    "$SPOTCTL" ls --json --store "$STORE" --job "$1" 2>>"$T/ls.err" | tr '}' '\n' |
-        grep '"state":"committed"'
+    "$SPOTCTL" ls --json --store "$STORE" --job "$1" 2>>"$T/ls.err" |
+        jq_ "[g for g in d if g['state'] == 'committed']"
 }
 
 # connected STATE_DIR: a trainer is connected to that spotd over libckpt.

@@ -8,7 +8,8 @@ mkdir -p "$T/store"
 raw_file() {
     case $1 in
     get) cp "$T/store/$2" "$3" ;;
-    put) cp "$3" "$T/store/$2.new" && mv "$T/store/$2.new" "$T/store/$2" ;;
+    put) mkdir -p "$(dirname "$T/store/$2")" && cp "$3" "$T/store/$2.new" &&
+        mv "$T/store/$2.new" "$T/store/$2" ;;
     del) rm -f "$T/store/$2" ;;
     esac
 }

@@ -109,8 +109,7 @@ check "s3 faults: ... with the key, the status and the S3 error code" \
     grep -qE "S3 PUT s3://bkt/faults/f/chunks/[0-9a-f]{2}/[0-9a-f]{64}: HTTP 500 InternalError.*gave up after retries" "$T/err"
 fault_reset
 fctl ls --json
-expect_eq "s3 faults: the failed generation is not committed" 1 \
-    "$(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')"
+expect_eq "s3 faults: the failed generation is not committed" 1 "$(ls_gens "$T/out" | wc -l)"
 
 # Expired temporary credentials are fetched again from the instance role.
 mock_start aws
@@ -148,8 +147,8 @@ fault_reset
 
 # kill -9 in the middle of an upload: the previous generation stays whole.
 ctl ls --json
-committed=$(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')
-newest=$(tr '}' '\n' <"$T/out" | grep '"state":"committed"' | tail -n 1)
+committed=$(ls_gens "$T/out" | wc -l)
+newest=$(ls_gens "$T/out" | tail -n 1)
 head -c $((12 * 1024 * 1024)) /dev/urandom >"$T/fck/b.bin"
 fault_rules '[{"method":"PUT","path":"/chunks/","from":20,"action":"stall","seconds":20}]' >/dev/null
 "$SPOTCTL" push --store "$URL" --job "$JOB" --s3-endpoint "$FAULT_URL" --chunk-size 256KiB \
@@ -166,10 +165,9 @@ wait "$pid" 2>/dev/null
 fault_reset
 ctl ls --json
 expect_eq "s3 kill -9: the same committed generations as before" "$committed" \
-    "$(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')"
-expect_eq "s3 kill -9: the newest committed generation is still the one before" \
-    "$(jget "$newest" gen)" \
-    "$(jget "$(tr '}' '\n' <"$T/out" | grep '"state":"committed"' | tail -n 1)" gen)"
+    "$(ls_gens "$T/out" | wc -l)"
+expect_eq "s3 kill -9: the newest committed generation is still the one before" "$newest" \
+    "$(ls_gens "$T/out" | tail -n 1)"
 ctl verify
 expect_eq "s3 kill -9: the previous generation verifies" 0 "$RC"
 ctl fetch "$T/after-kill"

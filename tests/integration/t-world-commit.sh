@@ -44,8 +44,7 @@ node() {
 
 # committed: the job's committed generations, one number a line.
 committed() {
-    "$SPOTCTL" ls --json --store "$STORE" --job "$JOB" 2>>"$T/ls.err" | tr '}' '\n' |
-        grep '"state":"committed"' | sed 's/.*"gen":\([0-9]*\).*/\1/'
+    "$SPOTCTL" ls --json --store "$STORE" --job "$JOB" 2>>"$T/ls.err" | ls_gens /dev/stdin
 }
 
 # kill_node NAME: SIGKILL to a node and everything under it.
