@@ -268,3 +268,86 @@ open('$T/chunk.bad','wb').write(b)"
         expect_eq "$name: generation $g is whole after gc" 0 "$RC"
     done
 }
+
+# foreign_cases NAME URL RAW: objects the store format does not name
+# (docs/store-format.md, Keys) in several places of a job's tree: never
+# part of a generation, shown as foreign, left alone by gc, while gc still
+# deletes every object of the store's own that it should.
+foreign_cases() {
+    local name=$1 k g own
+    URL=$2
+    JOB=foreign-$name
+    RAW=$3
+    mkdir -p "$T/fa" "$T/fb" "$T/fc"
+    echo one >"$T/fa/f"
+    echo two >"$T/fb/f"
+    echo three >"$T/fc/f"
+    for d in fa fb fc; do ctl push --json "$T/$d"; done
+    expect_eq "$name foreign: three generations pushed" 3 "$(jget "$(cat "$T/out")" gen)"
+    # An operator's backup of a record that gc will drop, one of a
+    # generation that never was, a manifest-like name that is not one,
+    # stray files at every level, and the pointer <job>/LATEST (the
+    # store's own).
+    $RAW get "$JOB/gens/00000001/COMMIT.json" "$T/c1"
+    local foreign="gens/00000001/COMMIT.json.bak gens/00000009/COMMIT.json.bak
+        gens/00000002/rank-00.json gens/00000002/old/rank-0.json gens/notes.txt
+        chunks/README chunks/ab/backup.tar README.txt world/notes"
+    for k in $foreign; do
+        cp "$T/c1" "$T/obj" && echo "$k" >>"$T/obj"
+        $RAW put "$JOB/$k" "$T/obj"
+    done
+    echo "3" >"$T/latest" && $RAW put "$JOB/LATEST" "$T/latest"
+
+    ctl ls
+    expect_eq "$name foreign: ls exits 0" 0 "$RC"
+    check "$name foreign: ls shows no generation 9 (only foreign objects there)" \
+        bash -c "! grep -qE '^9 ' '$T/out'"
+    check "$name foreign: ls shows generations 1 to 3 committed, nothing else" \
+        test "$(grep -cE '^[0-9]+ +committed ' "$T/out")|$(grep -cE '^[0-9]+ +(committed|incomplete|corrupt|unsigned|other-key|bad-mac) ' "$T/out")" = "3|3"
+    check "$name foreign: ls says the foreign objects under gens/ are there" \
+        grep -q "5 foreign objects under the job's gens/" "$T/out"
+    check "$name foreign: ... naming the backup" grep -q "$JOB/gens/00000009/COMMIT.json.bak" "$T/out"
+    ctl ls --json
+    expect_eq "$name foreign: ls --json lists generations 1 to 3 only" "1 2 3|" \
+        "$(echo $(ls_gens "$T/out"))|$(ls_gens "$T/out" incomplete)"
+    check "$name foreign: ... and says the foreign objects on stderr" \
+        grep -q "$JOB/gens/00000002/rank-00.json" "$T/err"
+    ctl show --json
+    expect_eq "$name foreign: show --json lists the foreign objects under gens/" \
+        "$JOB/gens/00000001/COMMIT.json.bak $JOB/gens/00000002/old/rank-0.json $JOB/gens/00000002/rank-00.json $JOB/gens/00000009/COMMIT.json.bak $JOB/gens/notes.txt" \
+        "$(jq_ 'sorted(d["foreign"])' "$T/out" | tr '\n' ' ' | sed 's/ $//')"
+
+    ctl gc --grace 0s --keep 1 --json
+    expect_eq "$name foreign: gc exits 0" 0 "$RC"
+    expect_eq "$name foreign: gc deletes generations 1 and 2, and counts 9 foreign objects" \
+        "2|9" "$(jget "$(cat "$T/out")" gens_deleted)|$(jget "$(cat "$T/out")" foreign_objects)"
+    expect_eq "$name foreign: gc's report names every foreign object, and not LATEST" \
+        "$(for k in $foreign; do echo "$JOB/$k"; done | sort | tr '\n' ' ')" \
+        "$(jq_ 'sorted(d["foreign"])' "$T/out" | tr '\n' ' ')"
+    for k in $foreign; do
+        rm -f "$T/obj.back"
+        $RAW get "$JOB/$k" "$T/obj.back"
+        cp "$T/c1" "$T/obj" && echo "$k" >>"$T/obj"
+        check "$name foreign: gc left $k alone, byte for byte" cmp -s "$T/obj" "$T/obj.back"
+    done
+    rm -f "$T/latest.back"
+    $RAW get "$JOB/LATEST" "$T/latest.back"
+    check "$name foreign: gc left LATEST alone" cmp -s "$T/latest" "$T/latest.back"
+    # Nothing of the store's own is left of the generations gc dropped.
+    own=
+    for g in 1 2; do
+        for k in COMMIT.json rank-0.json CLAIM.json; do
+            rm -f "$T/own"
+            $RAW get "$(printf '%s/gens/%08d/%s' "$JOB" "$g" "$k")" "$T/own" 2>/dev/null
+            [ -s "$T/own" ] && own="$own $g/$k"
+        done
+    done
+    expect_eq "$name foreign: no record, manifest or claim of generations 1 and 2 is left" "" "$own"
+    ctl gc --grace 0s --keep 1 --json
+    expect_eq "$name foreign: a second gc finds nothing of the store's own to delete" "0|0|1|9" \
+        "$(jget "$(cat "$T/out")" gens_deleted)|$(jget "$(cat "$T/out")" chunks_deleted)|$(jget "$(cat "$T/out")" gens_kept)|$(jget "$(cat "$T/out")" foreign_objects)"
+    ctl verify --gen 3
+    expect_eq "$name foreign: generation 3 is whole after gc" 0 "$RC"
+    ctl ls --json
+    expect_eq "$name foreign: ls lists generation 3 alone" "3" "$(ls_gens "$T/out" | tr '\n' ' ' | sed 's/ $//')"
+}

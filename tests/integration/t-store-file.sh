@@ -14,6 +14,7 @@ raw_file() {
     esac
 }
 store_cases file "file://$T/store" raw_file
+foreign_cases file "file://$T/store" raw_file
 
 check "file: no temporary file is left in the store" \
     bash -c "! find '$T/store' -name '*.tmp.*' | grep -q ."

@@ -24,6 +24,7 @@ expect_eq "s3: the bucket is created" 200 \
 
 RAW_PREFIX=team/a/
 store_cases s3 "s3://bkt/team/a" raw_s3
+foreign_cases s3 "s3://bkt/team/a" raw_s3
 check "s3: objects live below the store's prefix" \
     bash -c "curl -s --netrc-file '$D/netrc' --aws-sigv4 aws:amz:us-east-1:s3 -H 'x-amz-content-sha256: $EMPTY_SHA' '$S3_ENDPOINT/bkt?list-type=2&prefix=team%2Fa%2Fjob-s3%2Fgens%2F' | grep -q '<Key>team/a/job-s3/gens/'"
 
