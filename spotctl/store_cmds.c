@@ -50,19 +50,36 @@ void ctl_stop(struct ctl *c)
     event_base_loopbreak(c->base);
 }
 
-static void print_counters(const struct ctl *c, double secs)
+/* The counters of a push or fetch as JSON members.  totals false leaves
+ * out files, bytes and chunks, which verify reports from what it checked:
+ * every key once in a document (a reader such as jq keeps one of two). */
+static void print_counters(const struct ctl *c, double secs, bool totals)
 {
     const struct snap_counters *k = &c->c;
 
-    printf("\"files\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"bytes_read\":%" PRIu64
-           ",\"bytes_zero\":%" PRIu64 ",\"bytes_skipped\":%" PRIu64
+    if (totals)
+        printf("\"files\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"chunks\":%" PRIu64 ",", k->files,
+               k->bytes_total, k->chunks);
+    printf("\"bytes_read\":%" PRIu64 ",\"bytes_zero\":%" PRIu64 ",\"bytes_skipped\":%" PRIu64
            ",\"bytes_compressed\":%" PRIu64 ",\"bytes_sent\":%" PRIu64
-           ",\"bytes_received\":%" PRIu64 ",\"bytes_written\":%" PRIu64 ",\"chunks\":%" PRIu64
+           ",\"bytes_received\":%" PRIu64 ",\"bytes_written\":%" PRIu64
            ",\"chunks_sent\":%" PRIu64 ",\"chunks_skipped\":%" PRIu64 ",\"retries\":%" PRIu64
            ",\"seconds\":%.3f",
-           k->files, k->bytes_total, k->bytes_read, k->bytes_zero, k->bytes_skipped,
-           k->bytes_compressed, k->bytes_sent, k->bytes_received, k->bytes_written, k->chunks,
-           k->chunks_sent, k->chunks_skipped, k->retries, secs);
+           k->bytes_read, k->bytes_zero, k->bytes_skipped, k->bytes_compressed, k->bytes_sent,
+           k->bytes_received, k->bytes_written, k->chunks_sent, k->chunks_skipped, k->retries,
+           secs);
+}
+
+/* s as one JSON string literal, escaped first (manifest_escape()). */
+static void print_json_string(const char *s)
+{
+    static char esc[MANIFEST_ESCAPED_MAX];
+    cJSON *v = cJSON_CreateString(manifest_escape(s, esc, sizeof(esc)));
+    char *text = v ? cJSON_PrintUnformatted(v) : NULL;
+
+    fputs(text ? text : "\"\"", stdout);
+    free(text);
+    cJSON_Delete(v);
 }
 
 /* ---- push ------------------------------------------------------------------- */
@@ -81,7 +98,7 @@ static void on_pushed(void *arg, int err, const char *msg)
     }
     if (c->json) {
         printf("{\"gen\":%" PRIu64 ",\"ranks\":%d,", c->gen, c->n_dirs);
-        print_counters(c, secs);
+        print_counters(c, secs, true);
         printf("}\n");
     } else {
         spotctl_human(a, sizeof(a), c->c.bytes_total);
@@ -190,12 +207,12 @@ static void on_verified(void *arg, int err, const char *msg, const struct snap_v
     if (r->auth_known)
         show_signature(c, r->auth, r->key_id, sig, sizeof(sig));
     if (c->json) {
-        printf("{\"ok\":%s,\"chunks\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"bad_chunks\":%" PRIu64
-               ",",
-               err ? "false" : "true", r->chunks, r->bytes, r->bad_chunks);
+        printf("{\"ok\":%s,\"files\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"bytes\":%" PRIu64
+               ",\"bad_chunks\":%" PRIu64 ",",
+               err ? "false" : "true", r->files, r->chunks, r->bytes, r->bad_chunks);
         if (r->auth_known)
             printf("\"auth\":\"%s\",\"key_id\":\"%s\",", jobkey_auth_name(r->auth), r->key_id);
-        print_counters(c, since(&c->t0));
+        print_counters(c, since(&c->t0), false);
         printf("}\n");
     } else if (!err) {
         printf("verified: %" PRIu64 " chunks, %s, every hash correct; %s\n", r->chunks, b, sig);
@@ -221,8 +238,10 @@ static void on_fetched(void *arg, int err, const char *msg)
     }
     spotctl_human(b, sizeof(b), c->c.bytes_total);
     if (c->json) {
-        printf("{\"dest\":\"%s\",", c->dirs[0]);
-        print_counters(c, secs);
+        printf("{\"dest\":");
+        print_json_string(c->dirs[0]);
+        printf(",");
+        print_counters(c, secs, true);
         printf("}\n");
     } else {
         printf("restored %s into %s in %.1f s (%.0f MB/s)\n", b, c->dirs[0], secs,
@@ -231,19 +250,15 @@ static void on_fetched(void *arg, int err, const char *msg)
     ctl_stop(c);
 }
 
-/* keys as a JSON array of strings, escaped (manifest_escape()). */
+/* keys as a JSON array of strings, each escaped (manifest_escape()). */
 static void print_keys(const char *const *keys, size_t n)
 {
-    static char esc[MANIFEST_ESCAPED_MAX];
-    cJSON *a = cJSON_CreateArray();
-    char *text;
-
-    for (size_t i = 0; a && i < n; i++)
-        cJSON_AddItemToArray(a, cJSON_CreateString(manifest_escape(keys[i], esc, sizeof(esc))));
-    text = a ? cJSON_PrintUnformatted(a) : NULL;
-    fputs(text ? text : "[]", stdout);
-    free(text);
-    cJSON_Delete(a);
+    printf("[");
+    for (size_t i = 0; i < n; i++) {
+        printf("%s", i ? "," : "");
+        print_json_string(keys[i]);
+    }
+    printf("]");
 }
 
 static void on_gc(void *arg, int err, const char *msg, const struct snap_gc_report *r)

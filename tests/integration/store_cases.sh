@@ -60,6 +60,7 @@ store_cases() {
     # ---- round trip ----
     ctl push --json --step 1200 --chunk-size 256KiB "$T/ck"
     expect_eq "$name: push exits 0" 0 "$RC"
+    cp "$T/out" "$T/push1"
     g=$(jget "$(cat "$T/out")" gen)
     expect_eq "$name: the first generation is 1" 1 "$g"
     expect_ge "$name: push stored chunks" 5 "$(jget "$(cat "$T/out")" chunks_sent)"
@@ -77,6 +78,13 @@ store_cases() {
     ctl verify --json
     expect_eq "$name: verify exits 0" 0 "$RC"
     check "$name: verify reports every chunk good" grep -q '"ok":true' "$T/out"
+    # Each key once (strict JSON), with what verify checked: every stored
+    # chunk and its bytes (runs of zeros are not stored); a second
+    # "chunks":0 came last before.
+    expect_eq "$name: verify --json: one document, files, chunks and bytes as pushed" \
+        "$(jq_ '"%s|%s|%s" % (d["files"], d["chunks_sent"], d["bytes"] - d["bytes_zero"])' \
+            "$T/push1")" \
+        "$(jq_ '"%s|%s|%s" % (d["files"], d["chunks"], d["bytes"])' "$T/out")"
     ctl ls
     check "$name: ls shows the committed generation with its step" \
         grep -qE '^1 +committed +1200 +1 ' "$T/out"
