@@ -326,6 +326,12 @@ jq_() {
     python3 "$STRICTJSON" eval "$1" "${2:-/dev/stdin}"
 }
 
+# status_get STATE_DIR KEY: KEY of spotctl status --json, strictly parsed;
+# nothing while spotd does not answer.
+status_get() {
+    jget "$("$SPOTCTL" status --state-dir "$1" --json 2>/dev/null)" "$2"
+}
+
 # ls_gens FILE [STATE]: the generations of a spotctl ls --json in FILE in
 # that state (committed by default), oldest first, one a line.
 ls_gens() {
@@ -413,9 +419,9 @@ print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))' "$1"
 # (the state differs every step: no other generation holds that chunk).
 damage_chunk() {
     python3 - "$T/store/$1" "$2" <<'EOF'
-import json, sys
+import strictjson, sys
 root, gen = sys.argv[1], int(sys.argv[2])
-m = json.load(open("%s/gens/%08d/rank-0.json" % (root, gen)))
+m = strictjson.load("%s/gens/%08d/rank-0.json" % (root, gen))
 h = [f for f in m["files"] if f["path"].endswith("state.bin")][0]["chunks"][0][1]
 p = "%s/chunks/%s/%s" % (root, h[:2], h)
 b = bytearray(open(p, "rb").read())

@@ -168,7 +168,7 @@ EOF
     $RAW get "$(printf '%s/gens/%08d/rank-0.json' "$JOB" "$g")" "$T/m64"
     check "$name: a zip64 file's chunks restart at each entry of 64 KiB or more" \
         python3 - "$T/zip64/ckpt.pt" "$T/m64" <<'EOF'
-import json, struct, sys, zipfile
+import strictjson, struct, sys, zipfile
 starts = []
 with open(sys.argv[1], "rb") as f, zipfile.ZipFile(sys.argv[1]) as z:
     for i in z.infolist():
@@ -177,7 +177,7 @@ with open(sys.argv[1], "rb") as f, zipfile.ZipFile(sys.argv[1]) as z:
             h = f.read(30)
             starts.append(i.header_offset + 30 + struct.unpack("<HH", h[26:30])[0] +
                           struct.unpack("<HH", h[26:30])[1])
-m = json.load(open(sys.argv[2]))
+m = strictjson.load(sys.argv[2])
 off, cuts = 0, set()
 for c in m["files"][0]["chunks"]:
     off += c[0]

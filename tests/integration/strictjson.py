@@ -49,6 +49,10 @@ def loads(text, raw_numbers=False):
 
 
 def load(f, raw_numbers=False):
+    """From a file object, or a path (read as UTF-8)."""
+    if isinstance(f, str):
+        with open(f, encoding="utf-8") as fo:
+            return loads(fo.read(), raw_numbers)
     return loads(f.read(), raw_numbers)
 
 
@@ -94,11 +98,12 @@ def main(argv):
         return 2
     cmd, rest = argv[1], argv[2:]
     arg = rest.pop(0) if cmd != "check" and rest else None
-    text = open(rest[0], encoding="utf-8").read() if rest else sys.stdin.read()
     try:
+        raw = open(rest[0], "rb").read() if rest else sys.stdin.buffer.read()
+        text = raw.decode("utf-8")
         docs = loads_all(text, raw_numbers=cmd == "get")
     except (ValueError, UnicodeDecodeError) as e:
-        sys.stderr.write("FAIL: strict JSON: %s: %r\n" % (e, text[:300]))
+        sys.stderr.write("FAIL: strict JSON: %s: %r\n" % (e, raw[:300]))
         return 2
     if not docs:
         return 1

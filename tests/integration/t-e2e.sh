@@ -50,7 +50,7 @@ committed() {
 
 # connected STATE_DIR: a trainer is connected to that spotd over libckpt.
 connected() {
-    "$SPOTCTL" status --state-dir "$1" --json 2>/dev/null | grep -q '"workers":[1-9]'
+    [ "$(status_get "$1" workers)" -ge 1 ] 2>/dev/null
 }
 
 # commits_ge EVENTS N: at least N commit records.

@@ -73,5 +73,5 @@ TRAINER_REQUEST_AT=500 run_spotd run --cloud none --job r --store "file://$T/sto
     --state-dir "$T/node6" --events "$T/ev6" -- "$TRAINER" 3000 2
 expect_eq "orch request: the run finishes" 0 "$RC"
 expect_eq "orch request: the trainer's request made one checkpoint" 1 "$(ev "$T/ev6" commit | wc -l)"
-"$SPOTCTL" ls --json --store "file://$T/store" --job r >"$T/ls" 2>&1
-check "orch request: its reason is request" grep -q '"reason":"request"' "$T/ls"
+"$SPOTCTL" ls --json --store "file://$T/store" --job r >"$T/ls" 2>"$T/ls.err"
+expect_eq "orch request: its reason is request" request "$(jq_ 'd[-1]["reason"]' "$T/ls")"
