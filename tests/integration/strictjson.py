@@ -31,7 +31,7 @@ def _pairs(pairs):
     obj = {}
     for k, v in pairs:
         if k in obj:
-            raise ValueError("duplicate key %r in an object" % k)
+            raise ValueError("the key %r is given twice in an object" % k)
         obj[k] = v
     return obj
 
