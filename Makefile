@@ -87,7 +87,7 @@ SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c lib/spot/http.c 
               lib/spot/pool.c lib/spot/hash.c lib/spot/chunk.c lib/spot/store.c lib/spot/store_file.c lib/spot/store_s3.c lib/spot/manifest.c lib/spot/snap.c lib/spot/snap_save.c lib/spot/snap_fetch.c lib/spot/snap_gc.c lib/spot/snap_latest.c lib/spot/zipgrid.c lib/libckpt/jsonl.c \
               lib/spot/notice.c lib/spot/backoff.c lib/spot/timeparse.c lib/spot/cloudparse.c lib/spot/xml.c lib/spot/s3xml.c lib/spot/awscreds.c lib/spot/s3creds.c lib/spot/imds.c \
               lib/spot/strict.c lib/spot/frame.c lib/spot/jobkey.c lib/spot/peermsg.c lib/spot/worldrec.c \
-              lib/spot/gpuinv.c lib/spot/proc.c lib/spot/dircheck.c lib/spot/genclaim.c
+              lib/spot/gpuinv.c lib/spot/proc.c lib/spot/dircheck.c lib/spot/genclaim.c lib/spot/jobtree.c
 SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)
 # libckpt: the trainer's library (include/ckpt.h).
 CKPT_SRC   := lib/libckpt/ckpt.c lib/libckpt/jsonl.c
@@ -116,7 +116,7 @@ UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_config.c
               tests/unit/test_worldrec.c tests/unit/test_world.c tests/unit/test_orch.c tests/unit/test_gpuinv.c tests/unit/test_nvml.c tests/unit/test_proc.c
 UNIT_OBJ   := $(UNIT_SRC:%.c=$(O)/%.o)
 FUZZ_NAMES := config duration aws azure gcp time termination chunk s3xml awscreds manifest zipgrid jsonl \
-              frame peermsg worldrec gpuinv proc latest
+              frame peermsg worldrec gpuinv proc latest jobtree
 FUZZ_BINS  := $(FUZZ_NAMES:%=$(O)/tests/fuzz/fuzz_%)
 
 PROGS      := $(O)/spotd $(O)/spotctl $(O)/spotd-init

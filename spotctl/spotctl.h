@@ -95,6 +95,11 @@ void show_ls(struct ctl *c);
 void show_gen(struct ctl *c);             /* c->gen, else the newest committed */
 void show_world(struct ctl *c);
 
+/* The n foreign objects keys (jobtree.h) found where, said on f: every
+ * one with --json (where f is stderr), else the first 20. */
+void show_foreign(const struct ctl *c, FILE *f, const char *const *keys, size_t n,
+                  const char *where);
+
 /* Frees what show_world() kept in c; c->wg may be NULL. */
 void show_release(struct ctl *c);
 

@@ -5,6 +5,7 @@
  * store_show.c).  store_cmd() reads the options, opens the store, starts
  * the command's operation, runs the loop until the operation's callback
  * ends it, and frees what it opened. */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/thread.h>
@@ -49,19 +50,36 @@ void ctl_stop(struct ctl *c)
     event_base_loopbreak(c->base);
 }
 
-static void print_counters(const struct ctl *c, double secs)
+/* The counters of a push or fetch as JSON members.  totals false leaves
+ * out files, bytes and chunks, which verify reports from what it checked:
+ * every key once in a document (a reader such as jq keeps one of two). */
+static void print_counters(const struct ctl *c, double secs, bool totals)
 {
     const struct snap_counters *k = &c->c;
 
-    printf("\"files\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"bytes_read\":%" PRIu64
-           ",\"bytes_zero\":%" PRIu64 ",\"bytes_skipped\":%" PRIu64
+    if (totals)
+        printf("\"files\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"chunks\":%" PRIu64 ",", k->files,
+               k->bytes_total, k->chunks);
+    printf("\"bytes_read\":%" PRIu64 ",\"bytes_zero\":%" PRIu64 ",\"bytes_skipped\":%" PRIu64
            ",\"bytes_compressed\":%" PRIu64 ",\"bytes_sent\":%" PRIu64
-           ",\"bytes_received\":%" PRIu64 ",\"bytes_written\":%" PRIu64 ",\"chunks\":%" PRIu64
+           ",\"bytes_received\":%" PRIu64 ",\"bytes_written\":%" PRIu64
            ",\"chunks_sent\":%" PRIu64 ",\"chunks_skipped\":%" PRIu64 ",\"retries\":%" PRIu64
            ",\"seconds\":%.3f",
-           k->files, k->bytes_total, k->bytes_read, k->bytes_zero, k->bytes_skipped,
-           k->bytes_compressed, k->bytes_sent, k->bytes_received, k->bytes_written, k->chunks,
-           k->chunks_sent, k->chunks_skipped, k->retries, secs);
+           k->bytes_read, k->bytes_zero, k->bytes_skipped, k->bytes_compressed, k->bytes_sent,
+           k->bytes_received, k->bytes_written, k->chunks_sent, k->chunks_skipped, k->retries,
+           secs);
+}
+
+/* s as one JSON string literal, escaped first (manifest_escape()). */
+static void print_json_string(const char *s)
+{
+    static char esc[MANIFEST_ESCAPED_MAX];
+    cJSON *v = cJSON_CreateString(manifest_escape(s, esc, sizeof(esc)));
+    char *text = v ? cJSON_PrintUnformatted(v) : NULL;
+
+    fputs(text ? text : "\"\"", stdout);
+    free(text);
+    cJSON_Delete(v);
 }
 
 /* ---- push ------------------------------------------------------------------- */
@@ -80,7 +98,7 @@ static void on_pushed(void *arg, int err, const char *msg)
     }
     if (c->json) {
         printf("{\"gen\":%" PRIu64 ",\"ranks\":%d,", c->gen, c->n_dirs);
-        print_counters(c, secs);
+        print_counters(c, secs, true);
         printf("}\n");
     } else {
         spotctl_human(a, sizeof(a), c->c.bytes_total);
@@ -192,12 +210,12 @@ static void on_verified(void *arg, int err, const char *msg, const struct snap_v
     if (r->auth_known)
         show_signature(c, r->auth, r->key_id, sig, sizeof(sig));
     if (c->json) {
-        printf("{\"ok\":%s,\"chunks\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"bad_chunks\":%" PRIu64
-               ",",
-               err ? "false" : "true", r->chunks, r->bytes, r->bad_chunks);
+        printf("{\"ok\":%s,\"files\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"bytes\":%" PRIu64
+               ",\"bad_chunks\":%" PRIu64 ",",
+               err ? "false" : "true", r->files, r->chunks, r->bytes, r->bad_chunks);
         if (r->auth_known)
             printf("\"auth\":\"%s\",\"key_id\":\"%s\",", jobkey_auth_name(r->auth), r->key_id);
-        print_counters(c, since(&c->t0));
+        print_counters(c, since(&c->t0), false);
         printf("}\n");
     } else if (!err) {
         printf("verified: %" PRIu64 " chunks, %s, every hash correct; %s\n", r->chunks, b, sig);
@@ -223,14 +241,27 @@ static void on_fetched(void *arg, int err, const char *msg)
     }
     spotctl_human(b, sizeof(b), c->c.bytes_total);
     if (c->json) {
-        printf("{\"dest\":\"%s\",", c->dirs[0]);
-        print_counters(c, secs);
+        printf("{\"dest\":");
+        print_json_string(c->dirs[0]);
+        printf(",");
+        print_counters(c, secs, true);
         printf("}\n");
     } else {
         printf("restored %s into %s in %.1f s (%.0f MB/s)\n", b, c->dirs[0], secs,
                secs > 0 ? (double)c->c.bytes_total / secs / 1e6 : 0.0);
     }
     ctl_stop(c);
+}
+
+/* keys as a JSON array of strings, each escaped (manifest_escape()). */
+static void print_keys(const char *const *keys, size_t n)
+{
+    printf("[");
+    for (size_t i = 0; i < n; i++) {
+        printf("%s", i ? "," : "");
+        print_json_string(keys[i]);
+    }
+    printf("]");
 }
 
 static void on_gc(void *arg, int err, const char *msg, const struct snap_gc_report *r)
@@ -244,18 +275,24 @@ static void on_gc(void *arg, int err, const char *msg, const struct snap_gc_repo
         return;
     }
     spotctl_human(b, sizeof(b), r->bytes_deleted);
-    if (c->json)
+    if (c->json) {
         printf("{\"dry_run\":%s,\"gens_deleted\":%" PRIu64 ",\"gens_kept\":%" PRIu64
                ",\"chunks_deleted\":%" PRIu64 ",\"chunks_kept\":%" PRIu64
-               ",\"bytes_deleted\":%" PRIu64 ",\"gens_unauthentic\":%" PRIu64 "}\n",
+               ",\"bytes_deleted\":%" PRIu64 ",\"gens_unauthentic\":%" PRIu64
+               ",\"foreign_objects\":%zu,\"foreign_bytes\":%" PRIu64 ",\"foreign\":",
                c->dry_run ? "true" : "false", r->gens_deleted, r->gens_kept, r->chunks_deleted,
-               r->chunks_kept, r->bytes_deleted, r->gens_unauthentic);
-    else
+               r->chunks_kept, r->bytes_deleted, r->gens_unauthentic, r->n_foreign,
+               r->foreign_bytes);
+        print_keys(r->foreign, r->n_foreign);
+        printf("}\n");
+    } else {
         printf("%s%" PRIu64 " generation%s and %" PRIu64 " chunks (%s); kept %" PRIu64
                " generation%s and %" PRIu64 " chunks\n",
                c->dry_run ? "would delete " : "deleted ", r->gens_deleted,
                r->gens_deleted == 1 ? "" : "s", r->chunks_deleted, b, r->gens_kept,
                r->gens_kept == 1 ? "" : "s", r->chunks_kept);
+        show_foreign(c, stdout, r->foreign, r->n_foreign, "in the job's tree");
+    }
     if (r->gens_unauthentic)
         fprintf(stderr, "spotctl: %" PRIu64 " of the kept generations are not signed by job key "
                 "%s: they were left alone, with what they reference ('spotctl ls' shows them; "

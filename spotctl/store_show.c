@@ -23,6 +23,40 @@
 
 /* ---- ls ----------------------------------------------------------------------- */
 
+/* At most this many foreign keys in a table; --json has them all. */
+#define FOREIGN_SHOWN 20
+
+void show_foreign(const struct ctl *c, FILE *f, const char *const *keys, size_t n,
+                  const char *where)
+{
+    static char esc[MANIFEST_ESCAPED_MAX];
+
+    if (!n)
+        return;
+    fprintf(f, "%s%zu foreign object%s %s: not the store format's own, so not part of any "
+            "generation, and never deleted by gc (remove %s by hand once you know what %s):\n",
+            c->json ? "spotctl: " : "\n", n, n == 1 ? "" : "s", where, n == 1 ? "it" : "them",
+            n == 1 ? "it is" : "they are");
+    for (size_t i = 0; i < n && (c->json || i < FOREIGN_SHOWN); i++)
+        fprintf(f, "  %s\n", manifest_escape(keys[i], esc, sizeof(esc)));
+    if (!c->json && n > FOREIGN_SHOWN)
+        fprintf(f, "  ... and %zu more (--json lists them all)\n", n - FOREIGN_SHOWN);
+}
+
+/* The foreign objects the listing of generations found under gens/. */
+static void show_gens_foreign(const struct ctl *c)
+{
+    const struct store_entry *e;
+    size_t n = snap_foreign(c->snap, &e);
+    const char **keys = n ? calloc(n, sizeof(*keys)) : NULL;
+
+    for (size_t i = 0; keys && i < n; i++)
+        keys[i] = e[i].key;
+    if (keys)
+        show_foreign(c, c->json ? stderr : stdout, keys, n, "under the job's gens/");
+    free(keys);
+}
+
 static void fmt_time(char *buf, size_t size, int64_t ms)
 {
     time_t t = (time_t)(ms / 1000);
@@ -113,6 +147,7 @@ static void on_ls(void *arg, int err, const char *msg, struct snap_gen *gens, si
     }
     if (c->json)
         printf("]\n");
+    show_gens_foreign(c);
     snap_gens_free(gens, n);
     ctl_stop(c);
 }
@@ -158,6 +193,18 @@ static enum jobkey_auth shown_auth(const struct ctl *c, const struct commit *cm)
 /* Paths and link targets are escaped too, into these: JSON cannot hold
  * bytes that are not UTF-8, and a terminal must not get control bytes. */
 static char path_esc[MANIFEST_ESCAPED_MAX], target_esc[MANIFEST_ESCAPED_MAX];
+
+/* "foreign": the keys of show_gens_foreign(), escaped. */
+static void add_foreign(const struct ctl *c, cJSON *o)
+{
+    const struct store_entry *e;
+    size_t n = snap_foreign(c->snap, &e);
+    cJSON *a = cJSON_AddArrayToObject(o, "foreign");
+
+    for (size_t i = 0; a && i < n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateString(manifest_escape(e[i].key, path_esc,
+                                                                   sizeof(path_esc))));
+}
 
 static void show_json(const struct ctl *c, const struct commit *cm, const struct manifest *mfs)
 {
@@ -215,6 +262,7 @@ static void show_json(const struct ctl *c, const struct commit *cm, const struct
         cJSON_AddNumberToObject(jr, "files_count", (double)m->n_files);
         cJSON_AddNumberToObject(jr, "chunks", (double)chunks);
     }
+    add_foreign(c, o);
     text = cJSON_PrintUnformatted(o);
     printf("%s\n", text ? text : "{}");
     free(text);
@@ -282,6 +330,7 @@ static void on_shown(void *arg, int err, const char *msg, const struct commit *c
                                          : "");
         }
     }
+    show_gens_foreign(c);
     ctl_stop(c);
 }
 

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "spot/genclaim.h"
+#include "spot/jobtree.h"
 #include "spot/store.h"
 
 #include "snap_impl.h"
@@ -87,6 +88,7 @@ struct snap *snap_free(struct snap *s)
     free(s->free_bufs);
     jobkey_clear(&s->key);
     genclaim_free(s->claims);
+    store_entries_free(s->foreign, s->n_foreign);
     free(s);
     return NULL;
 }
@@ -179,7 +181,7 @@ static void gens_report(struct gens_op *g);
 static void early_gens(struct early *e);
 static void on_gens_listed(void *arg, int err, const char *msg, struct store_entry *e, size_t n);
 static void on_commit_got(void *arg, int err, const char *msg, void *data, size_t len);
-static bool rank_name(const char *name, uint32_t *rank);
+static int keep_foreign(struct snap *s, const struct store_entry *e, size_t n);
 static int cmp_gen(const void *a, const void *b);
 
 void snap_gens(struct snap *s, snap_gens_fn done, void *arg)
@@ -283,16 +285,21 @@ void snap_gens_build(struct gens_op *g, struct store_entry *e, size_t n)
 
     g->entries = e;
     g->n_entries = n;
+    if (keep_foreign(s, e, n) < 0) {
+        fail_msg(&g->err, g->msg, -ENOMEM, "out of memory");
+        g->next(g);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
-        uint64_t gen;
-        const char *name;
+        struct jobtree_name jn;
         struct snap_gen *sg = NULL;
-        uint32_t rank;
 
-        if (!snap_gen_key(s, e[i].key, &gen, &name))
+        /* Only the format's own names make a generation: an operator's
+         * gens/00000009/COMMIT.json.bak is foreign, not generation 9. */
+        if (!jobtree_in_gen(jobtree_parse(s->job, e[i].key, &jn)))
             continue;
         for (size_t j = 0; j < g->n; j++)
-            if (g->gens[j].gen == gen)
+            if (g->gens[j].gen == jn.gen)
                 sg = &g->gens[j];
         if (!sg) {
             if (g->n == cap) {
@@ -307,14 +314,14 @@ void snap_gens_build(struct gens_op *g, struct store_entry *e, size_t n)
             }
             sg = &g->gens[g->n++];
             memset(sg, 0, sizeof(*sg));
-            sg->gen = gen;
+            sg->gen = jn.gen;
         }
         if (e[i].mtime_ms > sg->mtime_ms)
             sg->mtime_ms = e[i].mtime_ms;
         sg->stored_bytes += e[i].size;
-        if (rank_name(name, &rank))
+        if (jn.kind == JOBTREE_MANIFEST)
             sg->manifests++;
-        else if (strcmp(name, "COMMIT.json") == 0)
+        else if (jn.kind == JOBTREE_COMMIT)
             sg->committed = true; /* for now: "has a record"; checked below */
     }
     if (g->n)
@@ -389,44 +396,42 @@ void snap_gens_op_free(struct gens_op *g)
     free(g);
 }
 
-/* Parse "<job>/gens/<8 digits>/<name>": the generation and the name. */
-bool snap_gen_key(const struct snap *s, const char *key, uint64_t *gen, const char **name)
+/* The listing's foreign objects, copied into s (snap_foreign()). */
+static int keep_foreign(struct snap *s, const struct store_entry *e, size_t n)
 {
-    size_t jl = strlen(s->job);
-    uint64_t g = 0;
+    struct store_entry *f = NULL;
+    size_t nf = 0, cap = 0;
 
-    if (strncmp(key, s->job, jl) != 0 || strncmp(key + jl, "/gens/", 6) != 0)
-        return false;
-    key += jl + 6;
-    for (int i = 0; i < 8; i++) {
-        if (key[i] < '0' || key[i] > '9')
-            return false;
-        g = g * 10 + (uint64_t)(key[i] - '0');
+    for (size_t i = 0; i < n; i++) {
+        if (jobtree_parse(s->job, e[i].key, NULL) != JOBTREE_FOREIGN)
+            continue;
+        if (nf == cap) {
+            struct store_entry *nfe = realloc(f, (cap ? 2 * cap : 8) * sizeof(*f));
+
+            if (!nfe) {
+                store_entries_free(f, nf);
+                return -ENOMEM;
+            }
+            f = nfe;
+            cap = cap ? 2 * cap : 8;
+        }
+        if (!(f[nf].key = strdup(e[i].key))) {
+            store_entries_free(f, nf);
+            return -ENOMEM;
+        }
+        f[nf].size = e[i].size;
+        f[nf++].mtime_ms = e[i].mtime_ms;
     }
-    if (key[8] != '/' || strchr(key + 9, '/'))
-        return false;
-    *gen = g;
-    *name = key + 9;
-    return true;
+    store_entries_free(s->foreign, s->n_foreign);
+    s->foreign = f;
+    s->n_foreign = nf;
+    return 0;
 }
 
-/* A rank manifest's name: "rank-<r>.json", r without leading zeros. */
-static bool rank_name(const char *name, uint32_t *rank)
+size_t snap_foreign(const struct snap *s, const struct store_entry **ret)
 {
-    uint64_t r = 0;
-    const char *p = name + 5;
-
-    if (strncmp(name, "rank-", 5) != 0 || *p < '0' || *p > '9' || (*p == '0' && p[1] != '.'))
-        return false;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        r = r * 10 + (uint64_t)(*p - '0');
-        if (r >= WORLD_MAX)
-            return false;
-    }
-    if (strcmp(p, ".json") != 0)
-        return false;
-    *rank = (uint32_t)r;
-    return true;
+    *ret = s->foreign;
+    return s->n_foreign;
 }
 
 static int cmp_gen(const void *a, const void *b)

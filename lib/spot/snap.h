@@ -40,6 +40,8 @@
 #include "spot/jobkey.h"
 #include "spot/manifest.h"
 
+struct store_entry;
+
 struct event_base;
 struct pool;
 struct store;
@@ -121,6 +123,11 @@ struct snap_gc_report {
     uint64_t gens_deleted, chunks_deleted, bytes_deleted;
     uint64_t gens_kept, chunks_kept;
     uint64_t gens_unauthentic;      /* kept (of gens_kept): not signed by the key */
+    /* Objects in the job's tree that are not the store format's own
+     * (jobtree.h), left alone: their keys, valid during the callback. */
+    uint64_t foreign_bytes;
+    const char *const *foreign;
+    size_t n_foreign;
 };
 
 struct snap_verify_report {
@@ -176,6 +183,11 @@ void snap_gens_newest(struct snap *s, snap_newest_fn done, void *arg);
 #define LATEST_MAX 4096
 int snap_latest_parse(const char *data, size_t len, const char *job, uint64_t *ret_gen,
                       const char **ret_why);
+/* The objects under <job>/gens/ that the newest listing of generations (by
+ * any operation of s) found not to be the store format's own (jobtree.h):
+ * foreign, never part of a generation, never deleted.  Valid until the
+ * next listing or snap_free(); returns how many. */
+size_t snap_foreign(const struct snap *s, const struct store_entry **ret);
 
 /* The line that says why unauthentic generation g is refused. */
 void snap_refusal(const struct snap *s, const struct snap_gen *g, char *buf, size_t size);

@@ -364,8 +364,12 @@ static void on_fetch_manifests(struct mf_fetch *f)
     fe->cur_rank = fe->rank;
     for (size_t i = 0; i < f->mfs[fe->rank].n_files; i++)
         if (f->mfs[fe->rank].files[i].type == MF_FILE) {
+            const struct mf_file *mf = &f->mfs[fe->rank].files[i];
+
             fe->c->files++;
-            fe->c->bytes_total += f->mfs[fe->rank].files[i].size;
+            fe->c->bytes_total += mf->size;
+            for (size_t j = 0; j < mf->n_chunks; j++)
+                fe->c->chunks += !mf->chunks[j].zero; /* stored ones: what a fetch gets */
         }
     fe->prep.work = prep_work;
     fe->prep.done = prep_done;

@@ -2,14 +2,17 @@
  *
  * It lists the generations and chooses which go (on_gc_gens()), reads the
  * manifests of every committed generation that stays for the chunks they
- * reference, lists the chunks, then deletes: the dropped generations'
- * commit records first, so that no reader ever sees a committed generation
- * with parts missing, then their other objects and the chunks that
- * nothing kept references and that are older than the grace period.
+ * reference, lists the job's tree for its chunks, then deletes: the
+ * dropped generations' commit records first, so that no reader ever sees
+ * a committed generation with parts missing, then their other objects and
+ * the chunks that nothing kept references and that are older than the
+ * grace period.
  * GC never deletes what the newest committed generations reference,
- * and that is all a save deduplicates against (snap_save.c).  Before it
- * deletes, it writes <job>/LATEST again where the pointer is missing or
- * behind the newest committed generation (gc_point()). */
+ * and that is all a save deduplicates against (snap_save.c).  It deletes
+ * only keys that are exactly the store format's own names (jobtree.h):
+ * anything else in the job's tree is foreign, counted and left alone.
+ * Before it deletes, it writes <job>/LATEST again where the pointer is
+ * missing or behind the newest committed generation (gc_point()). */
 #include "spot/snap.h"
 
 #include <errno.h>
@@ -17,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spot/jobtree.h"
 #include "spot/store.h"
 
 #include "snap_impl.h"
@@ -40,8 +44,10 @@ struct gc_op {
     size_t n_commits;             /* commit records, at the front of keys */
     bool commits_done;
     unsigned alive;
-    struct store_entry *chunks;
+    struct store_entry *chunks;   /* the job's tree */
     size_t n_chunks;
+    const char **foreign;         /* keys in g->entries and chunks */
+    size_t n_foreign, cap_foreign;
     int err;
     char msg[MSG_MAX];
     struct snap_gc_report report;
@@ -56,7 +62,7 @@ static void on_gc_pointed(void *arg, int err, const char *msg);
 static void gc_next_kept(struct gc_op *gc);
 static void on_gc_manifests(struct mf_fetch *f);
 static void on_gc_chunks(void *arg, int err, const char *msg, struct store_entry *e, size_t n);
-static bool chunk_name(const struct snap *s, const char *key, uint8_t hash[CHUNK_HASH_LEN]);
+static int gc_foreign(struct gc_op *gc, const struct store_entry *e);
 static int gc_add_key(struct gc_op *gc, const char *key, uint64_t size);
 static void gc_pump(struct gc_op *gc);
 static void on_gc_deleted(void *arg, int err, const char *msg);
@@ -195,7 +201,9 @@ static void gc_next_kept(struct gc_op *gc)
         }
         return;
     }
-    snprintf(prefix, sizeof(prefix), "%s/chunks/", gc->s->job);
+    /* The whole tree, not chunks/ alone: foreign objects anywhere in it
+     * are counted, and a stray key under chunks/ is never a chunk. */
+    snprintf(prefix, sizeof(prefix), "%s/", gc->s->job);
     store_list(gc->s->store, prefix, on_gc_chunks, gc);
 }
 
@@ -245,28 +253,32 @@ static void on_gc_chunks(void *arg, int err, const char *msg, struct store_entry
     /* Dropped generations: commit records first, then the rest. */
     for (int pass = 0; pass < 2 && !gc->err; pass++)
         for (size_t i = 0; i < g->n_entries; i++) {
-            uint64_t gen;
-            const char *name;
-            bool is_commit;
+            struct jobtree_name jn;
 
-            if (!snap_gen_key(gc->s, g->entries[i].key, &gen, &name))
-                continue;
-            is_commit = strcmp(name, "COMMIT.json") == 0;
-            if (is_commit != (pass == 0))
+            jobtree_parse(gc->s->job, g->entries[i].key, &jn);
+            if (pass == 0 && jn.kind == JOBTREE_FOREIGN && gc_foreign(gc, &g->entries[i]) < 0)
+                gc->err = -ENOMEM;
+            if (!jobtree_in_gen(jn.kind) || (jn.kind == JOBTREE_COMMIT) != (pass == 0))
                 continue;
             for (size_t j = 0; j < g->n; j++)
-                if (g->gens[j].gen == gen && gc->drop[j] &&
+                if (g->gens[j].gen == jn.gen && gc->drop[j] &&
                     gc_add_key(gc, g->entries[i].key, g->entries[i].size) < 0)
                     gc->err = -ENOMEM;
             if (pass == 0)
                 gc->n_commits = gc->n_keys;
         }
     for (size_t i = 0; i < n && !gc->err; i++) {
-        uint8_t hash[CHUNK_HASH_LEN];
+        struct jobtree_name jn;
+        size_t jl = strlen(gc->s->job);
 
-        if (!chunk_name(gc->s, e[i].key, hash))
+        /* gens/ was read from the generations' listing, above. */
+        if (jobtree_parse(gc->s->job, e[i].key, &jn) != JOBTREE_CHUNK) {
+            if (jn.kind == JOBTREE_FOREIGN && strncmp(e[i].key + jl, "/gens/", 6) != 0 &&
+                gc_foreign(gc, &e[i]) < 0)
+                gc->err = -ENOMEM;
             continue;
-        if (hset_find(&gc->refs, hash) || e[i].mtime_ms > gc->now - gc->o.grace_ms) {
+        }
+        if (hset_find(&gc->refs, jn.hash) || e[i].mtime_ms > gc->now - gc->o.grace_ms) {
             gc->report.chunks_kept++;
             continue;
         }
@@ -293,24 +305,21 @@ static void on_gc_chunks(void *arg, int err, const char *msg, struct store_entry
     gc_pump(gc);
 }
 
-static bool chunk_name(const struct snap *s, const char *key, uint8_t hash[CHUNK_HASH_LEN])
+/* A foreign object: counted, its key reported, never deleted. */
+static int gc_foreign(struct gc_op *gc, const struct store_entry *e)
 {
-    size_t jl = strlen(s->job);
-    const char *p = key + jl + 8;
-    char hex[2 * CHUNK_HASH_LEN + 1];
+    if (gc->n_foreign == gc->cap_foreign) {
+        size_t cap = gc->cap_foreign ? 2 * gc->cap_foreign : 16;
+        const char **f = realloc(gc->foreign, cap * sizeof(*f));
 
-    if (strncmp(key, s->job, jl) != 0 || strncmp(key + jl, "/chunks/", 8) != 0 ||
-        strlen(p) != 3 + 2 * CHUNK_HASH_LEN || p[2] != '/' || strncmp(p, p + 3, 2) != 0)
-        return false;
-    memcpy(hex, p + 3, sizeof(hex));
-    for (size_t i = 0; i < CHUNK_HASH_LEN; i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1 || !((hex[2 * i] >= '0' && hex[2 * i] <= '9') ||
-                                                     (hex[2 * i] >= 'a' && hex[2 * i] <= 'f')))
-            return false;
-        hash[i] = (uint8_t)v;
+        if (!f)
+            return -ENOMEM;
+        gc->foreign = f;
+        gc->cap_foreign = cap;
     }
-    return true;
+    gc->foreign[gc->n_foreign++] = e->key;
+    gc->report.foreign_bytes += e->size;
+    return 0;
 }
 
 static int gc_add_key(struct gc_op *gc, const char *key, uint64_t size)
@@ -371,7 +380,10 @@ static void on_gc_deleted(void *arg, int err, const char *msg)
 
 static void gc_end(struct gc_op *gc)
 {
+    gc->report.foreign = gc->foreign;
+    gc->report.n_foreign = gc->n_foreign;
     gc->done(gc->arg, gc->err, gc->err ? gc->msg : "", &gc->report);
+    free(gc->foreign);
     for (size_t i = 0; i < gc->n_keys; i++)
         free(gc->keys[i]);
     free(gc->keys);

@@ -148,6 +148,8 @@ struct snap {
     struct save *active;         /* saves with chunks left to start */
     uint8_t **free_bufs;         /* chunk buffers kept for reuse */
     unsigned n_free;
+    struct store_entry *foreign; /* under gens/, in the newest listing (owned) */
+    size_t n_foreign;
 };
 
 /* "<job>/chunks/<2 hex>/<hex>": where the chunk of that hash is stored. */
@@ -182,8 +184,6 @@ struct gens_op {
     void (*then)(struct gens_op *g);   /* the owner's next */
 };
 
-/* Parse "<job>/gens/<8 digits>/<name>": the generation and the name. */
-bool snap_gen_key(const struct snap *s, const char *key, uint64_t *gen, const char **name);
 /* List and read commit records, then call next(g) on the loop.  NULL when
  * out of memory (nothing started). */
 struct gens_op *snap_gens_op_start(struct snap *s, void (*next)(struct gens_op *), void *owner);

@@ -16,18 +16,17 @@ KEEP=3
 
 # gens STORE JOB: the committed generations, oldest first, one a line.
 gens() {
-    "$SPOTCTL" ls --json --store "$1" --job "$2" 2>/dev/null | tr '}' '\n' |
-        grep '"state":"committed"' | sed 's/.*"gen":\([0-9]*\).*/\1/'
+    "$SPOTCTL" ls --json --store "$1" --job "$2" 2>/dev/null | ls_gens /dev/stdin
 }
 
 # prints STORE JOB FILE: "GEN FINGERPRINT" of each committed generation
 # (its commit record as spotctl ls reads it: step, time, bytes, signature,
 # which bind the manifests' digests) into FILE.
 prints() {
-    "$SPOTCTL" ls --json --store "$1" --job "$2" 2>/dev/null | tr '}' '\n' |
-        grep '"state":"committed"' | while read -r l; do
-            echo "$(printf '%s\n' "$l" | sed 's/.*"gen":\([0-9]*\).*/\1/') $(printf '%s' "$l" |
-                sed 's/^[[,]//; s/"manifests":[0-9]*,//' | sha256sum | cut -c1-16)"
+    "$SPOTCTL" ls --json --store "$1" --job "$2" 2>/dev/null |
+        jq_ "[g for g in d if g['state'] == 'committed']" | while read -r l; do
+            echo "$(jget "$l" gen) $(printf '%s' "$l" | sed 's/"manifests":[0-9]*,//' |
+                sha256sum | cut -c1-16)"
         done >"$3"
 }
 
@@ -42,8 +41,8 @@ newest_ok() {
 
 # step_of STORE JOB GEN: the step generation GEN holds.
 step_of() {
-    "$SPOTCTL" ls --json --store "$1" --job "$2" 2>/dev/null | tr '}' '\n' |
-        grep "\"gen\":$3,\"state\":\"committed\"" | sed 's/.*"step":\([0-9]*\).*/\1/'
+    "$SPOTCTL" ls --json --store "$1" --job "$2" 2>/dev/null |
+        jq_ "[g['step'] for g in d if g['gen'] == $3 and g['state'] == 'committed']"
 }
 
 # commits EVENTS...: the generations those event logs committed, one a line.

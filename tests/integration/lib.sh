@@ -299,11 +299,43 @@ ev() {
     return 0
 }
 
-# jget LINE KEY: the value of KEY's first occurrence in a compact JSON line;
-# strings come unquoted.
+# Every JSON document a test reads (--json outputs, event log lines,
+# control answers) goes through strictjson.py: a key twice in one object,
+# NaN, Infinity or anything that is not JSON prints "FAIL: strict JSON: ..."
+# (a failed check).  Python snippets import it (PYTHONPATH).
+STRICTJSON=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/strictjson.py
+export PYTHONPATH="${STRICTJSON%/*}${PYTHONPATH:+:$PYTHONPATH}"
+
+# jget TEXT KEY: the value of KEY's first occurrence (depth first, in
+# document order) in TEXT, one JSON document or JSON Lines; strings come
+# unquoted, numbers as written; nothing when there is none.
 jget() {
-    printf '%s\n' "$1" | grep -o "\"$2\":\(\"[^\"]*\"\|[^,}]*\)" | head -n 1 |
-        sed "s/^\"$2\"://; s/^\"\(.*\)\"\$/\1/"
+    printf '%s\n' "$1" | python3 "$STRICTJSON" get "$2"
+    return 0
+}
+
+# jcheck FILE: FILE is one strict JSON document (or JSON Lines of them).
+jcheck() {
+    python3 "$STRICTJSON" check "$1"
+}
+
+# jq_ EXPR FILE: Python EXPR over FILE's document d, strictly parsed; a list
+# prints one item a line.  jq_ '[g["gen"] for g in d if g["state"] ==
+# "committed"]' "$T/out": the committed generations of spotctl ls --json.
+jq_() {
+    python3 "$STRICTJSON" eval "$1" "${2:-/dev/stdin}"
+}
+
+# status_get STATE_DIR KEY: KEY of spotctl status --json, strictly parsed;
+# nothing while spotd does not answer.
+status_get() {
+    jget "$("$SPOTCTL" status --state-dir "$1" --json 2>/dev/null)" "$2"
+}
+
+# ls_gens FILE [STATE]: the generations of a spotctl ls --json in FILE in
+# that state (committed by default), oldest first, one a line.
+ls_gens() {
+    jq_ "[g['gen'] for g in d if g['state'] == '${2:-committed}']" "$1"
 }
 
 # events_of FILE: the sequence of event names, space separated.
@@ -387,9 +419,9 @@ print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))' "$1"
 # (the state differs every step: no other generation holds that chunk).
 damage_chunk() {
     python3 - "$T/store/$1" "$2" <<'EOF'
-import json, sys
+import strictjson, sys
 root, gen = sys.argv[1], int(sys.argv[2])
-m = json.load(open("%s/gens/%08d/rank-0.json" % (root, gen)))
+m = strictjson.load("%s/gens/%08d/rank-0.json" % (root, gen))
 h = [f for f in m["files"] if f["path"].endswith("state.bin")][0]["chunks"][0][1]
 p = "%s/chunks/%s/%s" % (root, h[:2], h)
 b = bytearray(open(p, "rb").read())

@@ -10,6 +10,8 @@ import tempfile
 import threading
 import time
 
+import strictjson  # the tests' one strict JSON parser (tests/integration)
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "lib", "python"))
 import libckpt  # noqa: E402
@@ -50,7 +52,7 @@ class Spotd(threading.Thread):
                     conn.sendall(step[1].encode() + b"\n")
                     continue
                 line = f.readline()
-                msg = json.loads(line)
+                msg = strictjson.loads(line)
                 self.heard.append(msg)
                 if msg.get("v") != 1 or msg.get("type") != step[1]:
                     self.error = "expected %s, heard %r" % (step[1], msg)

@@ -49,7 +49,9 @@ expect_eq "... and the trainer is still connected" 1 "$(workers_now)"
 check "a stray client says hello as local rank 1 and leaves" \
     eval 'timeout 20 python3 "$CLIENTS" stray "$SOCK" 1 | grep -q welcomed'
 expect_eq "the trainer alone counts" 1 "$(workers_now)"
-"$SPOTCTL" drill --state-dir "$T/a" --in 15s >"$T/drill" 2>&1
+"$SPOTCTL" drill --json --state-dir "$T/a" --in 15s >"$T/drill" 2>"$T/drill.err"
+expect_eq "spotctl drill --json: accepted, one strict JSON document" true \
+    "$(jget "$(cat "$T/drill")" ok)"
 wait_exit "$SPOTD_PID" 60
 expect_eq "a terminating drill afterwards commits and ends in exit 75" "75|1" \
     "$RC|$(ev "$T/ev" commit | wc -l)"

@@ -44,13 +44,13 @@ azure_event() { # ID TYPE RESOURCES-JSON NOTBEFORE
 # committed JOB: the job's committed generations in the store, one JSON
 # object a line, oldest first.
 committed() {
-    "$SPOTCTL" ls --json --store "$STORE" --job "$1" 2>>"$T/ls.err" | tr '}' '\n' |
-        grep '"state":"committed"'
+    "$SPOTCTL" ls --json --store "$STORE" --job "$1" 2>>"$T/ls.err" |
+        jq_ "[g for g in d if g['state'] == 'committed']"
 }
 
 # connected STATE_DIR: a trainer is connected to that spotd over libckpt.
 connected() {
-    "$SPOTCTL" status --state-dir "$1" --json 2>/dev/null | grep -q '"workers":[1-9]'
+    [ "$(status_get "$1" workers)" -ge 1 ] 2>/dev/null
 }
 
 # commits_ge EVENTS N: at least N commit records.

@@ -19,6 +19,7 @@ check "every line is one object beginning with ts then event" \
 check "every ts has the form YYYY-MM-DDTHH:MM:SS.mmmZ" \
     eval '[ "$(grep -cE "^\{\"ts\":\"$TS_RE\"," "$f")" -eq 4 ]'
 check "the file ends with a newline" test "$(tail -c 1 "$f" | od -An -c | tr -d ' ')" = '\n'
+check "every line is strict JSON (no key twice, no NaN or Infinity)" jcheck "$f"
 check "no line is pretty-printed (no tab, no line break inside)" eval '! grep -qP "\t" "$f"'
 start=$(ev "$f" start)
 expect_eq "start record has spotd's pid" "$SPOTD_PID" "$(jget "$start" pid)"
@@ -85,6 +86,7 @@ expect_eq "json stderr: every line has \"level\"" "$(wc -l <"$T/stderr" | tr -d 
     "$(grep -c '"level":"info"' "$T/stderr")"
 check "json stderr: the child_start event" grep -q '"event":"child_start"' "$T/stderr"
 check "json stderr: a human message" grep -q '"msg":"' "$T/stderr"
+check "json stderr: every line is strict JSON (no key twice)" jcheck "$T/stderr"
 SPOTD_LOG_FORMAT=json run_spotd run -- true
 check "SPOTD_LOG_FORMAT=json works too" \
     eval '! grep -vE "^\{\"ts\":\"$TS_RE\",.*\"level\":\"[a-z]+\".*\}$" "$T/stderr" | grep -q .'
@@ -108,10 +110,10 @@ expect_eq "exec failure: error record has what exec" exec "$(jget "$(ev "$f" err
 
 # all_json FILE: every line of FILE is one JSON object.
 all_json() {
-    python3 -c 'import json,sys
+    python3 -c 'import strictjson,sys
 for n, line in enumerate(open(sys.argv[1], "rb"), 1):
     try:
-        assert isinstance(json.loads(line), dict)
+        assert isinstance(strictjson.loads(line.decode("utf-8")), dict)
     except Exception:
         sys.exit("line %d is not a JSON object: %r" % (n, line[:120]))' "$1"
 }
@@ -142,13 +144,12 @@ else
     _bg_pids+=("$SPOTD_PID")
     FULL=/proc/$SPOTD_PID/root$T/full
     committed() {
-        "$SPOTCTL" status --state-dir "$T/fs" --json 2>/dev/null | grep -o '"committed_gen":[0-9]*' |
-            cut -d: -f2
+        status_get "$T/fs" committed_gen
     }
     # checkpoint N: one more manual checkpoint, committed as generation N.
     checkpoint() {
-        "$SPOTCTL" checkpoint --state-dir "$T/fs" >/dev/null 2>&1
-        wait_for 20 eval '[ "$(committed)" = '"$1"' ]'
+        [ "$(jget "$("$SPOTCTL" checkpoint --state-dir "$T/fs" --json 2>/dev/null)" ok)" = true ] &&
+            wait_for 20 eval '[ "$(committed)" = '"$1"' ]'
     }
     # dropped: spotd_events_dropped_total, from a scrape the strict parser reads.
     dropped() {
@@ -159,7 +160,7 @@ v=json.load(open(sys.argv[1]))["samples"].get("spotd_events_dropped_total")
 print("" if v is None else "%d" % v)' "$T/metrics.json"
     }
     check "spotd runs with its event log on a 64 KiB tmpfs" wait_for 20 eval \
-        '"$SPOTCTL" status --state-dir "$T/fs" --json 2>/dev/null | grep -q "\"workers\":1"'
+        '[ "$(status_get "$T/fs" workers)" = 1 ]'
     expect_eq "/metrics: no record dropped yet" 0 "$(dropped)"
     head -c 1M /dev/zero >"$FULL/filler" 2>/dev/null
     gen=0

@@ -83,7 +83,7 @@ check "verify --world-key-file: the newest record (4, key B) is refused, not pas
 echo "{\"store\": \"$S\", \"job\": \"j\", \"world_key_file\": \"$T/keyA\"}" >"$T/spotd.json"
 ctl verify --config "$T/spotd.json" --gen 2 --json
 check "verify --config with world_key_file: refused, and --json says why" \
-    eval '[ $RC = 1 ] && grep -q "\"ok\":false,.*\"auth\":\"unsigned\"" "$T/out"'
+    eval '[ $RC = 1 ] && [ "$(jget "$(cat "$T/out")" ok)|$(jget "$(cat "$T/out")" auth)" = false\|unsigned ]'
 ctl fetch --store "$S" --job j --gen 2 --job-key-file "$T/keyA" "$T/fetched"
 check "fetch: the unsigned generation is refused and nothing is written" \
     eval '[ $RC = 1 ] && grep -q "is not signed" "$T/err" && [ ! -e "$T/fetched" ]'

@@ -111,9 +111,8 @@ TRAINER_SAVE_CRASH=1 run_spotd run --cloud none --job app --store "$S" --state-d
 check "app: a trainer dying mid-save fails the checkpoint" \
     grep -q '"event":"checkpoint_failed".*went away' "$T/a2.ev"
 expect_eq "app: ... spotd exits with the trainer's code, not 75" 4 "$RC"
-"$SPOTCTL" ls --json --store "$S" --job app >"$T/ls" 2>&1
-expect_eq "app: ... generation 1 stays the only committed one" 1 \
-    "$(tr '}' '\n' <"$T/ls" | grep -c '"state":"committed"')"
+"$SPOTCTL" ls --json --store "$S" --job app >"$T/ls" 2>"$T/ls.err"
+expect_eq "app: ... generation 1 stays the only committed one" 1 "$(ls_gens "$T/ls" | wc -l)"
 "$SPOTCTL" verify --store "$S" --job app >"$T/verify" 2>&1
 expect_eq "app: ... and verifies" 0 "$?"
 # The drill comes once the trainer has connected, on a loaded machine too
@@ -143,8 +142,7 @@ expect_eq "crash: the final state equals an uninterrupted run's" "$ref" "$(tail 
 run_spotd run --cloud none --job crash --store "$S" --state-dir "$T/r1" --resume never \
     --events "$T/r1.ev" -- "$TRAINER" 10 2
 check "resume never: a fresh start" sh -c "! grep -q resumed '$T/stdout'"
-g=$("$SPOTCTL" ls --json --store "$S" --job crash | grep -o '"gen":[0-9]*,"state":"committed"' |
-    head -n 1 | sed 's/"gen":\([0-9]*\).*/\1/')
+g=$("$SPOTCTL" ls --json --store "$S" --job crash | ls_gens /dev/stdin | head -n 1)
 run_spotd run --cloud none --job crash --store "$S" --state-dir "$T/r2" --resume "$g" \
     --events "$T/r2.ev" -- "$TRAINER" 10 2
 check "resume GEN: that generation" has "\"event\":\"resume\",\"gen\":$g," "$T/r2.ev"

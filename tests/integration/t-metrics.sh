@@ -52,7 +52,7 @@ TRAINER_STEP_US=1000 start_spotd run --job m --store "file://$T/store" --state-d
     --cloud none --metrics "$ADDR" --events "$T/ev" -- "$TRAINER" 200000 32
 check "spotd serves /metrics once started" wait_for 10 scrape first
 check "... the trainer is connected" wait_for 10 eval \
-    '"$SPOTCTL" status --state-dir "$T/n1" --json 2>/dev/null | grep -q "\"workers\":1"'
+    '[ "$(status_get "$T/n1" workers)" = 1 ]'
 
 # Scrapes in a loop, all through the checkpoints below (curl alone, to
 # scrape often; every answer is parsed afterwards).

@@ -32,7 +32,7 @@ aws_in() { LC_ALL=C date -u -d "@$(( $(date +%s) + $1 ))" '+%d %b %Y %H:%M:%S GM
 
 # connected STATE_DIR: a trainer is connected to that spotd over libckpt.
 connected() {
-    "$SPOTCTL" status --state-dir "$1" --json 2>/dev/null | grep -q '"workers":[1-9]'
+    [ "$(status_get "$1" workers)" -ge 1 ] 2>/dev/null
 }
 
 # aws_job NAME SPOTD-ARGS... -- COMMAND...: spotd with checkpoints of job NAME
@@ -125,7 +125,7 @@ at=$(date -u -d "@$(( dl / 1000 - 900 ))" +%Y-%m-%dT%H:%M:%S.000Z)
 st=$("$SPOTCTL" status --state-dir "$T/far" --json 2>/dev/null)
 expect_eq "far: spotctl status shows the checkpoint planned 15 min before the deadline" "$at" \
     "$(jget "$st" checkpoint_at)"
-check "far: spotctl status says why" grep -q '"reason":"notice: aws maintenance"' <<<"$st"
+expect_eq "far: spotctl status says why" "notice: aws maintenance" "$(jget "$st" reason)"
 check "far: ... in words too" sh -c "'$SPOTCTL' status --state-dir '$T/far' | grep -q '^planned .*$at'"
 expect_eq "far: /metrics shows when" "spotd_planned_checkpoint_timestamp_seconds $(( dl / 1000 - 900 ))" \
     "$(curl -s "http://$addr/metrics" | grep '^spotd_planned_checkpoint_timestamp_seconds')"

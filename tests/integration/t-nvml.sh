@@ -26,7 +26,7 @@ want='{"driver":"555.42.06","gpus":[{"model":"NVIDIA H100 80GB HBM3","uuid":"GPU
 got=$(LD_LIBRARY_PATH="$FAKE" "$SPOTD" _cuda inventory 2>"$T/inv.err")
 expect_eq "nvml: spotd _cuda inventory lists the double's GPUs as the criu method records them" \
     "$want" "$got"
-check "nvml: ... as strict JSON" python3 -c 'import json,sys; json.loads(sys.argv[1])' "$got"
+check "nvml: ... as strict JSON" eval 'printf "%s\n" "$got" | python3 "$STRICTJSON" check' 
 if real_nvml; then
     echo "SKIP: nvml: spotd _cuda inventory without NVML (this machine has NVML)"
 else

@@ -99,8 +99,8 @@ TRAINER_REQUEST_AT=300 run_spotd run --cloud none --job pr --store "file://$T/st
 expect_eq "pytorch request: the run finishes" 0 "$RC"
 expect_eq "pytorch request: the trainer's request made one checkpoint" 1 \
     "$(ev "$T/ev3" commit | wc -l)"
-"$SPOTCTL" ls --json --store "file://$T/store" --job pr >"$T/ls" 2>&1
-check "pytorch request: its reason is request" grep -q '"reason":"request"' "$T/ls"
+"$SPOTCTL" ls --json --store "file://$T/store" --job pr >"$T/ls" 2>"$T/ls.err"
+expect_eq "pytorch request: its reason is request" request "$(jq_ 'd[-1]["reason"]' "$T/ls")"
 expect_eq "pytorch request: the final model equals an uninterrupted run's" "$ref" \
     "$(tail -n 1 "$T/stdout")"
 

@@ -105,7 +105,7 @@ except UnicodeDecodeError:
 sys.exit(0 if re.search('[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]', t) else 1)
 EOF
 }
-valid_json() { python3 -c 'import json,sys; json.load(open(sys.argv[1], encoding="utf-8"))' "$1" 2>/dev/null; }
+valid_json() { jcheck "$1"; }
 mode() { stat -c %a "$1" 2>/dev/null; }
 
 # ---- show and ls: every stored string escaped ------------------------------------
@@ -121,7 +121,7 @@ check "show: the commit record's reason, escaped" \
 ctl show --json --files --gen 1
 check "show --json: valid UTF-8 JSON, no raw byte" eval 'valid_json "$T/out" && ! raw "$T/out"'
 expect_eq "show --json: strings escaped as the text is" 'x\x1b[31mred\x07\xe2\x80\xae|man"ual\xc2\x9b[2J' \
-    "$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print([f for f in d["ranks"][0]["files"] if f["type"] == "symlink"][0]["target"] + "|" + d["reason"])' "$T/out")"
+    "$(jq_ '[f for f in d["ranks"][0]["files"] if f["type"] == "symlink"][0]["target"] + "|" + d["reason"]' "$T/out")"
 ctl ls
 check "ls: the reason escaped" eval '[ $RC = 0 ] && ! raw "$T/out" && grep -qF "man\"ual\\xc2" "$T/out"'
 ctl ls --json

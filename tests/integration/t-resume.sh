@@ -22,9 +22,7 @@ ref=$(reference "$TRAINER" 6000 2)
 
 # committed JOB: the committed generations, oldest first.
 committed() {
-    "$SPOTCTL" ls --json --store "$S" --job "$1" 2>/dev/null |
-        grep -o '"gen":[0-9]*,"state":"committed"' | sed 's/"gen":\([0-9]*\).*/\1/' | tr '\n' ' ' |
-        sed 's/ $//'
+    echo $("$SPOTCTL" ls --json --store "$S" --job "$1" 2>/dev/null | ls_gens /dev/stdin)
 }
 
 # make_gens JOB: several committed generations of a run preempted mid-way.

@@ -16,9 +16,8 @@ ctl() {
     timeout -k 2 60 "$SPOTCTL" "$@" >"$T/out" 2>"$T/err"
     RC=$?
 }
-# valid_json FILE: the file is one JSON document.
-valid_json() { python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$1" 2>/dev/null; }
-jq_() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
+# valid_json FILE: the file is one strict JSON document (lib.sh: jcheck).
+valid_json() { jcheck "$1"; }
 
 ctl push --store "$S" --job j --step 40 --reason test "$T/r0" "$T/r1"
 expect_eq "spotctl push: a generation of two ranks" 0 "$RC"
@@ -38,7 +37,7 @@ check "show --files: every file, a symlink with its target" \
 ctl show --json --files --store "$S" --job j
 check "show --json: one JSON document" valid_json "$T/out"
 expect_eq "show --json: ranks, files, sizes" "2|40|3000008|sub/meta.txt" \
-    "$(jq_ "$T/out" '"%d|%d|%d|%s" % (len(d["ranks"]), d["step"], d["ranks"][0]["bytes"], d["ranks"][0]["files"][2]["path"])')"
+    "$(jq_ '"%d|%d|%d|%s" % (len(d["ranks"]), d["step"], d["ranks"][0]["bytes"], d["ranks"][0]["files"][2]["path"])' "$T/out")"
 ctl show --gen 9 --store "$S" --job j
 check "show: a missing generation exits 1 and says so" \
     eval '[ $RC = 1 ] && grep -q "has no generation 9" "$T/err"'
@@ -77,7 +76,7 @@ check "world: records of another job or not JSON are shown as invalid, with why"
 ctl world --json --store "$S" --job j
 check "world --json: one JSON document" valid_json "$T/out"
 expect_eq "world --json: four records, two valid" "4|2" \
-    "$(jq_ "$T/out" '"%d|%d" % (len(d), sum(1 for r in d if "error" not in r))')"
+    "$(jq_ '"%d|%d" % (len(d), sum(1 for r in d if "error" not in r))' "$T/out")"
 rm -rf "$T/store/j/world"
 
 # ---- the configuration file spotd reads --------------------------------------------
@@ -111,6 +110,10 @@ ctl resume --gen 1 --state-dir "$T/st2" --store "$S" --job j -- \
     sh -c 'echo "$SPOT_GEN $SPOT_RESUME_STEP $(cat "$SPOT_RESUME_DIR/sub/meta.txt")"'
 expect_eq "resume -- COMMAND: the command given, with SPOT_GEN and SPOT_RESUME_STEP" \
     "0|1 40 step 40" "$RC|$(tail -n 1 "$T/out")"
+ctl resume --json --gen 1 --state-dir "$T/st3" --store "$S" --job j -- true
+expect_eq "resume --json: spotd's log is strict JSON lines, the resume event among them" "0|1" \
+    "$RC|$(jget "$(grep '"event":"resume"' "$T/err")" gen)"
+check "resume --json: ... every line of it (no key twice, no NaN)" jcheck "$T/err"
 ctl resume --store "$S" --job j
 check "resume without a command says where one goes" \
     eval '[ $RC = 2 ] && grep -q "resume needs the command" "$T/err"'

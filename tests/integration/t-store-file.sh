@@ -8,12 +8,14 @@ mkdir -p "$T/store"
 raw_file() {
     case $1 in
     get) cp "$T/store/$2" "$3" ;;
-    put) cp "$3" "$T/store/$2.new" && mv "$T/store/$2.new" "$T/store/$2" ;;
+    put) mkdir -p "$(dirname "$T/store/$2")" && cp "$3" "$T/store/$2.new" &&
+        mv "$T/store/$2.new" "$T/store/$2" ;;
     del) rm -f "$T/store/$2" ;;
     esac
 }
 store_cases file "file://$T/store" raw_file
 store_page_cases file "file://$T/store"
+foreign_cases file "file://$T/store" raw_file
 
 check "file: no temporary file is left in the store" \
     bash -c "! find '$T/store' -name '*.tmp.*' | grep -q ."

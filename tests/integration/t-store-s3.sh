@@ -12,6 +12,7 @@ expect_eq "s3: the bucket is created" 200 \
 
 RAW_PREFIX=team/a/
 store_cases s3 "s3://bkt/team/a" raw_s3
+foreign_cases s3 "s3://bkt/team/a" raw_s3
 check "s3: objects live below the store's prefix" \
     bash -c "curl -s --netrc-file '$D/netrc' --aws-sigv4 aws:amz:us-east-1:s3 -H 'x-amz-content-sha256: $EMPTY_SHA' '$S3_ENDPOINT/bkt?list-type=2&prefix=team%2Fa%2Fjob-s3%2Fgens%2F' | grep -q '<Key>team/a/job-s3/gens/'"
 store_page_cases s3 "s3://bkt/team/p"
@@ -98,8 +99,7 @@ check "s3 faults: ... with the key, the status and the S3 error code" \
     grep -qE "S3 PUT s3://bkt/faults/f/chunks/[0-9a-f]{2}/[0-9a-f]{64}: HTTP 500 InternalError.*gave up after retries" "$T/err"
 fault_reset
 fctl ls --json
-expect_eq "s3 faults: the failed generation is not committed" 1 \
-    "$(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')"
+expect_eq "s3 faults: the failed generation is not committed" 1 "$(ls_gens "$T/out" | wc -l)"
 
 # Expired temporary credentials are fetched again from the instance role.
 mock_start aws
@@ -137,8 +137,8 @@ fault_reset
 
 # kill -9 in the middle of an upload: the previous generation stays whole.
 ctl ls --json
-committed=$(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')
-newest=$(tr '}' '\n' <"$T/out" | grep '"state":"committed"' | tail -n 1)
+committed=$(ls_gens "$T/out" | wc -l)
+newest=$(ls_gens "$T/out" | tail -n 1)
 head -c $((12 * 1024 * 1024)) /dev/urandom >"$T/fck/b.bin"
 fault_rules '[{"method":"PUT","path":"/chunks/","from":20,"action":"stall","seconds":20}]' >/dev/null
 "$SPOTCTL" push --store "$URL" --job "$JOB" --s3-endpoint "$FAULT_URL" --chunk-size 256KiB \
@@ -155,10 +155,9 @@ wait "$pid" 2>/dev/null
 fault_reset
 ctl ls --json
 expect_eq "s3 kill -9: the same committed generations as before" "$committed" \
-    "$(tr '}' '\n' <"$T/out" | grep -c '"state":"committed"')"
-expect_eq "s3 kill -9: the newest committed generation is still the one before" \
-    "$(jget "$newest" gen)" \
-    "$(jget "$(tr '}' '\n' <"$T/out" | grep '"state":"committed"' | tail -n 1)" gen)"
+    "$(ls_gens "$T/out" | wc -l)"
+expect_eq "s3 kill -9: the newest committed generation is still the one before" "$newest" \
+    "$(ls_gens "$T/out" | tail -n 1)"
 ctl verify
 expect_eq "s3 kill -9: the previous generation verifies" 0 "$RC"
 ctl fetch "$T/after-kill"

@@ -31,7 +31,7 @@ check "the log line reads as a sentence" \
 start_spotd run --job t --store "file://$T/store" --state-dir "$T/b" --cloud none \
     --events "$T/evb" -- "$TRAINER" 100000 8
 check "the trainer runs" wait_for 10 eval \
-    '"$SPOTCTL" status --state-dir "$T/b" --json 2>/dev/null | grep -q "\"workers\":1"'
+    '[ "$(status_get "$T/b" workers)" = 1 ]'
 "$SPOTCTL" drill --state-dir "$T/b" --in 1s >/dev/null 2>&1
 wait_exit "$SPOTD_PID" 20
 tl=$(ev "$T/evb" timeline)

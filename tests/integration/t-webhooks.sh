@@ -36,16 +36,16 @@ RX="http://127.0.0.1:$(cat "$T/rx.port")"
 # The receiver's log, read with a strict JSON parser: each request's body
 # must be one JSON document.
 cat >"$T/rx.py" <<'EOF'
-import json, sys
+import json, strictjson, sys
 
 def bodies(log, prefix, answer):
     out = []
     for line in open(log):
-        r = json.loads(line)
+        r = strictjson.loads(line)
         if not r["path"].startswith(prefix) or (answer and str(r["answer"]) != answer):
             continue
         try:
-            out.append((r, json.loads(r["body"])))
+            out.append((r, strictjson.loads(r["body"])))
         except ValueError:
             out.append((r, {"event": "INVALID"}))
     return out
@@ -70,8 +70,8 @@ rx() { python3 "$T/rx.py" "$@"; }
 # doc_check NAME LINE PYTHON-EXPRESSION: the expression holds for the
 # document (d) and its request (r) given as rx doc's line.
 doc_check() {
-    if python3 -c 'import json, sys
-x = json.loads(sys.argv[1]); r, d = x["request"], x["doc"]
+    if python3 -c 'import strictjson, sys
+x = strictjson.loads(sys.argv[1]); r, d = x["request"], x["doc"]
 sys.exit(0 if eval("(" + sys.argv[2] + ")") else 1)' "$2" "$3"; then
         pass "$1"
     else
@@ -107,15 +107,15 @@ doc_check "webhooks: the notice document: v, event, job, node, ts, text, record"
      'rank' not in d and 'drill notice for job j1' in d['text'] and '\n' not in d['text']"
 expect_eq "webhooks: ... its ts is the event log's notice's" \
     "$(jget "$(ev "$T/ev1" notice)" ts)" \
-    "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["doc"]["ts"])' "$notice")"
+    "$(python3 -c 'import strictjson,sys; print(strictjson.loads(sys.argv[1])["doc"]["ts"])' "$notice")"
 step=$(jget "$(ev "$T/ev1" commit)" step)
 doc_check "webhooks: the commit document carries the commit record (generation 1, its step)" \
     "$commit" "d['event'] == 'commit' and d['record']['gen'] == 1 and
      d['record']['step'] == $step and d['record']['margin_ms'] > 0 and
      d['text'].startswith('generation 1 of job j1 committed at step $step ')"
 check "webhooks: the record is the event log's commit, field for field" python3 -c '
-import json, sys
-sys.exit(0 if json.loads(sys.argv[2])["doc"]["record"] == json.loads(sys.argv[1]) else 1)' \
+import strictjson, sys
+sys.exit(0 if strictjson.loads(sys.argv[2])["doc"]["record"] == strictjson.loads(sys.argv[1]) else 1)' \
     "$(ev "$T/ev1" commit)" "$commit"
 expect_eq "webhooks: a receiver that fails twice is retried: 500, 500, then both delivered" \
     "500 500 200 200" "$(rx answers "$T/rx" /fail/)"
@@ -124,8 +124,8 @@ expect_eq "webhooks: ... the notice three times, and the commit only after it (o
 expect_eq "webhooks: a receiver that closes the first connection gets both, in order" \
     "notice commit" "$(rx events "$T/rx" /close/ 200)"
 check "webhooks: the retries waited (backoff of 1 s, then 2 s)" python3 -c '
-import json, sys
-t = [json.loads(l)["t"] for l in open(sys.argv[1]) if "/fail/" in l]
+import strictjson, sys
+t = [strictjson.loads(l)["t"] for l in open(sys.argv[1]) if "/fail/" in l]
 sys.exit(0 if t[1] - t[0] >= 0.9 and t[2] - t[1] >= 1.9 else 1)' "$T/rx"
 expect_eq "webhooks: nothing was given up" 0 "$(event_count "$T/ev1" webhook_dropped)"
 check "webhooks: a webhook file of mode 600 is not warned about" \
@@ -164,8 +164,8 @@ check "webhooks template: then the notice" \
 check "webhooks template: then the commit of generation 2" \
     grep -q "^spot commit on $HOST: generation 2 of job j1 committed at step " <<<"$(printf '%s\n' "$texts" | sed -n 3p)"
 check "webhooks template: each body is exactly the template's JSON, placeholders filled" python3 -c '
-import json, sys
-docs = [json.loads(json.loads(l)["body"]) for l in open(sys.argv[1]) if "/slack/" in l]
+import strictjson, sys
+docs = [strictjson.loads(strictjson.loads(l)["body"]) for l in open(sys.argv[1]) if "/slack/" in l]
 ok = [sorted(d) == ["gen", "kind", "text"] for d in docs] == [True] * 3
 ok = ok and [d["gen"] for d in docs] == ["1", "", "2"] and docs[1]["kind"] == "drill"
 sys.exit(0 if ok else 1)' "$T/rx"
@@ -181,8 +181,8 @@ keep 3
 expect_eq "webhooks stall: spotd exits 75 while the receiver stalls" 75 "$RC"
 notice_ms=$(ts_ms "$(jget "$(ev "$T/ev3" notice)" ts)")
 commit_ms=$(ts_ms "$(jget "$(ev "$T/ev3" commit)" ts)")
-first_stall_ms=$(python3 -c 'import json, sys
-print(min(int(json.loads(l)["t"] * 1000) for l in open(sys.argv[1]) if "/stall/" in l))' "$T/rx")
+first_stall_ms=$(python3 -c 'import strictjson, sys
+print(min(int(strictjson.loads(l)["t"] * 1000) for l in open(sys.argv[1]) if "/stall/" in l))' "$T/rx")
 expect_lt "webhooks stall: the commit comes soon after the notice" $(late 1000) \
     $((commit_ms - notice_ms))
 expect_lt "webhooks stall: ... long before the stall (20 s) ends" $((first_stall_ms + 10000)) \

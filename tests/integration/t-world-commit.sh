@@ -44,8 +44,7 @@ node() {
 
 # committed: the job's committed generations, one number a line.
 committed() {
-    "$SPOTCTL" ls --json --store "$STORE" --job "$JOB" 2>>"$T/ls.err" | tr '}' '\n' |
-        grep '"state":"committed"' | sed 's/.*"gen":\([0-9]*\).*/\1/'
+    "$SPOTCTL" ls --json --store "$STORE" --job "$JOB" 2>>"$T/ls.err" | ls_gens /dev/stdin
 }
 
 # kill_node NAME: SIGKILL to a node and everything under it.
@@ -77,7 +76,7 @@ expect_eq "world-commit: ... the same generation, not a second one" 1 "$(committ
 "$SPOTCTL" verify --store "$STORE" --job "$JOB" --gen 1 >"$T/verify" 2>&1
 expect_eq "world-commit: spotctl verify passes generation 1 (both shards)" 0 "$?"
 check "world-commit: the commit record names both ranks" \
-    eval '"$SPOTCTL" show --json --store "$STORE" --job "$JOB" --gen 1 | grep -q "\"world_size\":2"'
+    eval '[ "$(jget "$("$SPOTCTL" show --json --store "$STORE" --job "$JOB" --gen 1)" world_size)" = 2 ]'
 check "world-commit: rank 1 stops its trainer and waits" wait_for 15 has '"event":"parked"' "$T/a1.ev"
 node a0b 0
 check "world-commit: the replacement resumes the world from generation 1" \

@@ -7,6 +7,7 @@
 
 #include "harness.h"
 #include "spot/jobkey.h"
+#include "spot/jobtree.h"
 #include "spot/manifest.h"
 
 static char p_a[] = "a", p_model[] = "a/model.pt", p_latest[] = "latest";
@@ -424,4 +425,88 @@ TEST(manifest_escape)
     memset(path, 0x80, MANIFEST_PATH_MAX);
     path[MANIFEST_PATH_MAX] = '\0';
     CHECK_INT(strlen(manifest_escape(path, big, sizeof(big))), 4 * MANIFEST_PATH_MAX);
+}
+
+/* The store format's own names below a job, exactly; everything else is
+ * foreign (an operator's backup, a stray upload), never a generation's. */
+TEST(jobtree_names)
+{
+    static const struct {
+        const char *key;
+        enum jobtree_kind kind;
+        uint64_t gen;
+    } cases[] = {
+        { "j/gens/00000009/COMMIT.json", JOBTREE_COMMIT, 9 },
+        { "j/gens/00000012/rank-0.json", JOBTREE_MANIFEST, 12 },
+        { "j/gens/00000012/rank-65535.json", JOBTREE_MANIFEST, 12 },
+        { "j/gens/99999999/CLAIM.json", JOBTREE_CLAIM, 99999999 },
+        { "j/gens/00000001/claim-0123456789abcdef.json", JOBTREE_WRITER_CLAIM, 1 },
+        { "j/writers/probe-0123456789abcdef.json", JOBTREE_PROBE, 0 },
+        { "j/world/rank-3.json", JOBTREE_WORLD, 0 },
+        { "j/world/join-0123456789abcdef.json", JOBTREE_WORLD, 0 },
+        { "j/world/assign-00112233445566778899aabbccddeeff.json", JOBTREE_WORLD, 0 },
+        { "j/LATEST", JOBTREE_LATEST, 0 },
+        { "j/gens/00000009/COMMIT.json.bak", JOBTREE_FOREIGN, 0 },
+        { "j/gens/00000009/commit.json", JOBTREE_FOREIGN, 0 },
+        { "j/gens/00000009/rank-01.json", JOBTREE_FOREIGN, 0 },
+        { "j/gens/00000009/rank-65536.json", JOBTREE_FOREIGN, 0 },
+        { "j/gens/00000009/rank-.json", JOBTREE_FOREIGN, 0 },
+        { "j/gens/00000009/rank-1.json/x", JOBTREE_FOREIGN, 0 },
+        { "j/gens/00000009/sub/COMMIT.json", JOBTREE_FOREIGN, 0 },
+        { "j/gens/00000009/claim-0123456789ABCDEF.json", JOBTREE_FOREIGN, 0 },
+        { "j/gens/00000009/claim-0123456789abcde.json", JOBTREE_FOREIGN, 0 },
+        { "j/gens/00000000/COMMIT.json", JOBTREE_FOREIGN, 0 },
+        { "j/gens/0000009/COMMIT.json", JOBTREE_FOREIGN, 0 },
+        { "j/gens/000000009/COMMIT.json", JOBTREE_FOREIGN, 0 },
+        { "j/gens/notes.txt", JOBTREE_FOREIGN, 0 },
+        { "j/gens/00000009", JOBTREE_FOREIGN, 0 },
+        { "j/LATEST.bak", JOBTREE_FOREIGN, 0 },
+        { "j/README", JOBTREE_FOREIGN, 0 },
+        { "j/writers/probe-0123456789abcdef.json.1", JOBTREE_FOREIGN, 0 },
+        { "j/world/join-0123.json", JOBTREE_FOREIGN, 0 },
+        { "j/world/notes", JOBTREE_FOREIGN, 0 },
+        { "jj/gens/00000009/COMMIT.json", JOBTREE_FOREIGN, 0 },
+        { "j", JOBTREE_FOREIGN, 0 },
+        { "", JOBTREE_FOREIGN, 0 },
+        { "j/chunks/zz", JOBTREE_FOREIGN, 0 },
+    };
+    char key[256], hex[65];
+    struct jobtree_name n;
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        enum jobtree_kind k = jobtree_parse("j", cases[i].key, &n);
+
+        if (k != cases[i].kind || n.gen != cases[i].gen)
+            printf("  key \"%s\": kind %d gen %llu, expected kind %d gen %llu\n", cases[i].key,
+                   (int)k, (unsigned long long)n.gen, (int)cases[i].kind,
+                   (unsigned long long)cases[i].gen);
+        CHECK(k == cases[i].kind && n.gen == cases[i].gen);
+    }
+    CHECK_INT((int)jobtree_parse("j", "j/gens/00000012/rank-4095.json", &n), JOBTREE_MANIFEST);
+    CHECK_INT((int)n.rank, 4095);
+    /* What the writers make is what the parser takes. */
+    manifest_key(key, sizeof(key), "j", 77, 12);
+    CHECK_INT((int)jobtree_parse("j", key, NULL), JOBTREE_MANIFEST);
+    commit_key(key, sizeof(key), "j", 77);
+    CHECK_INT((int)jobtree_parse("j", key, NULL), JOBTREE_COMMIT);
+    memset(hex, 'a', 64);
+    hex[64] = '\0';
+    hex[63] = '7';
+    snprintf(key, sizeof(key), "j/chunks/aa/%s", hex);
+    CHECK_INT((int)jobtree_parse("j", key, &n), JOBTREE_CHUNK);
+    CHECK_INT(n.hash[0], 0xaa);
+    CHECK_INT(n.hash[31], 0xa7);
+    /* Every digit lowercase hex; the folder is the first two. */
+    snprintf(key, sizeof(key), "j/chunks/ab/%s", hex);
+    CHECK_INT((int)jobtree_parse("j", key, NULL), JOBTREE_FOREIGN);
+    hex[1] = 'A';
+    snprintf(key, sizeof(key), "j/chunks/aA/%s", hex);
+    CHECK_INT((int)jobtree_parse("j", key, NULL), JOBTREE_FOREIGN);
+    hex[1] = 'a';
+    hex[33] = 'g';
+    snprintf(key, sizeof(key), "j/chunks/aa/%s", hex);
+    CHECK_INT((int)jobtree_parse("j", key, &n), JOBTREE_FOREIGN);
+    CHECK_INT(n.hash[0], 0);
+    snprintf(key, sizeof(key), "j/chunks/aa/%s0", hex);
+    CHECK_INT((int)jobtree_parse("j", key, NULL), JOBTREE_FOREIGN);
 }
