@@ -29,11 +29,12 @@ cleanup() {
 pass() { echo "PASS: $1"; }
 fail() { echo "FAIL: $1${2:+: $2}"; }
 
-# check NAME CONDITION...: pass when the command succeeds.
+# check NAME CONDITION...: pass when the command succeeds.  Returns its
+# status, so that `check ... || { diagnostics; }` prints them on a failure.
 check() {
     local name=$1
     shift
-    if "$@"; then pass "$name"; else fail "$name" "$*"; fi
+    if "$@"; then pass "$name"; else fail "$name" "$*"; return 1; fi
 }
 
 # expect_eq NAME EXPECTED ACTUAL
