@@ -415,6 +415,17 @@ for s in ss: s.bind(("127.0.0.1",0))
 print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))' "$1"
 }
 
+# raw_file get|put|del KEY [FILE]: an object of the file store $T/store
+# behind the store's back (put is atomic), as raw_s3 (s3.sh) does in S3.
+raw_file() {
+    case $1 in
+    get) cp "$T/store/$2" "$3" ;;
+    put) mkdir -p "$(dirname "$T/store/$2")" && cp "$3" "$T/store/$2.new" &&
+        mv "$T/store/$2.new" "$T/store/$2" ;;
+    del) rm -f "$T/store/$2" ;;
+    esac
+}
+
 # damage_chunk JOB GEN: flip a byte in the middle of the chunk of
 # w0/state.bin that generation GEN of JOB holds in the file store $T/store
 # (the state differs every step: no other generation holds that chunk).

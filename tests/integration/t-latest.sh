@@ -139,14 +139,6 @@ latest_cases() {
 
 # ---- the file store ----
 mkdir -p "$T/store"
-raw_file() {
-    case $1 in
-    get) cp "$T/store/$2" "$3" ;;
-    put) mkdir -p "$(dirname "$T/store/$2")" && cp "$3" "$T/store/$2.new" &&
-         mv "$T/store/$2.new" "$T/store/$2" ;;
-    del) rm -f "$T/store/$2" ;;
-    esac
-}
 latest_cases file "file://$T/store" raw_file
 
 # A pointer that cannot be read (here a folder) is no pointer: the listing

@@ -5,14 +5,6 @@
 . "$(dirname "$0")/store_cases.sh"
 
 mkdir -p "$T/store"
-raw_file() {
-    case $1 in
-    get) cp "$T/store/$2" "$3" ;;
-    put) mkdir -p "$(dirname "$T/store/$2")" && cp "$3" "$T/store/$2.new" &&
-        mv "$T/store/$2.new" "$T/store/$2" ;;
-    del) rm -f "$T/store/$2" ;;
-    esac
-}
 store_cases file "file://$T/store" raw_file
 store_page_cases file "file://$T/store"
 foreign_cases file "file://$T/store" raw_file
