@@ -100,13 +100,15 @@ wait_exit() {
     RC=$?
 }
 
-# wait_for SECONDS COMMAND...: poll until the command succeeds.
+# wait_for SECONDS COMMAND...: poll until the command succeeds; false once
+# it has been tried SECONDS x 10 times and SECONDS have passed, whichever
+# is later (on a loaded machine each try costs time of its own).
 wait_for() {
-    local limit=$(( $1 * 10 )) i=0
+    local limit=$(( $1 * 10 )) i=0 end=$(( ${EPOCHREALTIME/./} + $1 * 1000000 ))
     shift
     until "$@"; do
         i=$((i + 1))
-        [ $i -gt $limit ] && return 1
+        [ $i -gt $limit ] && [ "${EPOCHREALTIME/./}" -ge $end ] && return 1
         nap
     done
 }
@@ -346,11 +348,12 @@ events_of() {
 }
 
 # has TEXT FILE: true when FILE contains TEXT (fixed string, one line's);
-# builtins only, for the polling loops (up to a NUL byte, which text files
-# do not hold).
+# builtins only, for the polling loops.  NUL bytes count as line ends: a
+# file truncated under a writer that still holds an older offset starts
+# with a hole of them.
 has() {
-    local _s=
-    { IFS= read -r -d '' _s <"$2"; } 2>/dev/null
+    local _s= _p=
+    { while IFS= read -r -d '' _p; do _s+=$_p$'\n'; done; _s+=$_p; } 2>/dev/null <"$2"
     [[ $_s == *"$1"* ]]
 }
 

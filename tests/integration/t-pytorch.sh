@@ -133,9 +133,11 @@ torchrun_cmd
 start_spotd run --cloud none --job tr --store "file://$T/store" --state-dir "$T/node4" \
     --notice-file "$T/notice" --events "$T/ev4" -- "${TR[@]}" $NSTEPS
 training_or_gone() { has "training from step 0" "$T/stdout" || ! alive "$SPOTD_PID"; }
+t_start=$SECONDS
 wait_for 120 training_or_gone
 check "torchrun: the workers start training" has "training from step 0" "$T/stdout" ||
-    { tail -n 20 "$T/stdout"; tail -n 40 "$T/stderr"; }
+    { echo "after $((SECONDS - t_start)) s, spotd $(alive "$SPOTD_PID" && echo runs || echo is gone)"
+      od -c "$T/stdout" | head -n 5; tail -n 20 "$T/stdout"; tail -n 40 "$T/stderr"; }
 # Rank 0 says it trains before the other worker's hello may have reached
 # spotd (a CI failure: the notice found none counted): the notice comes
 # once spotd counts both.
