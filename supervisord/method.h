@@ -3,8 +3,8 @@
  *   app     the trainer saves through libckpt when asked (method_app.c)
  *   signal  spotd sends a signal; the trainer saves into SPOT_CKPT_DIR and
  *           creates the marker file there (method_signal.c)
- *   dir     the trainer saves on its own schedule into folders of
- *           --ckpt-dir; spotd uploads each new complete one (method_dir.c)
+ *   dir     the trainer saves on its own schedule into --ckpt-dir (folders
+ *           or files); spotd uploads each new complete one (method_dir.c)
  *   criu    CRIU dumps the command's process tree (method_criu.c)
  *
  * The orchestrator (orch.c) drives every method through these operations
@@ -29,6 +29,7 @@ struct method_ctx {
     const char *ckpt_dir;          /* signal: SPOT_CKPT_DIR; dir: the watched directory */
     int signal;                    /* signal: --ckpt-signal */
     uint64_t settle_ms;            /* dir: unchanged this long means complete */
+    int layout;                    /* dir: enum ckpt_layout */
     int64_t resume_step;           /* dir: folders up to this step are not new */
     void (*found)(void *arg);      /* dir: a new complete checkpoint is there */
     char *const *argv;             /* criu: the command line, to wrap (child_set_argv) */
@@ -78,6 +79,13 @@ struct method_ops {
     int (*query)(struct method *m, uint64_t gen, const char *dir, int64_t deadline_ms,
                  void (*ask)(void *arg, int64_t step), method_saved_fn done, void *arg);
     int (*save_at)(struct method *m, int64_t step);
+    /* Why save() returned -EALREADY, for the log: what the method saw.
+     * NULL: it says nothing more than "nothing new". */
+    void (*why_none)(struct method *m, char *buf, size_t size);
+    /* The folder to tell the command to resume from (SPOT_RESUME_DIR) for
+     * the generation of step whose files are in dir.  NULL: dir. */
+    void (*resume_path)(struct method *m, const char *dir, int64_t step, char *buf,
+                        size_t size);
     /* The next save is the last one: the stop follows it.  NULL: the
      * method makes no difference. */
     void (*last)(struct method *m);

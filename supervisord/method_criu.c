@@ -132,7 +132,10 @@ static pid_t init_pid(const struct method *m)
     return strcmp(comm, "spotd-init\n") == 0 ? v : -ESRCH;
 }
 
-/* The pipes the tree writes its output into, for the restore. */
+/* The pipes the tree writes its output into, for the restore.  -EAGAIN
+ * while they are not all pipes yet: the namespace's init was forked but
+ * has not taken them (a dump then would commit a tree that no restore can
+ * give its output back to). */
 static int write_pipes(const struct method *m, pid_t init, const char *dir)
 {
     char path[4400], ids[3][64];
@@ -146,6 +149,8 @@ static int write_pipes(const struct method *m, pid_t init, const char *dir)
         if (n < 0)
             return -errno;
         ids[fd - 1][n] = '\0';
+        if (strncmp(ids[fd - 1], "pipe:[", 6) != 0)
+            return -EAGAIN;
     }
     snprintf(path, sizeof(path), "%s/spotd-criu.pipes", dir);
     if (!(f = fopen(path, "we")))

@@ -267,6 +267,7 @@ void orch_run_command(struct orch *r)
         .ckpt_dir = r->o.ckpt_dir,
         .signal = r->o.ckpt_signal,
         .settle_ms = r->o.settle_ms,
+        .layout = r->o.ckpt_layout,
         .resume_step = r->resume_step,
         .found = on_found,
         .argv = r->argv ? r->argv : r->o.argv,
@@ -635,6 +636,7 @@ static void ask_method(struct orch *r)
 static void nothing_new(struct orch *r)
 {
     unsigned acts = orch_event(r, EV_NOTHING_NEW, NULL);
+    char why[1400] = "";
     cJSON *e;
 
     if (acts & A_DISCARD) {
@@ -644,8 +646,12 @@ static void nothing_new(struct orch *r)
         if (r->resume_gen)
             log_event(LOGL_INFO, e, "no checkpoint newer than generation %llu (step %lld) to "
                       "save", (unsigned long long)r->resume_gen, (long long)r->resume_step);
-        else
-            log_event(LOGL_WARN, e, "no checkpoint to save: the trainer has written none yet");
+        else {
+            if (r->mops->why_none && r->method)
+                r->mops->why_none(r->method, why, sizeof(why));
+            log_event(LOGL_WARN, e, "no checkpoint to save: %s",
+                      why[0] ? why : "the trainer has written none yet");
+        }
         orch_remove_tree(r->dir);
     }
     orch_after(r, acts);

@@ -61,6 +61,7 @@ struct orch_opts {
     const char *ckpt_dir;          /* signal and dir methods */
     int ckpt_signal;
     uint64_t settle_ms;
+    int ckpt_layout;               /* dir method: enum ckpt_layout */
     const char *resume;            /* "auto", "fresh" ("never") or a generation */
     int on_unrestorable;           /* enum config_unrestorable */
     uint64_t store_wait_ms;        /* at start, retry an unreadable store this long */

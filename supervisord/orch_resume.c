@@ -23,6 +23,7 @@
 #include "control.h"
 #include "hooks.h"
 #include "method.h"
+#include "spot/linktree.h"
 #include "spot/log.h"
 #include "spot/snap.h"
 #include "spot/store.h"
@@ -41,7 +42,6 @@ static void on_restored(void *arg, int err, const char *msg);
 static void unrestorable(struct orch *r);
 static void resumed(struct orch *r);
 static void start_fresh(struct orch *r);
-static int link_tree(const char *src, const char *dst, int depth);
 static bool damaged(int err);
 static void tried_list(const struct orch *r, char *buf, size_t size);
 static void on_collected(void *arg, int err, const char *msg, const struct snap_gc_report *g);
@@ -484,7 +484,12 @@ void orch_set_resume(struct orch *r, uint64_t gen, int64_t step, const char *dir
         unsetenv("SPOT_RESUME_STEP");
         unsetenv("SPOT_GEN");
     } else {
-        setenv("SPOT_RESUME_DIR", dir, 1);
+        char path[4400];
+
+        snprintf(path, sizeof(path), "%s", dir);
+        if (r->method && r->mops->resume_path)
+            r->mops->resume_path(r->method, dir, step, path, sizeof(path));
+        setenv("SPOT_RESUME_DIR", path, 1);
         snprintf(num, sizeof(num), "%lld", (long long)step);
         setenv("SPOT_RESUME_STEP", num, 1);
         snprintf(num, sizeof(num), "%llu", (unsigned long long)gen);
@@ -529,44 +534,12 @@ void orch_own_copy(struct orch *r, char *buf, size_t size)
     orch_make_dirs(work);
     orch_remove_tree(buf);
     /* Names only, no data: a checkpoint's few files take microseconds. */
-    if ((err = link_tree(r->dir, buf, 0)) < 0) {
+    if ((err = link_tree(r->dir, buf)) < 0) {
         log_msg(LOGL_INFO, "no local copy of generation %llu (cannot link '%s' into '%s': %s); "
                 "a restart restores it from the store", (unsigned long long)r->gen, r->dir,
                 buf, strerror(-err));
         orch_remove_tree(buf);
     }
-}
-
-/* link -r src dst: the files are not copied, only named again. */
-static int link_tree(const char *src, const char *dst, int depth)
-{
-    char s[4200], d[4200];
-    struct dirent *de;
-    struct stat st;
-    DIR *dp;
-    int r = 0;
-
-    if (depth > 64)
-        return -ELOOP;
-    if (mkdir(dst, 0700) < 0)
-        return -errno;
-    if (!(dp = opendir(src)))
-        return -errno;
-    while (r == 0 && (de = readdir(dp))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        if ((size_t)snprintf(s, sizeof(s), "%s/%s", src, de->d_name) >= sizeof(s) ||
-            (size_t)snprintf(d, sizeof(d), "%s/%s", dst, de->d_name) >= sizeof(d))
-            r = -ENAMETOOLONG;
-        else if (lstat(s, &st) < 0)
-            r = -errno;
-        else if (S_ISDIR(st.st_mode) && (r = link_tree(s, d, depth + 1)) == 0)
-            r = chmod(d, st.st_mode & 07777) < 0 ? -errno : 0;
-        else if (!S_ISDIR(st.st_mode) && link(s, d) < 0)
-            r = -errno;
-    }
-    closedir(dp);
-    return r;
 }
 
 /* ---- a store that cannot be read, a start refused ------------------------ */

@@ -717,6 +717,7 @@ static int build_orch(struct run *run)
                              .ckpt_dir = config_str(cfg, OPT_CKPT_DIR),
                              .ckpt_signal = (int)config_num(cfg, OPT_CKPT_SIGNAL),
                              .settle_ms = config_num(cfg, OPT_SETTLE),
+                             .ckpt_layout = (int)config_num(cfg, OPT_CKPT_LAYOUT),
                              .resume = config_str(cfg, OPT_RESUME),
                              .on_unrestorable = (int)config_num(cfg, OPT_ON_UNRESTORABLE),
                              .store_wait_ms = config_num(cfg, OPT_STORE_WAIT),

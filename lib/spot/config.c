@@ -21,6 +21,8 @@ static const char *const log_level_choices[] = { "debug", "info", "warn", "error
 static const char *const cloud_choices[] = { "auto", "none", "aws", "gcp", "azure",
                                              "alibaba", "tencent", NULL };
 static const char *const method_choices[] = { "app", "signal", "dir", "criu", NULL };
+/* As enum ckpt_layout (ckptname.h). */
+static const char *const layout_choices[] = { "auto", "folders", "files", NULL };
 static const char *const rendezvous_choices[] = { "static", "store", NULL };
 /* In the order of enum config_unrestorable. */
 static const char *const unrestorable_choices[] = { "older", "fresh", "fail", NULL };
@@ -84,7 +86,10 @@ const struct config_option config_options[OPT__COUNT] = {
     [OPT_CKPT_SIGNAL] = { "ckpt_signal", CONFIG_SIGNAL, "USR1", NULL, 0, 0, false, NULL,
                           "signal method: the signal that asks the trainer to save" },
     [OPT_SETTLE] = { "settle", CONFIG_DURATION, "10s", NULL, 0, 0, false, NULL,
-                     "dir method: a folder unchanged this long is complete" },
+                     "dir method: a checkpoint unchanged this long is complete" },
+    [OPT_CKPT_LAYOUT] = { "ckpt_layout", CONFIG_ENUM, "auto", layout_choices, 0, 0, false, NULL,
+                          "dir method: how the trainer names its checkpoints: folders "
+                          "(checkpoint-150/), files (ckpt-150.pt), or auto (either)" },
     [OPT_RESUME] = { "resume", CONFIG_STRING, "auto", NULL, 0, 0, false, NULL,
                      "what to resume from at start: auto (the newest committed generation "
                      "that restores), fresh (none; never is the same), or a generation "

@@ -418,6 +418,31 @@ for s in ss: s.bind(("127.0.0.1",0))
 print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))' "$1"
 }
 
+# need_torch NAME: /usr/bin/python3 imports torch, or the script ends: as
+# root it installs Debian's python3-torch first (waiting for the dpkg lock
+# of an install under way, as .ci/run starts one); without torch it fails
+# in CI and is skipped elsewhere.
+need_torch() {
+    local apt why
+    have_torch() { /usr/bin/python3 -c 'import torch' 2>/dev/null; }
+    if ! have_torch && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "installing python3-torch with apt-get (about 90 s)"
+        apt=(apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends python3-torch)
+        { DEBIAN_FRONTEND=noninteractive "${apt[@]}" ||
+          { apt-get -o DPkg::Lock::Timeout=600 update -q &&
+            DEBIAN_FRONTEND=noninteractive "${apt[@]}"; }
+        } >"$T/apt.log" 2>&1 || tail -n 5 "$T/apt.log"
+    fi
+    have_torch && return 0
+    why="/usr/bin/python3 cannot import torch; install Debian's python3-torch: apt-get install --no-install-recommends python3-torch"
+    if [ "$(id -u)" != 0 ] && [ "${CI:-}" != true ]; then
+        echo "SKIP: $1 ($why)"
+        exit 0
+    fi
+    fail "$1: torch is importable" "$why"
+    exit 1
+}
+
 # raw_file get|put|del KEY [FILE]: an object of the file store $T/store
 # behind the store's back (put is atomic), as raw_s3 (s3.sh) does in S3.
 raw_file() {

@@ -14,25 +14,7 @@
 PY=/usr/bin/python3
 TRAIN="$TOP/examples/pytorch/train.py"
 
-have_torch() { "$PY" -c 'import torch' 2>/dev/null; }
-
-if ! have_torch && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "installing python3-torch with apt-get (about 90 s)"
-    apt=(apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends python3-torch)
-    { DEBIAN_FRONTEND=noninteractive "${apt[@]}" ||
-      { apt-get -o DPkg::Lock::Timeout=600 update -q &&
-        DEBIAN_FRONTEND=noninteractive "${apt[@]}"; }
-    } >"$T/apt.log" 2>&1 || tail -n 5 "$T/apt.log"
-fi
-if ! have_torch; then
-    why="$PY cannot import torch; install Debian's python3-torch: apt-get install --no-install-recommends python3-torch"
-    if [ "$(id -u)" != 0 ] && [ "${CI:-}" != true ]; then
-        echo "SKIP: pytorch ($why)"
-        exit 0
-    fi
-    fail "pytorch: torch is importable" "$why"
-    exit 1
-fi
+need_torch pytorch
 
 mkdir -p "$T/store"
 

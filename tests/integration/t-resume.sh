@@ -170,7 +170,7 @@ touch "$T/d.go"
 wait_exit "$SPOTD_PID" 60
 expect_eq "restart dir: the restarted run finishes" 0 "$RC"
 check "restart dir: the restart resumed from the committed step, in spotd's copy" \
-    grep -q "^resumed at step 500 from $T/d1/restore/gen-00000001" "$T/stdout"
+    grep -q "^resumed at step 500 from $T/d1/\(work\|restore\)/gen-00000001/checkpoint-499$" "$T/stdout"
 expect_eq "restart dir: the final state equals an uninterrupted run's" \
     "$(reference "$TRAINER" 2000 2)" "$(tail -n 1 "$T/stdout")"
 

@@ -1,0 +1,109 @@
+/* linktree: link -r, or cp -r where linking fails (see linktree.h). */
+#include "spot/linktree.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEPTH_MAX 64
+
+static int copy_file(const char *src, const char *dst, mode_t mode)
+{
+    char buf[1 << 16];
+    int in = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), out, r = 0;
+    ssize_t n;
+
+    if (in < 0)
+        return -errno;
+    out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode & 0777);
+    if (out < 0) {
+        r = -errno;
+        close(in);
+        return r;
+    }
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        for (ssize_t off = 0; off < n && r == 0;) {
+            ssize_t w = write(out, buf + off, (size_t)(n - off));
+            if (w < 0 && errno != EINTR)
+                r = -errno;
+            else if (w > 0)
+                off += w;
+        }
+    if (n < 0)
+        r = -errno;
+    close(in);
+    if (close(out) < 0 && r == 0)
+        r = -errno;
+    return r;
+}
+
+static int one(const char *src, const char *dst, bool copy)
+{
+    char target[PATH_MAX];
+    struct stat st;
+    ssize_t n;
+
+    if (lstat(src, &st) < 0)
+        return -errno;
+    if (link(src, dst) == 0)
+        return 0;
+    if (!copy || (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != ENOTSUP))
+        return -errno;
+    if (S_ISREG(st.st_mode))
+        return copy_file(src, dst, st.st_mode);
+    if (!S_ISLNK(st.st_mode))
+        return -ENOTSUP;
+    if ((n = readlink(src, target, sizeof(target) - 1)) < 0)
+        return -errno;
+    target[n] = '\0';
+    return symlink(target, dst) < 0 ? -errno : 0;
+}
+
+static int walk(const char *src, const char *dst, bool copy, int depth)
+{
+    char s[4200], d[4200];
+    struct dirent *de;
+    struct stat st;
+    DIR *dp;
+    int r = 0;
+
+    if (depth > DEPTH_MAX)
+        return -ELOOP;
+    if (lstat(src, &st) < 0)
+        return -errno;
+    if (!S_ISDIR(st.st_mode))
+        return one(src, dst, copy);
+    if (mkdir(dst, 0700) < 0)
+        return -errno;
+    if (!(dp = opendir(src)))
+        return -errno;
+    while (r == 0 && (de = readdir(dp))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        if ((size_t)snprintf(s, sizeof(s), "%s/%s", src, de->d_name) >= sizeof(s) ||
+            (size_t)snprintf(d, sizeof(d), "%s/%s", dst, de->d_name) >= sizeof(d))
+            r = -ENAMETOOLONG;
+        else
+            r = walk(s, d, copy, depth + 1);
+    }
+    closedir(dp);
+    if (r == 0 && chmod(dst, st.st_mode & 07777) < 0)
+        r = -errno;
+    return r;
+}
+
+int link_tree(const char *src, const char *dst)
+{
+    return walk(src, dst, false, 0);
+}
+
+int link_or_copy_tree(const char *src, const char *dst)
+{
+    return walk(src, dst, true, 0);
+}

@@ -1,0 +1,16 @@
+/* linktree: name a file or a tree again (link -r), or copy it where it
+ * cannot be linked.  A checkpoint's few files are linked in microseconds,
+ * whatever their size; a copy reads every byte (blocking). */
+#ifndef SPOT_LINKTREE_H
+#define SPOT_LINKTREE_H
+
+/* Links src (a file, a symlink, or a directory and all below it) as dst,
+ * which must not exist; directories are made with src's permission bits.
+ * Returns 0 or -errno (-EXDEV: another file system). */
+int link_tree(const char *src, const char *dst);
+
+/* The same, copying file data where linking fails (another file system, a
+ * file system without hard links). */
+int link_or_copy_tree(const char *src, const char *dst);
+
+#endif
