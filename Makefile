@@ -107,7 +107,7 @@ SPOTCTL_SRC := spotctl/spotctl.c spotctl/store_cmds.c spotctl/store_show.c spotc
 # Under obj/: $(O)/spotctl is the program itself.
 SPOTCTL_OBJ := $(SPOTCTL_SRC:%.c=$(O)/obj/%.o)
 
-UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_ckptname.c tests/unit/test_config.c tests/unit/test_dmi.c \
+UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_ckptname.c tests/unit/test_linktree.c tests/unit/test_config.c tests/unit/test_dmi.c \
               tests/unit/test_pool.c tests/unit/test_hash.c tests/unit/test_chunk.c tests/unit/test_store.c \
               tests/unit/test_log.c tests/unit/test_ckpt.c \
               tests/unit/test_timeparse.c tests/unit/test_cloudparse.c tests/unit/test_s3xml.c tests/unit/test_awscreds.c tests/unit/test_imds.c \

@@ -498,7 +498,7 @@ static void deliver(struct method *m)
     snprintf(src, sizeof(src), "%s/%s", m->dir, m->ready);
     snprintf(m->out, sizeof(m->out), "%s", m->gen_dir);
     snprintf(dst, sizeof(dst), "%s/%s", m->out, m->ready);
-    err = link_tree(src, dst);
+    err = linktree_link(src, dst);
     if (err == -EXDEV || err == -EPERM || err == -EMLINK) {
         snprintf(dst, sizeof(dst), "%s/" STAGE, m->dir);
         mkdir(dst, 0700);
@@ -506,7 +506,7 @@ static void deliver(struct method *m)
                  (unsigned long long)m->gen);
         nftw(m->out, remove_one, 16, FTW_DEPTH | FTW_PHYS);
         snprintf(dst, sizeof(dst), "%s/%s", m->out, m->ready);
-        err = mkdir(m->out, 0700) < 0 ? -errno : link_tree(src, dst);
+        err = mkdir(m->out, 0700) < 0 ? -errno : linktree_link(src, dst);
     }
     if (err < 0) {
         method_saved_fn done = m->done;
@@ -557,7 +557,7 @@ static void place_resume(struct method *m)
             placed++;
             continue;
         }
-        if ((err = link_or_copy_tree(src, dst)) < 0) {
+        if ((err = linktree_copy(src, dst)) < 0) {
             log_msg(LOGL_WARN, "cannot put the resumed checkpoint into '%s': %s (it is in "
                     "SPOT_RESUME_DIR)", dst, strerror(-err));
             continue;

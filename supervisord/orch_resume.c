@@ -534,7 +534,7 @@ void orch_own_copy(struct orch *r, char *buf, size_t size)
     orch_make_dirs(work);
     orch_remove_tree(buf);
     /* Names only, no data: a checkpoint's few files take microseconds. */
-    if ((err = link_tree(r->dir, buf)) < 0) {
+    if ((err = linktree_link(r->dir, buf)) < 0) {
         log_msg(LOGL_INFO, "no local copy of generation %llu (cannot link '%s' into '%s': %s); "
                 "a restart restores it from the store", (unsigned long long)r->gen, r->dir,
                 buf, strerror(-err));

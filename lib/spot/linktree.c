@@ -98,12 +98,12 @@ static int walk(const char *src, const char *dst, bool copy, int depth)
     return r;
 }
 
-int link_tree(const char *src, const char *dst)
+int linktree_link(const char *src, const char *dst)
 {
     return walk(src, dst, false, 0);
 }
 
-int link_or_copy_tree(const char *src, const char *dst)
+int linktree_copy(const char *src, const char *dst)
 {
     return walk(src, dst, true, 0);
 }

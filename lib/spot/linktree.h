@@ -7,10 +7,10 @@
 /* Links src (a file, a symlink, or a directory and all below it) as dst,
  * which must not exist; directories are made with src's permission bits.
  * Returns 0 or -errno (-EXDEV: another file system). */
-int link_tree(const char *src, const char *dst);
+int linktree_link(const char *src, const char *dst);
 
 /* The same, copying file data where linking fails (another file system, a
  * file system without hard links). */
-int link_or_copy_tree(const char *src, const char *dst);
+int linktree_copy(const char *src, const char *dst);
 
 #endif
