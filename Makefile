@@ -87,7 +87,7 @@ SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c lib/spot/http.c 
               lib/spot/pool.c lib/spot/hash.c lib/spot/chunk.c lib/spot/store.c lib/spot/store_file.c lib/spot/store_s3.c lib/spot/manifest.c lib/spot/snap.c lib/spot/snap_save.c lib/spot/snap_fetch.c lib/spot/snap_gc.c lib/spot/snap_latest.c lib/spot/zipgrid.c lib/libckpt/jsonl.c \
               lib/spot/notice.c lib/spot/backoff.c lib/spot/timeparse.c lib/spot/cloudparse.c lib/spot/xml.c lib/spot/s3xml.c lib/spot/awscreds.c lib/spot/s3creds.c lib/spot/imds.c \
               lib/spot/strict.c lib/spot/frame.c lib/spot/jobkey.c lib/spot/peermsg.c lib/spot/worldrec.c \
-              lib/spot/gpuinv.c lib/spot/proc.c lib/spot/dircheck.c lib/spot/ckptname.c lib/spot/linktree.c lib/spot/genclaim.c lib/spot/jobtree.c
+              lib/spot/gpuinv.c lib/spot/proc.c lib/spot/dircheck.c lib/spot/ckptname.c lib/spot/ckptdir.c lib/spot/linktree.c lib/spot/genclaim.c lib/spot/jobtree.c
 SPOT_OBJ   := $(SPOT_SRC:%.c=$(O)/%.o)
 # libckpt: the trainer's library (include/ckpt.h).
 CKPT_SRC   := lib/libckpt/ckpt.c lib/libckpt/jsonl.c
@@ -107,7 +107,7 @@ SPOTCTL_SRC := spotctl/spotctl.c spotctl/store_cmds.c spotctl/store_show.c spotc
 # Under obj/: $(O)/spotctl is the program itself.
 SPOTCTL_OBJ := $(SPOTCTL_SRC:%.c=$(O)/obj/%.o)
 
-UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_ckptname.c tests/unit/test_linktree.c tests/unit/test_config.c tests/unit/test_dmi.c \
+UNIT_SRC   := tests/unit/main.c tests/unit/test_parse.c tests/unit/test_ckptname.c tests/unit/test_linktree.c tests/unit/test_ckptdir.c tests/unit/test_config.c tests/unit/test_dmi.c \
               tests/unit/test_pool.c tests/unit/test_hash.c tests/unit/test_chunk.c tests/unit/test_store.c \
               tests/unit/test_log.c tests/unit/test_ckpt.c \
               tests/unit/test_timeparse.c tests/unit/test_cloudparse.c tests/unit/test_s3xml.c tests/unit/test_awscreds.c tests/unit/test_imds.c \

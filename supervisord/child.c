@@ -82,6 +82,7 @@ struct child {
     pid_t pgid;                   /* its group, kept after it exits */
     int status;                   /* last wait status of the command */
     int exit_code;
+    int command_code;             /* the command's own, last time it ended */
     int exit_override;            /* spotd's exit code instead of the command's, or -1 */
     unsigned restarts;
     uint64_t backoff_ms;          /* next restart delay */
@@ -195,7 +196,7 @@ static void finish(struct child *c)
     evtimer_del(c->kill_timer);
     event_del(c->linger_timer);
     c->phase = PHASE_NONE;
-    c->exit_code = status_to_code(c->status);
+    c->exit_code = c->command_code = status_to_code(c->status);
     if (c->record && unlink(c->record) < 0 && errno != ENOENT)
         log_msg(LOGL_WARN, "cannot remove '%s': %s; a spotd started later checks the group "
                 "it names and leaves it alone once it is gone", c->record, strerror(errno));
@@ -743,6 +744,11 @@ int child_exit_code(const struct child *c)
     return c->exit_code;
 }
 
+int child_command_code(const struct child *c)
+{
+    return c->command_code;
+}
+
 struct child *child_new(struct event_base *base, const struct child_opts *opts,
                         const sigset_t *orig_mask)
 {
@@ -757,6 +763,7 @@ struct child *child_new(struct event_base *base, const struct child_opts *opts,
         c->argc++;
     c->backoff_ms = CHILD_BACKOFF_MIN_MS;
     c->exit_override = -1;
+    c->command_code = -1;
     c->lock_fd = -1;
     for (size_t i = 0; i < N_FORWARDED; i++) {
         c->sig_ev[i] = evsignal_new(base, forwarded[i], on_signal, c);
@@ -851,6 +858,11 @@ static bool is_launcher(pid_t pid)
     return false;
 }
 
+bool child_runs_launcher(const struct child *c)
+{
+    return c->state == CHILD_RUNNING && c->pid > 0 && is_launcher(c->pid);
+}
+
 int child_signal_workers(struct child *c, int sig)
 {
     pid_t pids[256];
@@ -867,8 +879,9 @@ int child_signal_workers(struct child *c, int sig)
         if (kill(pids[i], sig) < 0 && errno != ESRCH)
             log_msg(LOGL_WARN, "cannot send SIG%s to worker pid %d: %s", signame(sig),
                     (int)pids[i], strerror(errno));
-    log_msg(LOGL_INFO, "SIG%s sent to the %zu workers of launcher pid %d", signame(sig), n,
-            (int)c->pid);
+    if (n)
+        log_msg(LOGL_INFO, "SIG%s sent to the %zu workers of launcher pid %d", signame(sig), n,
+                (int)c->pid);
     return n ? (int)n : -ESRCH;
 }
 

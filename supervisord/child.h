@@ -104,6 +104,9 @@ void child_set_exit_code(struct child *c, int code);
  * the command's whole group.  Returns how many were signalled, or -ESRCH
  * when the command is not running. */
 int child_signal_workers(struct child *c, int sig);
+/* Is the running command a launcher (torchrun, deepspeed, accelerate),
+ * whose workers child_signal_workers() signals? */
+bool child_runs_launcher(const struct child *c);
 
 /* Other processes spotd starts (hooks) are reaped here too: fn gets the
  * wait status of pid when it ends.  At most CHILD_WATCH_MAX at a time;
@@ -116,6 +119,9 @@ void child_unwatch(struct child *c, pid_t pid);
 /* The command's exit code (128 + n when killed by signal n, 126/127 when it
  * could not be executed), valid once the loop has ended. */
 int child_exit_code(const struct child *c);
+/* The command's own code when it last ended (128+N: killed by signal N);
+ * -1 before. */
+int child_command_code(const struct child *c);
 
 /* Find cmd the way execvp() would, in the parent, so that a child only has
  * to call execve() (a name with a slash is taken as it is).  Returns 0 with

@@ -27,7 +27,9 @@ struct method_ctx {
     struct control *control;       /* the node's control socket (app) */
     const char *state_dir;
     const char *ckpt_dir;          /* signal: SPOT_CKPT_DIR; dir: the watched directory */
-    int signal;                    /* signal: --ckpt-signal */
+    int signal;                    /* signal: --ckpt-signal; dir: at a notice (saved_when) */
+    int saved_when;                /* signal, dir: enum method_saved_when */
+    int exit_code;                 /* --preempt-exit-code: "saved, then exited" */
     uint64_t settle_ms;            /* dir: unchanged this long means complete */
     int layout;                    /* dir: enum ckpt_layout */
     int64_t resume_step;           /* dir: folders up to this step are not new */
@@ -52,6 +54,18 @@ enum {
     /* It cannot serve a world: its checkpoints appear on each node's own
      * schedule, so the nodes cannot agree on a step. */
     METHOD_NO_WORLD = 1 << 1,
+};
+
+/* When a save asked for by a signal is complete (--saved-when). */
+enum method_saved_when {
+    /* signal: the marker, ckpt_saved(), or the command's exit with
+     * --preempt-exit-code or 0, whichever first; dir: no signal. */
+    METHOD_SAVED_AUTO,
+    METHOD_SAVED_MARKER,           /* the marker or ckpt_saved() only */
+    /* The command's exit with --preempt-exit-code or 0: the newest
+     * checkpoint that appeared in --ckpt-dir after the signal (dir: the
+     * signal goes at a terminating notice). */
+    METHOD_SAVED_EXIT,
 };
 
 struct method_ops {
@@ -95,6 +109,11 @@ struct method_ops {
     /* The save in dir is committed: a restart of the command resumes from
      * it.  NULL: the command finds it in SPOT_RESUME_DIR itself. */
     void (*committed)(struct method *m, const char *dir);
+    /* The command ended with code (its own) while a save was under way,
+     * and nothing restarts it: true when the method takes that as its
+     * answer, calling done (at once or later on the loop); false: the
+     * orchestrator gives the save up.  NULL: false. */
+    bool (*exited)(struct method *m, int code);
     /* Give up the save under way: done gets -ECANCELED.  Nothing when
      * none is. */
     void (*cancel)(struct method *m, const char *reason);
@@ -112,5 +131,16 @@ extern const struct method_ops method_app, method_signal, method_dir, method_cri
 
 /* By name ("app", "signal", "dir", "criu"); NULL when unknown (method.c). */
 const struct method_ops *method_find(const char *name);
+
+/* Sends sig to the command's workers (child_signal_workers), or, to a
+ * launcher that has started none yet (torch takes seconds to import),
+ * leaves *sent false for a later try.  *launcher: it went to a launcher's
+ * workers.  Returns 0 or -errno (-ESRCH: the command is not running). */
+int method_send_signal(struct child *c, int sig, bool *sent, bool *launcher);
+
+/* Does the command's exit with code say "saved, then exited"?  0 and
+ * exit_code (--preempt-exit-code) do, and 1 from a launcher, which folds
+ * every worker's code into it (torchrun). */
+bool method_exit_counts(int code, int exit_code, bool launcher);
 
 #endif

@@ -15,7 +15,11 @@
  * its files while the upload runs), so that a generation holds
  * "checkpoint-500/..." or "ckpt-000500.pt" as the trainer wrote it.  At a
  * notice there is nothing to ask the trainer: the newest complete one not
- * yet saved is the checkpoint, or there is none (-EALREADY).
+ * yet saved is the checkpoint, or there is none (-EALREADY).  With
+ * --saved-when exit (a trainer that saves on SIGTERM and exits), the
+ * notice's save sends --ckpt-signal and waits for the command's exit: the
+ * newest one there then is the checkpoint, complete since its writer is
+ * gone.
  *
  * At start, the generation resumed from is linked back into --ckpt-dir
  * under its name, where the trainer looks for its newest checkpoint;
@@ -24,7 +28,6 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -36,17 +39,15 @@
 
 #include "child.h"
 #include "method.h"
-#include "spot/ckptname.h"
-#include "spot/linktree.h"
+#include "spot/ckptdir.h"
 #include "spot/log.h"
 #include "spot/notice.h"
+#include "spot/parse.h"
 
-/* Where checkpoints are linked when the state directory is on another
- * file system (a dot name: no trainer takes it for a checkpoint). */
-#define STAGE ".spotd-stage"
 #define ENTRIES_MAX 512
-#define DEPTH_MAX 16
 #define RENAMED_MAX 64
+/* Without a deadline, how long a save that waits for the exit may take. */
+#define EXIT_LIMIT_MS (30 * 60 * 1000)
 
 struct entry {
     char name[256];
@@ -75,6 +76,10 @@ struct method {
     method_saved_fn done;
     void *arg;
     bool waiting;                  /* save() waits for one to complete */
+    bool last;                     /* the next save is the notice's */
+    bool exiting;                  /* save() waits for the command's exit */
+    bool sent, launcher;           /* the signal went (to a launcher's workers) */
+    bool writer_gone;              /* the command saved and exited: all count */
     int64_t deadline_ms;
     char gen_dir[4096];            /* the generation's folder, from save() */
     uint64_t gen;
@@ -83,13 +88,14 @@ struct method {
 
 static void scan(struct method *m);
 static void deliver(struct method *m);
+static int wait_exit(struct method *m, int64_t deadline_ms);
+static void exit_tick(struct method *m, int64_t now);
 
 /* ---- the operations ------------------------------------------------------ */
 
 static void on_scan(evutil_socket_t fd, short what, void *arg);
 static void on_inotify(evutil_socket_t fd, short what, void *arg);
 static void on_now(evutil_socket_t fd, short what, void *arg);
-static void place_resume(struct method *m);
 
 static struct method *dir_open(const struct method_ctx *ctx, char *err, size_t errlen)
 {
@@ -144,7 +150,7 @@ static struct method *dir_open(const struct method_ctx *ctx, char *err, size_t e
         return NULL;
     }
     if (ctx->resume_dir)
-        place_resume(m);
+        ckptdir_place(m->dir, ctx->resume_dir, ctx->resume_step, m->layout);
     setenv("SPOT_CKPT_DIR", m->dir, 1);
     return m;
 }
@@ -161,14 +167,23 @@ static bool pending(const struct method *m)
 static int dir_save(struct method *m, uint64_t gen, const char *dir, int64_t deadline_ms,
                     method_saved_fn done, void *arg)
 {
+    int r;
+
     if (m->done)
         return -EBUSY;
+    m->gen = gen;
+    snprintf(m->gen_dir, sizeof(m->gen_dir), "%s", dir);
+    if (m->last && m->ctx.saved_when == METHOD_SAVED_EXIT) {
+        if ((r = wait_exit(m, deadline_ms)) == 0) {
+            m->done = done;
+            m->arg = arg;
+        }
+        return r;
+    }
     if (m->ready_step <= m->handed && !pending(m))
         return -EALREADY;
     m->done = done;
     m->arg = arg;
-    m->gen = gen;
-    snprintf(m->gen_dir, sizeof(m->gen_dir), "%s", dir);
     if (m->ready_step <= m->handed) {
         /* The trainer is writing one: wait for it, up to the deadline. */
         m->waiting = true;
@@ -220,30 +235,17 @@ static void dir_resume_path(struct method *m, const char *dir, int64_t step, cha
     }
 }
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+static void dir_last(struct method *m)
 {
-    remove(path);
-    return 0;
+    m->last = true;
 }
 
-/* Committed: the links of older generations in STAGE go. */
+static bool dir_exited(struct method *m, int code);
+
+/* Committed: the links of older generations in the stage go. */
 static void dir_committed(struct method *m, const char *dir)
 {
-    char stage[4200], path[4500];
-    struct dirent *d;
-    DIR *dp;
-
-    snprintf(stage, sizeof(stage), "%s/" STAGE, m->dir);
-    if (!(dp = opendir(stage)))
-        return;
-    while ((d = readdir(dp))) {
-        if (strncmp(d->d_name, "gen-", 4) != 0)
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", stage, d->d_name);
-        if (strcmp(path, m->out) != 0)
-            nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-    }
-    closedir(dp);
+    ckptdir_unstage(m->dir, m->out);
 }
 
 static void dir_stop(struct method *m, const char *reason, uint64_t grace_ms)
@@ -273,60 +275,14 @@ const struct method_ops method_dir = {
     .save = dir_save,
     .why_none = dir_why_none,
     .resume_path = dir_resume_path,
+    .last = dir_last,
     .committed = dir_committed,
+    .exited = dir_exited,
     .stop = dir_stop,
     .close = dir_close,
 };
 
 /* ---- the scan ------------------------------------------------------------ */
-
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    return h;
-}
-
-static uint64_t mix_stat(uint64_t h, const char *name, const struct stat *st)
-{
-    for (const char *p = name; *p; p++)
-        h = mix(h, (unsigned char)*p);
-    h = mix(h, (uint64_t)st->st_size);
-    h = mix(h, (uint64_t)st->st_ino);
-    return mix(h, (uint64_t)st->st_mtim.tv_sec * 1000000000ull + (uint64_t)st->st_mtim.tv_nsec);
-}
-
-/* A signature of everything under dirfd; sets *last when the file its
- * writer writes last is at the top.  Returns the signature, 0 on an error
- * (treated as changing). */
-static uint64_t signature(int dirfd, int depth, bool *last)
-{
-    uint64_t h = 1469598103934665603ull;
-    struct dirent *d;
-    DIR *dp = fdopendir(dirfd);
-
-    if (!dp) {
-        close(dirfd);
-        return 0;
-    }
-    while ((d = readdir(dp))) {
-        struct stat st;
-
-        if (strcmp(d->d_name, ".") == 0 || strcmp(d->d_name, "..") == 0)
-            continue;
-        if (fstatat(dirfd, d->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-            continue;
-        if (depth == 0 && last && ckptname_last_file(d->d_name))
-            *last = true;
-        h = mix_stat(h, d->d_name, &st);
-        if (S_ISDIR(st.st_mode) && depth < DEPTH_MAX) {
-            int fd = openat(dirfd, d->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (fd >= 0)
-                h = mix(h, signature(fd, depth + 1, NULL));
-        }
-    }
-    closedir(dp);
-    return h ? h : 1;
-}
 
 static struct entry *entry_get(struct method *m, const char *name)
 {
@@ -370,7 +326,7 @@ static struct entry *look(struct method *m, DIR *dp, const char *name, int64_t n
     uint64_t sig;
     int64_t step;
 
-    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || strcmp(name, STAGE) == 0 ||
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || strcmp(name, CKPTDIR_STAGE) == 0 ||
         fstatat(dirfd(dp), name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
         (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)))
         return NULL;
@@ -383,9 +339,9 @@ static struct entry *look(struct method *m, DIR *dp, const char *name, int64_t n
         int fd = openat(dirfd(dp), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
             return NULL;
-        sig = signature(fd, 0, &last);
+        sig = ckptdir_signature(fd, &last);
     } else {
-        sig = mix_stat(1469598103934665603ull, name, &st);
+        sig = ckptdir_entry_signature(dirfd(dp), name, NULL);
     }
     if (!(e = entry_get(m, name)))
         return NULL;
@@ -421,7 +377,7 @@ static void scan(struct method *m)
     while ((d = readdir(dp))) {
         struct entry *e = look(m, dp, d->d_name, now);
 
-        if (e && (e->renamed || now - e->changed_ms >= (int64_t)m->ctx.settle_ms) &&
+        if (e && (e->renamed || m->writer_gone || now - e->changed_ms >= (int64_t)m->ctx.settle_ms) &&
             e->step > best) {
             best = e->step;
             best_name = e->name;
@@ -441,6 +397,10 @@ static void scan(struct method *m)
             m->e[i] = m->e[--m->n];
         else
             i++;
+    if (m->exiting) {
+        exit_tick(m, now);
+        return;
+    }
     if (m->waiting && m->ready_step > m->handed) {
         m->waiting = false;
         deliver(m);
@@ -486,34 +446,20 @@ static void on_inotify(evutil_socket_t fd, short what, void *arg)
 /* ---- handing a checkpoint out -------------------------------------------- */
 
 /* The ready checkpoint is linked, under its name, into the generation's
- * folder (or into STAGE when that is on another file system), and done
- * is called from the loop. */
+ * folder (ckptdir_link), and done is called from the loop. */
 static void deliver(struct method *m)
 {
-    char src[4400], dst[4800];
     struct timeval zero = { 0, 0 };
+    char msg[9400];
     int err;
 
     m->handed = m->ready_step;
-    snprintf(src, sizeof(src), "%s/%s", m->dir, m->ready);
-    snprintf(m->out, sizeof(m->out), "%s", m->gen_dir);
-    snprintf(dst, sizeof(dst), "%s/%s", m->out, m->ready);
-    err = linktree_link(src, dst);
-    if (err == -EXDEV || err == -EPERM || err == -EMLINK) {
-        snprintf(dst, sizeof(dst), "%s/" STAGE, m->dir);
-        mkdir(dst, 0700);
-        snprintf(m->out, sizeof(m->out), "%s/" STAGE "/gen-%08llu", m->dir,
-                 (unsigned long long)m->gen);
-        nftw(m->out, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-        snprintf(dst, sizeof(dst), "%s/%s", m->out, m->ready);
-        err = mkdir(m->out, 0700) < 0 ? -errno : linktree_link(src, dst);
-    }
+    err = ckptdir_link(m->dir, m->ready, m->gen_dir, m->gen, m->out, sizeof(m->out), msg,
+                       sizeof(msg));
     if (err < 0) {
         method_saved_fn done = m->done;
-        char msg[9400];
 
         m->done = NULL;
-        snprintf(msg, sizeof(msg), "cannot link '%s' into '%s': %s", src, dst, strerror(-err));
         done(m->arg, err, msg, -1, m->dir);
         return;
     }
@@ -529,63 +475,89 @@ static void on_now(evutil_socket_t fd, short what, void *arg)
     done(m->arg, 0, "", m->handed, m->out);
 }
 
-/* ---- resuming: the generation back in --ckpt-dir -------------------------- */
+/* ---- "saved, then exited" ------------------------------------------------ */
 
-/* The restored generation's checkpoint, under its name, where the trainer
- * looks for its newest; what the trainer has there stays. */
-static void place_resume(struct method *m)
+static const char *sig_name(const struct method *m)
 {
-    char src[4400], dst[4400], newer[1024] = "";
-    struct dirent *d;
-    int64_t step = m->ctx.resume_step;
-    DIR *dp = opendir(m->ctx.resume_dir);
-    size_t placed = 0;
+    const char *s = parse_signal_name(m->ctx.signal);
+    return s ? s : "?";
+}
 
-    if (!dp)
+/* The notice's save of a trainer that saves on the signal and exits: the
+ * signal (to a launcher's workers once they are there), and no restart. */
+static int wait_exit(struct method *m, int64_t deadline_ms)
+{
+    int r;
+
+    m->sent = false;
+    if ((r = method_send_signal(m->ctx.child, m->ctx.signal, &m->sent, &m->launcher)) < 0)
+        return r;
+    child_hold(m->ctx.child);
+    m->exiting = true;
+    m->deadline_ms = deadline_ms > 0 ? deadline_ms : notice_now_ms() + EXIT_LIMIT_MS;
+    log_msg(LOGL_INFO, "%s; the checkpoint is the newest in '%s' once the command exits",
+            m->sent ? "the trainer was sent its signal" : "the launcher has no workers yet: "
+            "the signal goes to them once they are there", m->dir);
+    return 0;
+}
+
+/* While waiting for the exit: the signal, if it has not gone yet, and the
+ * deadline, at which the newest complete one is saved, if any. */
+static void exit_tick(struct method *m, int64_t now)
+{
+    method_saved_fn done = m->done;
+    int r;
+
+    if (!m->sent &&
+        (r = method_send_signal(m->ctx.child, m->ctx.signal, &m->sent, &m->launcher)) < 0) {
+        m->exiting = false;
+        m->done = NULL;
+        snprintf(m->out, sizeof(m->out), "cannot send SIG%s to the trainer: %s", sig_name(m),
+                 strerror(-r));
+        done(m->arg, r, m->out, -1, m->dir);
         return;
-    while ((d = readdir(dp))) {
-        struct stat st;
-        int err;
-
-        snprintf(src, sizeof(src), "%s/%s", m->ctx.resume_dir, d->d_name);
-        if (d->d_name[0] == '.' || lstat(src, &st) < 0 ||
-            ckptname_step(d->d_name, S_ISDIR(st.st_mode), m->layout, NULL) != step)
-            continue;
-        snprintf(dst, sizeof(dst), "%s/%s", m->dir, d->d_name);
-        if (lstat(dst, &st) == 0) {
-            log_msg(LOGL_INFO, "'%s' is there already: the trainer's own is kept", dst);
-            placed++;
-            continue;
-        }
-        if ((err = linktree_copy(src, dst)) < 0) {
-            log_msg(LOGL_WARN, "cannot put the resumed checkpoint into '%s': %s (it is in "
-                    "SPOT_RESUME_DIR)", dst, strerror(-err));
-            continue;
-        }
-        log_msg(LOGL_INFO, "resumed checkpoint (step %lld) put back as '%s'", (long long)step,
-                dst);
-        placed++;
     }
-    closedir(dp);
-    if (!placed)
-        log_msg(LOGL_INFO, "the resumed generation holds no checkpoint named for --ckpt-layout "
-                "%s at step %lld (saved by an older spotd?): it is only in SPOT_RESUME_DIR",
-                ckptname_layout_name(m->layout), (long long)step);
-    /* Newer ones of the trainer's own: it will likely resume from them. */
-    if (!(dp = opendir(m->dir)))
+    if (now < m->deadline_ms)
         return;
-    while ((d = readdir(dp))) {
-        size_t len = strlen(newer);
-        struct stat st;
-
-        if (d->d_name[0] != '.' && fstatat(dirfd(dp), d->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-            ckptname_step(d->d_name, S_ISDIR(st.st_mode), m->layout, NULL) > step &&
-            len + 8 < sizeof(newer))
-            snprintf(newer + len, sizeof(newer) - len, "%s'%s'", len ? ", " : "", d->d_name);
+    m->exiting = false;
+    if (m->ready_step > m->handed) {
+        log_msg(LOGL_WARN, "the command did not exit before the deadline after SIG%s: saving "
+                "the newest complete checkpoint, '%s'", sig_name(m), m->ready);
+        deliver(m);
+        return;
     }
-    closedir(dp);
-    if (newer[0])
-        log_msg(LOGL_WARN, "'%s' holds checkpoints newer than the resumed step %lld that no "
-                "committed generation holds: %s; the trainer may resume from them, and spotd "
-                "uploads them as they count", m->dir, (long long)step, newer);
+    m->done = NULL;
+    snprintf(m->out, sizeof(m->out), "%s before the deadline (--saved-when exit: the trainer "
+             "saves into '%s' and exits with code 0 or %d)", m->sent ? "the command did not "
+             "exit after its signal" : "the launcher started no workers to signal", m->dir,
+             m->ctx.exit_code);
+    done(m->arg, -ETIMEDOUT, m->out, -1, m->dir);
+}
+
+/* The command ended while the notice's save waited for it: everything it
+ * wrote counts when it said it saved (its code), else only what was
+ * complete already. */
+static bool dir_exited(struct method *m, int code)
+{
+    method_saved_fn done = m->done;
+
+    if (!m->done || !m->exiting)
+        return false;
+    m->exiting = false;
+    m->writer_gone = m->sent && method_exit_counts(code, m->ctx.exit_code, m->launcher);
+    scan(m);
+    if (m->ready_step > m->handed) {
+        if (!m->writer_gone)
+            log_msg(LOGL_WARN, "the command exited with code %d %s SIG%s (not 0 or %d): "
+                    "saving the newest checkpoint that was complete, '%s'", code,
+                    m->sent ? "after" : "before", sig_name(m), m->ctx.exit_code, m->ready);
+        deliver(m);
+        return true;
+    }
+    m->done = NULL;
+    snprintf(m->out, sizeof(m->out), "the command exited with code %d %s SIG%s, and '%s' holds "
+             "no complete checkpoint newer than step %lld", code, m->sent ? "after" : "before",
+             sig_name(m), m->dir, (long long)m->handed);
+    done(m->arg, -ENOENT, m->out, -1, m->dir);
+    return true;
 }

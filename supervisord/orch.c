@@ -12,10 +12,8 @@
 #include "orch_impl.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +24,7 @@
 #include "control.h"
 #include "hooks.h"
 #include "method.h"
+#include "spot/linktree.h"
 #include "spot/log.h"
 #include "spot/parse.h"
 #include "spot/pool.h"
@@ -212,7 +211,11 @@ void orch_finish(struct orch *r)
         event_base_loopexit(r->o.base, &flush);
         event_base_dispatch(r->o.base);
     }
-    if (r->state == SAVING) {
+    /* A method that saves by exiting takes the end as its answer. */
+    if (r->state == SAVING && !r->world && r->mops->exited &&
+        r->mops->exited(r->method, child_command_code(r->o.child)))
+        r->saved_by_exit = true;
+    else if (r->state == SAVING) {
         r->terminating = false;
         orch_fail(r, -ECANCELED, "the command ended before its trainers saved");
     }
@@ -224,7 +227,8 @@ void orch_finish(struct orch *r)
     if (r->state == UPLOADING || r->state == COMMITTING)
         log_msg(LOGL_INFO, "the command ended; finishing generation %llu before exiting",
                 (unsigned long long)r->gen);
-    while ((busy(r) || rendezvous_stop(r->rv)) && event_base_loop(r->o.base, EVLOOP_ONCE) == 0)
+    while ((busy(r) || (r->saved_by_exit && r->state == SAVING) || rendezvous_stop(r->rv)) &&
+           event_base_loop(r->o.base, EVLOOP_ONCE) == 0)
         ;
     /* The number claimed ahead and never used goes back: no empty
      * generation is left in the store. */
@@ -268,6 +272,8 @@ void orch_run_command(struct orch *r)
         .signal = r->o.ckpt_signal,
         .settle_ms = r->o.settle_ms,
         .layout = r->o.ckpt_layout,
+        .saved_when = r->o.saved_when,
+        .exit_code = r->o.preempt_exit_code,
         .resume_step = r->resume_step,
         .found = on_found,
         .argv = r->argv ? r->argv : r->o.argv,
@@ -1119,35 +1125,17 @@ int orch_make_dirs(const char *path)
     return 0;
 }
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    if (remove(path) < 0 && errno != ENOENT)
-        log_msg(LOGL_WARN, "cannot remove '%s': %s", path, strerror(errno));
-    return 0;
-}
-
 /* rm -rf path */
 void orch_remove_tree(const char *path)
 {
-    nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    linktree_remove(path);
 }
 
 /* Remove the entries "gen-*" of STATE/sub except keep (a path or NULL). */
 void orch_prune_local(struct orch *r, const char *sub, const char *keep)
 {
-    char dir[4200], path[4500];
-    struct dirent *d;
-    DIR *dp;
+    char dir[4200];
 
     snprintf(dir, sizeof(dir), "%s/%s", r->state_dir, sub);
-    if (!(dp = opendir(dir)))
-        return;
-    while ((d = readdir(dp))) {
-        if (strncmp(d->d_name, "gen-", 4) != 0)
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
-        if (!keep || strcmp(path, keep) != 0)
-            orch_remove_tree(path);
-    }
-    closedir(dp);
+    linktree_prune_gens(dir, keep);
 }

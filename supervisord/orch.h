@@ -62,6 +62,8 @@ struct orch_opts {
     int ckpt_signal;
     uint64_t settle_ms;
     int ckpt_layout;               /* dir method: enum ckpt_layout */
+    int saved_when;                /* signal, dir: enum method_saved_when */
+    int preempt_exit_code;         /* "saved, then exited" */
     const char *resume;            /* "auto", "fresh" ("never") or a generation */
     int on_unrestorable;           /* enum config_unrestorable */
     uint64_t store_wait_ms;        /* at start, retry an unreadable store this long */

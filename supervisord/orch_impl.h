@@ -92,6 +92,7 @@ struct orch {
     struct snap_saved saved;
     int exit_code;
     bool finishing;                /* spotd is ending: start nothing new */
+    bool saved_by_exit;            /* the method took the command's end as its save */
     bool collecting;               /* snap_gc under way */
     bool collect_again;            /* a commit came meanwhile: once more after it */
     struct event *tick;            /* periodic checkpoints */

@@ -19,6 +19,7 @@
 
 #include "child.h"
 #include "cuda.h"
+#include "method.h"
 #include "metrics.h"
 #include "notices.h"
 #include "orch.h"
@@ -461,12 +462,12 @@ static int world_config(const struct config *cfg, struct world_cfg *w)
             return -1;
         }
 keyed:
-    if (config_num(cfg, OPT_METHOD) == 2) {
+    if (config_num(cfg, OPT_METHOD) == CONFIG_METHOD_DIR) {
         say("the dir method cannot serve a world yet: its folders appear on each node's own "
             "schedule; use app (libckpt) or signal");
         return -1;
     }
-    if (config_num(cfg, OPT_METHOD) == 3) {
+    if (config_num(cfg, OPT_METHOD) == CONFIG_METHOD_CRIU) {
         say("the criu method cannot serve a world: CRIU cannot snapshot a live NCCL or gloo "
             "world (its TCP connections do not move to other hosts); use app (libckpt)");
         return -1;
@@ -577,6 +578,51 @@ static void on_notice_signal(void *arg, int sig)
  * then the event log, the world and the job key, the secrets gone from
  * the environment.  Returns 0, or -1 after saying why (run->code is 0 for
  * --help). */
+/* --saved-when, and the method and options it goes with.  Returns 0, or
+ * -1 after saying why. */
+static int saved_when_config(const struct run *run)
+{
+    const struct config *cfg = &run->cfg;
+    int method = (int)config_num(cfg, OPT_METHOD), when = (int)config_num(cfg, OPT_SAVED_WHEN);
+    const char *origin = cfg->v[OPT_SAVED_WHEN].origin;
+
+    if (cfg->v[OPT_SAVED_WHEN].source == CONFIG_DEFAULT)
+        return 0;
+    if (method != CONFIG_METHOD_SIGNAL && method != CONFIG_METHOD_DIR) {
+        say("saved_when (from %s) is for the signal and dir methods, whose trainers save on "
+            "--ckpt-signal", origin);
+        return -1;
+    }
+    if (method == CONFIG_METHOD_DIR && when == METHOD_SAVED_MARKER) {
+        say("saved_when marker (from %s): the dir method has no marker; exit sends "
+            "--ckpt-signal at a notice and takes the newest checkpoint once the command exits, "
+            "auto sends nothing", origin);
+        return -1;
+    }
+    if (when == METHOD_SAVED_EXIT && run->wc.size > 1) {
+        say("saved_when exit (from %s) cannot serve a world yet: each node's command exits on "
+            "its own; have the trainers create SPOT_CKPT_MARKER, or use libckpt", origin);
+        return -1;
+    }
+    if (when == METHOD_SAVED_EXIT && method == CONFIG_METHOD_SIGNAL && config_str(cfg, OPT_INTERVAL)) {
+        say("--interval with --method signal --saved-when exit would end the trainer at every "
+            "tick (it exits once it saved): let it save on its own schedule and run --method "
+            "dir --saved-when exit, or have it create SPOT_CKPT_MARKER and train on");
+        return -1;
+    }
+    return 0;
+}
+
+/* The signal that asks for a save: --ckpt-signal, else TERM for a trainer
+ * that saves and exits (its habit), USR1 otherwise. */
+static int ckpt_signal(const struct config *cfg)
+{
+    if (cfg->v[OPT_CKPT_SIGNAL].source == CONFIG_DEFAULT &&
+        config_num(cfg, OPT_SAVED_WHEN) == METHOD_SAVED_EXIT)
+        return SIGTERM;
+    return (int)config_num(cfg, OPT_CKPT_SIGNAL);
+}
+
 static int run_validate(struct run *run, int argc, char **argv)
 {
     struct config *cfg = &run->cfg;
@@ -647,7 +693,7 @@ static int run_validate(struct run *run, int argc, char **argv)
         return -1;
     }
     run->logging = true;
-    if (world_config(cfg, &run->wc) < 0)
+    if (world_config(cfg, &run->wc) < 0 || saved_when_config(run) < 0)
         return -1;
     if (config_str(cfg, OPT_JOB_KEY_FILE) && !config_str(cfg, OPT_JOB)) {
         say("job_key_file (from %s) signs commit records: it needs --job and --store",
@@ -715,9 +761,11 @@ static int build_orch(struct run *run)
                                                 : 0,
                              .method = config_str(cfg, OPT_METHOD),
                              .ckpt_dir = config_str(cfg, OPT_CKPT_DIR),
-                             .ckpt_signal = (int)config_num(cfg, OPT_CKPT_SIGNAL),
+                             .ckpt_signal = ckpt_signal(cfg),
                              .settle_ms = config_num(cfg, OPT_SETTLE),
                              .ckpt_layout = (int)config_num(cfg, OPT_CKPT_LAYOUT),
+                             .saved_when = (int)config_num(cfg, OPT_SAVED_WHEN),
+                             .preempt_exit_code = (int)config_num(cfg, OPT_PREEMPT_EXIT_CODE),
                              .resume = config_str(cfg, OPT_RESUME),
                              .on_unrestorable = (int)config_num(cfg, OPT_ON_UNRESTORABLE),
                              .store_wait_ms = config_num(cfg, OPT_STORE_WAIT),
@@ -917,8 +965,14 @@ static void run_loop(struct run *run)
     /* A preemption's commit webhook gets its chance before spotd goes. */
     webhook_drain(run->webhook, WEBHOOK_DRAIN_MS);
     run->code = child_exit_code(run->child);
-    if (orch_exit_code(run->orch) >= 0)
+    if (orch_exit_code(run->orch) >= 0 && orch_exit_code(run->orch) != run->code) {
+        log_msg(LOGL_INFO, "spotd exits with code %d after all, not %d: %s",
+                orch_exit_code(run->orch), run->code,
+                orch_exit_code(run->orch) == ORCH_EXIT_PREEMPTED_SAVED
+                    ? "the checkpoint of the preemption was committed after the command ended"
+                    : "the checkpoints decide it");
         run->code = orch_exit_code(run->orch);
+    }
     if (config_num(&run->cfg, OPT_AZURE_ACK) && run->cloud && run->cloud->ack)
         acknowledge(run->base, run->cloud, run->watcher, notices_stop_cause(run->notices));
 }

@@ -4,8 +4,9 @@
     CKPT_DIR=DIR train.py STEPS
     CKPT_DIR=DIR torchrun --nproc_per_node 2 --redirects 9:0 --tee 9:0 train.py STEPS
 
-It reads only CKPT_DIR, SAVE_EVERY (default 100), CKPT_LAYOUT and the
-torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK...).  Every SAVE_EVERY
+It reads only CKPT_DIR, SAVE_EVERY (default 100), CKPT_LAYOUT, STEP_MS (a
+pause after each step, default 0: the model stands for a slower one in
+demos and tests) and the torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK...).  Every SAVE_EVERY
 steps global rank 0 saves model, optimizer, step and RNG states with
 torch.save, as
 
@@ -19,9 +20,11 @@ resumes from the newest checkpoint in CKPT_DIR.  On SIGTERM it saves at the
 next step and exits 75.  The last line is "done STEPS sha256 HEX": the model
 after STEPS steps, the same bit for bit whether the run was interrupted or not.
 
-Under spotd, with no change and no wrapper:
+Under spotd, with no change and no wrapper (each checkpoint it writes is
+uploaded; at a notice it is sent SIGTERM, and the one it saves before it
+exits is the last generation):
 
-    spotd run --job J --store URL --method dir --ckpt-dir DIR -- \\
+    spotd run --job J --store URL --method dir --ckpt-dir DIR --saved-when exit -- \\
         env CKPT_DIR=DIR train.py STEPS
 """
 
@@ -32,6 +35,7 @@ import os
 import re
 import signal
 import sys
+import time
 
 EXIT_PREEMPTED = 75
 SEED = 1234
@@ -77,6 +81,7 @@ def main():
     ckpt_dir = os.environ.get("CKPT_DIR", "checkpoints")
     every = int(os.environ.get("SAVE_EVERY", "100"))
     layout = os.environ.get("CKPT_LAYOUT", "files")
+    pause = int(os.environ.get("STEP_MS", "0")) / 1000.0
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     signal.signal(signal.SIGTERM, on_term)
@@ -169,6 +174,8 @@ def main():
         opt.step()
         if (step + 1) % every == 0:
             save(step)
+        if pause:
+            time.sleep(pause)
 
     h = hashlib.sha256()
     for t in model.state_dict().values():

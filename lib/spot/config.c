@@ -23,6 +23,8 @@ static const char *const cloud_choices[] = { "auto", "none", "aws", "gcp", "azur
 static const char *const method_choices[] = { "app", "signal", "dir", "criu", NULL };
 /* As enum ckpt_layout (ckptname.h). */
 static const char *const layout_choices[] = { "auto", "folders", "files", NULL };
+/* As enum method_saved_when (supervisord/method.h). */
+static const char *const saved_when_choices[] = { "auto", "marker", "exit", NULL };
 static const char *const rendezvous_choices[] = { "static", "store", NULL };
 /* In the order of enum config_unrestorable. */
 static const char *const unrestorable_choices[] = { "older", "fresh", "fail", NULL };
@@ -90,6 +92,15 @@ const struct config_option config_options[OPT__COUNT] = {
     [OPT_CKPT_LAYOUT] = { "ckpt_layout", CONFIG_ENUM, "auto", layout_choices, 0, 0, false, NULL,
                           "dir method: how the trainer names its checkpoints: folders "
                           "(checkpoint-150/), files (ckpt-150.pt), or auto (either)" },
+    [OPT_SAVED_WHEN] = { "saved_when", CONFIG_ENUM, "auto", saved_when_choices, 0, 0, false,
+                         NULL, "signal and dir methods: when the save asked for by "
+                         "--ckpt-signal is complete: marker (SPOT_CKPT_MARKER or ckpt_saved()), "
+                         "exit (the command exits with --preempt-exit-code or 0; the newest "
+                         "checkpoint in --ckpt-dir after the signal), auto (signal: either; "
+                         "dir: no signal)" },
+    [OPT_PREEMPT_EXIT_CODE] = { "preempt_exit_code", CONFIG_UINT, "75", NULL, 1, 255, false,
+                                NULL, "the code with which a trainer exits once it saved on "
+                                "the signal (0 counts too)" },
     [OPT_RESUME] = { "resume", CONFIG_STRING, "auto", NULL, 0, 0, false, NULL,
                      "what to resume from at start: auto (the newest committed generation "
                      "that restores), fresh (none; never is the same), or a generation "

@@ -48,6 +48,8 @@ enum config_id {
     OPT_CKPT_SIGNAL,
     OPT_SETTLE,
     OPT_CKPT_LAYOUT,
+    OPT_SAVED_WHEN,
+    OPT_PREEMPT_EXIT_CODE,
     OPT_RESUME,
     OPT_ON_UNRESTORABLE,
     OPT_STORE_WAIT,
@@ -193,5 +195,12 @@ enum config_cloud { CLOUD_AUTO, CLOUD_NONE, CLOUD_AWS, CLOUD_GCP, CLOUD_AZURE, C
 /* Restart policies, in the order of OPT_RESTART's choices. */
 enum config_restart { RESTART_NEVER, RESTART_ON_FAILURE, RESTART_ALWAYS };
 enum config_unrestorable { UNRESTORABLE_OLDER, UNRESTORABLE_FRESH, UNRESTORABLE_FAIL };
+/* Methods, in the order of OPT_METHOD's choices. */
+enum config_method {
+    CONFIG_METHOD_APP,
+    CONFIG_METHOD_SIGNAL,
+    CONFIG_METHOD_DIR,
+    CONFIG_METHOD_CRIU,
+};
 
 #endif

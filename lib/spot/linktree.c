@@ -1,15 +1,18 @@
-/* linktree: link -r, or cp -r where linking fails (see linktree.h). */
+/* linktree: link -r, or cp -r where linking fails, and rm -r (see linktree.h). */
 #include "spot/linktree.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "spot/log.h"
 
 #define DEPTH_MAX 64
 
@@ -106,4 +109,34 @@ int linktree_link(const char *src, const char *dst)
 int linktree_copy(const char *src, const char *dst)
 {
     return walk(src, dst, true, 0);
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    if (remove(path) < 0 && errno != ENOENT)
+        log_msg(LOGL_WARN, "cannot remove '%s': %s", path, strerror(errno));
+    return 0;
+}
+
+void linktree_remove(const char *path)
+{
+    nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void linktree_prune_gens(const char *dir, const char *keep)
+{
+    char path[8192];
+    struct dirent *d;
+    DIR *dp = opendir(dir);
+
+    if (!dp)
+        return;
+    while ((d = readdir(dp))) {
+        if (strncmp(d->d_name, "gen-", 4) != 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
+        if (!keep || strcmp(path, keep) != 0)
+            linktree_remove(path);
+    }
+    closedir(dp);
 }

@@ -1,5 +1,5 @@
 /* linktree: name a file or a tree again (link -r), or copy it where it
- * cannot be linked.  A checkpoint's few files are linked in microseconds,
+ * cannot be linked, or remove one.  A checkpoint's few files are linked in microseconds,
  * whatever their size; a copy reads every byte (blocking). */
 #ifndef SPOT_LINKTREE_H
 #define SPOT_LINKTREE_H
@@ -12,5 +12,13 @@ int linktree_link(const char *src, const char *dst);
 /* The same, copying file data where linking fails (another file system, a
  * file system without hard links). */
 int linktree_copy(const char *src, const char *dst);
+
+/* rm -rf path: a file, or a directory and all below (symlinks are not
+ * followed); what cannot be removed is logged. */
+void linktree_remove(const char *path);
+
+/* Removes each entry of dir whose name starts with "gen-", but keep (a
+ * path as dir/NAME, or NULL). */
+void linktree_prune_gens(const char *dir, const char *keep);
 
 #endif

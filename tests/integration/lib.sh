@@ -23,11 +23,23 @@ cleanup() {
     for p in "${_bg_pids[@]}"; do kill_tree "$p"; done
     for p in $(tagged); do kill -KILL "$p" 2>/dev/null; done
     for p in "${_bg_pids[@]}"; do wait "$p" 2>/dev/null; done
+    [ -e "$T/.failed" ] && [ -z "${KEEP_T:-}" ] && keep_logs
     [ -n "${KEEP_T:-}" ] || rm -rf "$T"
 }
 
+# keep_logs: a failed script's event logs and outputs (the small files)
+# outlive it, for a flake seen once on a loaded machine.
+keep_logs() {
+    local keep f
+    keep=$(mktemp -d "/tmp/spotd-failed.$(basename "$0" .sh).XXXXXX") || return
+    (cd "$T" && find . -type f -size -4M \( -name '*.ev' -o -name '*ev[0-9]' -o -name 'std*' \
+        -o -name '*.log' -o -name '*.err' -o -name '*.out' \) -print0 |
+        xargs -0 -r cp --parents -t "$keep" 2>/dev/null)
+    echo "the logs of the failed checks are kept in $keep"
+}
+
 pass() { echo "PASS: $1"; }
-fail() { echo "FAIL: $1${2:+: $2}"; }
+fail() { echo "FAIL: $1${2:+: $2}"; : >"$T/.failed"; }
 
 # check NAME CONDITION...: pass when the command succeeds.  Returns its
 # status, so that `check ... || { diagnostics; }` prints them on a failure.

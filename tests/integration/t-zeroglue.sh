@@ -18,6 +18,28 @@ S="file://$T/store"
 NSTEPS=1500
 export SAVE_EVERY=150
 
+# noticed L NOTICE EVENTS: the notice comes; spotd exits 75.  Sets STEP to
+# the last commit's step and STOPPED to the step the trainer stopped at.
+noticed() {
+    touch "$2"
+    wait_exit "$SPOTD_PID" 60
+    expect_eq "$1: after the notice spotd exits 75" 75 "$RC"
+    [ "$RC" = 75 ] || { tail -n 20 "$T/stdout"; tail -n 30 "$T/stderr"; }
+    STOPPED=$(sed -n 's/^stopped at step //p' "$T/stdout")
+    STEP=$(jget "$(ev "$3" commit | tail -n 1)" step)
+    STEP=${STEP:--1}
+}
+
+# resumed L FROM: the replacement finished, having resumed by itself from
+# FROM at the step after STEP, with the model of an uninterrupted run.
+resumed() {
+    expect_eq "$1: the replacement node finishes" 0 "$RC"
+    [ "$RC" = 0 ] || tail -n 30 "$T/stderr"
+    check "$1: the replacement resumes by itself from the committed step" \
+        grep -qF "resumed at step $((STEP + 1)) from $2" "$T/stdout"
+    expect_eq "$1: the final model equals an uninterrupted run's" "$ref" "$(tail -n 1 "$T/stdout")"
+}
+
 ref=$(CKPT_DIR="$T/ref" timeout -k 2 120 "$PY" "$TRAIN" $NSTEPS 2>"$T/ref.err" | tail -n 1)
 check "zero-glue: an uninterrupted run ends with its model's hash" \
     grep -qxE "done $NSTEPS sha256 [0-9a-f]{64}" <<<"$ref"
@@ -30,13 +52,9 @@ for layout in files folders lightning; do
         --events "$T/$layout-ev1" -- env CKPT_DIR="$ck1" CKPT_LAYOUT="$layout" "$PY" "$TRAIN" $NSTEPS
     one_commit() { has '"event":"commit"' "$T/$layout-ev1" || ! alive "$SPOTD_PID"; }
     wait_for 60 one_commit
-    touch "$T/$layout-notice"
-    wait_exit "$SPOTD_PID" 60
-    expect_eq "$L: after the notice spotd exits 75" 75 "$RC"
-    [ "$RC" = 75 ] || { tail -n 20 "$T/stdout"; tail -n 30 "$T/stderr"; }
-    last=$(ev "$T/$layout-ev1" commit | tail -n 1)
-    step=$(jget "$last" step)
-    expect_ge "$L: a checkpoint the trainer wrote was committed" $((SAVE_EVERY - 1)) "${step:--1}"
+    noticed "$L" "$T/$layout-notice" "$T/$layout-ev1"
+    step=$STEP
+    expect_ge "$L: a checkpoint the trainer wrote was committed" $((SAVE_EVERY - 1)) "$step"
     # What the generation holds: the checkpoint under the trainer's name.
     "$SPOTCTL" fetch --store "$S" --job "zg-$layout" "$T/$layout-fetch" >/dev/null 2>&1
     case $layout in
@@ -50,11 +68,7 @@ for layout in files folders lightning; do
     run_spotd run --cloud none --job "zg-$layout" --store "$S" --state-dir "$T/$layout-n2" \
         --method dir --ckpt-dir "$ck2" --settle 2s --events "$T/$layout-ev2" -- \
         env CKPT_DIR="$ck2" CKPT_LAYOUT="$layout" "$PY" "$TRAIN" $NSTEPS
-    expect_eq "$L: the replacement node finishes" 0 "$RC"
-    [ "$RC" = 0 ] || tail -n 30 "$T/stderr"
-    check "$L: the generation was put back into CKPT_DIR under its name" \
-        grep -qF "resumed at step $((step + 1)) from $ck2/$name" "$T/stdout"
-    expect_eq "$L: the final model equals an uninterrupted run's" "$ref" "$(tail -n 1 "$T/stdout")"
+    resumed "$L" "$ck2/$name"
 done
 
 # SPOT_RESUME_DIR names the checkpoint folder itself, as before a
@@ -73,4 +87,99 @@ run_spotd run --cloud none --job zg-bad --store "$S" --state-dir "$T/bad" --meth
     sh -c 'echo x >"$0/last.pt"; echo x >"$0/ckpt-5.pt.tmp"; sleep 20' "$T/bad-ck"
 check "zero-glue: no checkpoint counted: the names seen are said, and why" \
     grep -q "'last.pt' (no step number in the name).*'ckpt-5.pt.tmp' (a temporary name)\|'ckpt-5.pt.tmp' (a temporary name).*'last.pt' (no step number in the name)" "$T/stderr"
+# "Saved, then exited": the trainer saves on SIGTERM and exits 75, its
+# habit; no marker.  Under --method signal the checkpoint it writes on the
+# signal is the generation, not the older periodic one.  STEP_MS slows the
+# steps (not the math) so that the notice comes mid-run.
+export STEP_MS=4
+L="zero-glue saved-then-exited (signal)"
+ck1="$T/sx-ck1" ck2="$T/sx-ck2"
+start_spotd run --cloud none --job zg-sx --store "$S" --state-dir "$T/sx-n1" --method signal \
+    --ckpt-dir "$ck1" --ckpt-signal TERM --notice-file "$T/sx-notice" --events "$T/sx-ev1" -- \
+    env CKPT_DIR="$ck1" "$PY" "$TRAIN" $NSTEPS
+first_file() { [ -e "$ck1/ckpt-00000149.pt" ] || ! alive "$SPOTD_PID"; }
+wait_for 60 first_file
+noticed "$L" "$T/sx-notice" "$T/sx-ev1"
+expect_eq "$L: the generation is the step the trainer saved on the signal" \
+    "$((${STOPPED:-0} - 1))" "$STEP"
+check "$L: spotd says the command saved, then exited" \
+    grep -q "the command saved, then exited (code 75): 'ckpt-" "$T/stderr"
+"$SPOTCTL" fetch --store "$S" --job zg-sx "$T/sx-fetch" >/dev/null 2>&1
+name=$(printf 'ckpt-%08d.pt' "$STEP")
+expect_eq "$L: the generation holds that checkpoint alone, under its name" "$name" \
+    "$(ls "$T/sx-fetch" 2>/dev/null | tr '\n' ' ' | sed 's/ $//')"
+run_spotd run --cloud none --job zg-sx --store "$S" --state-dir "$T/sx-n2" --method signal \
+    --ckpt-dir "$ck2" --ckpt-signal TERM --events "$T/sx-ev2" -- \
+    env CKPT_DIR="$ck2" "$PY" "$TRAIN" $NSTEPS
+resumed "$L" "$ck2/$name"
+
+# The same habit under the dir method: each checkpoint it writes is
+# uploaded as it counts, and at the notice spotd sends SIGTERM (the
+# default with --saved-when exit) and commits the one saved before the exit.
+L="zero-glue saved-then-exited (dir)"
+ck1="$T/dx-ck1" ck2="$T/dx-ck2"
+start_spotd run --cloud none --job zg-dx --store "$S" --state-dir "$T/dx-n1" --method dir \
+    --ckpt-dir "$ck1" --settle 2s --saved-when exit --notice-file "$T/dx-notice" \
+    --events "$T/dx-ev1" -- env CKPT_DIR="$ck1" CKPT_LAYOUT=folders "$PY" "$TRAIN" $NSTEPS
+dx_commit() { has '"event":"commit"' "$T/dx-ev1" || ! alive "$SPOTD_PID"; }
+wait_for 60 dx_commit
+noticed "$L" "$T/dx-notice" "$T/dx-ev1"
+expect_eq "$L: the last generation is the step saved on the signal" \
+    "$((${STOPPED:-0} - 1))" "$STEP"
+expect_ge "$L: a periodic one was committed before it" 2 "$(ev "$T/dx-ev1" commit | wc -l)"
+run_spotd run --cloud none --job zg-dx --store "$S" --state-dir "$T/dx-n2" --method dir \
+    --ckpt-dir "$ck2" --settle 2s --saved-when exit --events "$T/dx-ev2" -- \
+    env CKPT_DIR="$ck2" CKPT_LAYOUT=folders "$PY" "$TRAIN" $NSTEPS
+resumed "$L" "$ck2/checkpoint-$STEP"
+unset STEP_MS
+
+# What does not count is said: an exit with another code names the marker;
+# an exit 75 with nothing new written says what it looked for.
+run_spotd run --cloud none --job zg-x3 --store "$S" --state-dir "$T/x3" --method signal \
+    --ckpt-dir "$T/x3-ck" --ckpt-signal TERM --drill-after 1s:terminate -- \
+    sh -c 'trap "exit 3" TERM; while :; do sleep 0.1; done'
+check "zero-glue: an exit with another code names the marker it did not create" \
+    grep -q "the command exited with code 3 after SIGTERM, before it created the marker '$T/x3-ck/.spotd-saved'; a trainer that saves on the signal and exits says so" "$T/stderr"
+run_spotd run --cloud none --job zg-x75 --store "$S" --state-dir "$T/x75" --method signal \
+    --ckpt-dir "$T/x75-ck" --ckpt-signal TERM --drill-after 1s:terminate --events "$T/x75.ev" -- \
+    sh -c 'echo x >"$0/ckpt-5.pt"; trap "echo y >$0/last.pt; exit 75" TERM; while :; do sleep 0.1; done' "$T/x75-ck"
+check "zero-glue: an exit 75 with no new checkpoint says what it looked for" \
+    grep -q "the command exited with code 75 after SIGTERM, but no checkpoint of --ckpt-layout auto appeared in '$T/x75-ck' after the signal: 'last.pt' (no step number in the name)" "$T/stderr"
+expect_eq "zero-glue: ... and commits nothing" 0 "$(ev "$T/x75.ev" commit | wc -l)"
+
+# A launcher (torchrun) that has not started its workers when the notice
+# comes (torch takes seconds to import): the signal waits for them, and the
+# launcher's 1 for its workers' 75 counts, as torchrun folds codes.
+mkdir -p "$T/bin"
+cat >"$T/bin/torchrun" <<'EOS'
+#!/usr/bin/python3
+# Stands for torchrun: it imports for a while (no workers yet), starts one
+# worker, and exits 1 when that fails, whatever its code.
+import subprocess, sys, time
+time.sleep(2)
+w = subprocess.Popen(["sh", "-c", 'trap "echo w >\\"$CKPT_DIR/ckpt-00000007.pt\\"; exit 75" '
+                      'TERM; while :; do sleep 0.1; done'])
+sys.exit(1 if w.wait() else 0)
+EOS
+chmod +x "$T/bin/torchrun"
+run_spotd run --cloud none --job zg-la --store "$S" --state-dir "$T/la" --method signal \
+    --ckpt-dir "$T/la-ck" --ckpt-signal TERM --drill-after 200ms:terminate \
+    --events "$T/la.ev" -- env CKPT_DIR="$T/la-ck" "$T/bin/torchrun"
+check "zero-glue launcher: the signal waits for the workers" \
+    grep -q "launcher pid [0-9]* has no workers yet: SIGTERM goes to them" "$T/stderr"
+expect_eq "zero-glue launcher: the worker's checkpoint is committed" 7 \
+    "$(jget "$(ev "$T/la.ev" commit | tail -n 1)" step)"
+expect_eq "zero-glue launcher: spotd exits 75" 75 "$RC"
+
+# Combinations that cannot work are refused before anything starts.
+refused() {
+    run_spotd run --cloud none --job zg-r --store "$S" --state-dir "$T/r" "$@" -- true
+    [ "$RC" = 125 ]
+}
+check "zero-glue: --interval with --method signal --saved-when exit is refused" \
+    refused --method signal --saved-when exit --interval 10s
+check "zero-glue: ... saying why" grep -q "would end the trainer at every tick" "$T/stderr"
+check "zero-glue: --saved-when with the app method is refused" refused --saved-when exit
+check "zero-glue: --saved-when marker with the dir method is refused" \
+    refused --method dir --ckpt-dir "$T/r-ck" --saved-when marker
 check "zero-glue: no process of the test is left" wait_for 5 none_left
