@@ -87,6 +87,8 @@ struct method {
 };
 
 static void scan(struct method *m);
+static void refresh(struct method *m, int64_t now);
+static void read_inotify(struct method *m);
 static void deliver(struct method *m);
 static int wait_exit(struct method *m, int64_t deadline_ms);
 static void exit_tick(struct method *m, int64_t now);
@@ -180,6 +182,10 @@ static int dir_save(struct method *m, uint64_t gen, const char *dir, int64_t dea
         }
         return r;
     }
+    /* What the directory holds now, not at the last scan (a second ago, or
+     * before inotify's news was read). */
+    read_inotify(m);
+    refresh(m, notice_now_ms());
     if (m->ready_step <= m->handed && !pending(m))
         return -EALREADY;
     m->done = done;
@@ -362,9 +368,11 @@ static struct entry *look(struct method *m, DIR *dp, const char *name, int64_t n
     return e;
 }
 
-static void scan(struct method *m)
+/* Reads the directory: each entry's signature, and the newest complete
+ * one (ready).  No callbacks. */
+static void refresh(struct method *m, int64_t now)
 {
-    int64_t now = notice_now_ms(), best = -1;
+    int64_t best = -1;
     const char *best_name = NULL;
     struct dirent *d;
     DIR *dp = opendir(m->dir);
@@ -377,7 +385,8 @@ static void scan(struct method *m)
     while ((d = readdir(dp))) {
         struct entry *e = look(m, dp, d->d_name, now);
 
-        if (e && (e->renamed || m->writer_gone || now - e->changed_ms >= (int64_t)m->ctx.settle_ms) &&
+        if (e &&
+            (e->renamed || m->writer_gone || now - e->changed_ms >= (int64_t)m->ctx.settle_ms) &&
             e->step > best) {
             best = e->step;
             best_name = e->name;
@@ -397,6 +406,14 @@ static void scan(struct method *m)
             m->e[i] = m->e[--m->n];
         else
             i++;
+}
+
+/* A scan: the directory read, then what waits for it. */
+static void scan(struct method *m)
+{
+    int64_t now = notice_now_ms();
+
+    refresh(m, now);
     if (m->exiting) {
         exit_tick(m, now);
         return;
@@ -427,11 +444,17 @@ static void on_scan(evutil_socket_t fd, short what, void *arg)
 
 static void on_inotify(evutil_socket_t fd, short what, void *arg)
 {
+    read_inotify(arg);
+    scan(arg);
+}
+
+/* The names moved into place since the last read. */
+static void read_inotify(struct method *m)
+{
     char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-    struct method *m = arg;
     ssize_t n;
 
-    while ((n = read(fd, buf, sizeof(buf))) > 0)
+    while ((n = read(m->ino_fd, buf, sizeof(buf))) > 0)
         for (char *p = buf; p < buf + n;) {
             const struct inotify_event *ev = (const struct inotify_event *)p;
 
@@ -440,7 +463,6 @@ static void on_inotify(evutil_socket_t fd, short what, void *arg)
                 snprintf(m->renamed[m->n_renamed++], sizeof(m->renamed[0]), "%s", ev->name);
             p += sizeof(*ev) + ev->len;
         }
-    scan(m);
 }
 
 /* ---- handing a checkpoint out -------------------------------------------- */
@@ -534,15 +556,32 @@ static void exit_tick(struct method *m, int64_t now)
     done(m->arg, -ETIMEDOUT, m->out, -1, m->dir);
 }
 
-/* The command ended while the notice's save waited for it: everything it
- * wrote counts when it said it saved (its code), else only what was
- * complete already. */
+/* The command ended during a save.  One linked already is handed out; one
+ * waited for counts if it completed; and when the notice's save waited for
+ * the exit, everything the command wrote counts when it said it saved (its
+ * code), else only what was complete already. */
 static bool dir_exited(struct method *m, int code)
 {
     method_saved_fn done = m->done;
 
-    if (!m->done || !m->exiting)
+    if (!m->done)
         return false;
+    if (!m->exiting && !m->waiting)
+        return true; /* linked already: on_now hands it out */
+    if (m->waiting) {
+        /* What completed before the end still counts. */
+        m->waiting = false;
+        refresh(m, notice_now_ms());
+        if (m->ready_step > m->handed) {
+            deliver(m);
+            return true;
+        }
+        m->done = NULL;
+        snprintf(m->out, sizeof(m->out), "the command exited with code %d while a checkpoint "
+                 "in '%s' was still being written", code, m->dir);
+        done(m->arg, -ECANCELED, m->out, -1, m->dir);
+        return true;
+    }
     m->exiting = false;
     m->writer_gone = m->sent && method_exit_counts(code, m->ctx.exit_code, m->launcher);
     scan(m);

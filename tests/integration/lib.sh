@@ -130,9 +130,16 @@ wait_for() {
 # group...), none when the process is gone; builtins only, for the polling
 # loops.  Always true.
 read_stat() {
-    local s
+    local s= try
     STAT=()
-    { read -r s <"/proc/$1/stat"; } 2>/dev/null || return 0
+    # A read can fail (a signal to the shell) or see a line torn by an exec
+    # that renames the process; only a pid that is gone has no line.
+    for try in 1 2 3; do
+        { read -r s <"/proc/$1/stat"; } 2>/dev/null && [[ $s == *") "* ]] && break
+        s=
+        kill -0 "$1" 2>/dev/null || return 0
+    done
+    [ -n "$s" ] || return 0
     s=${s##*) }
     read -r -a STAT <<<"$s"
 }
@@ -163,12 +170,15 @@ zombies_of() {
     echo $n
 }
 
-# alive PID...: true when every pid exists and is not a zombie.
+# alive PID...: true when every pid exists and is not a zombie.  Whether
+# it exists is kill's word (a t-pytorch flake: a failed read of its stat
+# took a starting spotd for gone); the stat says only whether it is a zombie.
 alive() {
     local p
     for p in "$@"; do
+        kill -0 "$p" 2>/dev/null || return 1
         read_stat "$p"
-        [ -n "${STAT[0]:-}" ] && [ "${STAT[0]}" != Z ] || return 1
+        [ "${STAT[0]:-}" != Z ] || return 1
     done
 }
 
@@ -176,8 +186,9 @@ alive() {
 gone() {
     local p
     for p in "$@"; do
+        kill -0 "$p" 2>/dev/null || continue
         read_stat "$p"
-        [ -z "${STAT[0]:-}" ] || [ "${STAT[0]}" = Z ] || return 1
+        [ "${STAT[0]:-}" = Z ] || return 1
     done
 }
 
