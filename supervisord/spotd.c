@@ -578,14 +578,20 @@ static void on_notice_signal(void *arg, int sig)
  * then the event log, the world and the job key, the secrets gone from
  * the environment.  Returns 0, or -1 after saying why (run->code is 0 for
  * --help). */
-/* --saved-when, and the method and options it goes with.  Returns 0, or
- * -1 after saying why. */
-static int saved_when_config(const struct run *run)
+/* The options that go with a method: --interval, --saved-when.  Returns
+ * 0, or -1 after saying why. */
+static int method_config(const struct run *run)
 {
     const struct config *cfg = &run->cfg;
     int method = (int)config_num(cfg, OPT_METHOD), when = (int)config_num(cfg, OPT_SAVED_WHEN);
     const char *origin = cfg->v[OPT_SAVED_WHEN].origin;
 
+    if (method == CONFIG_METHOD_DIR && config_str(cfg, OPT_INTERVAL)) {
+        say("interval (from %s) does nothing for the dir method: the trainer's own saves are "
+            "its interval, each checkpoint it completes is uploaded; remove it",
+            cfg->v[OPT_INTERVAL].origin);
+        return -1;
+    }
     if (cfg->v[OPT_SAVED_WHEN].source == CONFIG_DEFAULT)
         return 0;
     if (method != CONFIG_METHOD_SIGNAL && method != CONFIG_METHOD_DIR) {
@@ -693,7 +699,7 @@ static int run_validate(struct run *run, int argc, char **argv)
         return -1;
     }
     run->logging = true;
-    if (world_config(cfg, &run->wc) < 0 || saved_when_config(run) < 0)
+    if (world_config(cfg, &run->wc) < 0 || method_config(run) < 0)
         return -1;
     if (config_str(cfg, OPT_JOB_KEY_FILE) && !config_str(cfg, OPT_JOB)) {
         say("job_key_file (from %s) signs commit records: it needs --job and --store",

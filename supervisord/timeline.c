@@ -44,6 +44,7 @@ static void emit(cJSON *rec)
 
 /* The notice's story ends at end (the instant of the record that ends it,
  * so that the margin is that record's): result "committed", "failed",
+ * "nothing new" (the method had nothing newer than the newest generation),
  * "missed" (its deadline passed first) or "ended" (spotd exits). */
 static void finish(struct timeline *t, const char *result, int64_t end)
 {
@@ -200,6 +201,11 @@ static void on_event(void *arg, const cJSON *rec, enum log_level level)
                                                    : "failed",
                    now);
         }
+        t->gen = 0;
+    } else if (!strcmp(ev, "checkpoint_skipped") && t->gen) {
+        /* Its gen is the newest generation's, not the skipped one's. */
+        if (t->open && t->notice_gen == t->gen)
+            finish(t, "nothing new", now);
         t->gen = 0;
     } else if (!strcmp(ev, "exit") && t->open) {
         finish(t, "ended", now);

@@ -87,6 +87,8 @@ run_spotd run --cloud none --job zg-bad --store "$S" --state-dir "$T/bad" --meth
     sh -c 'echo x >"$0/last.pt"; echo x >"$0/ckpt-5.pt.tmp"; sleep 20' "$T/bad-ck"
 check "zero-glue: no checkpoint counted: the names seen are said, and why" \
     grep -q "'last.pt' (no step number in the name).*'ckpt-5.pt.tmp' (a temporary name)\|'ckpt-5.pt.tmp' (a temporary name).*'last.pt' (no step number in the name)" "$T/stderr"
+check "zero-glue: ... and the notice's timeline says nothing new, not a save over its budget" \
+    grep -q '"event":"timeline".*"result":"nothing new"' "$T/bad.ev"
 # "Saved, then exited": the trainer saves on SIGTERM and exits 75, its
 # habit; no marker.  Under --method signal the checkpoint it writes on the
 # signal is the generation, not the older periodic one.  STEP_MS slows the
@@ -179,6 +181,9 @@ refused() {
 check "zero-glue: --interval with --method signal --saved-when exit is refused" \
     refused --method signal --saved-when exit --interval 10s
 check "zero-glue: ... saying why" grep -q "would end the trainer at every tick" "$T/stderr"
+check "zero-glue: --interval with the dir method is refused" \
+    refused --method dir --ckpt-dir "$T/r-ck" --interval 10s
+check "zero-glue: ... saying why" grep -q "the trainer's own saves are its interval" "$T/stderr"
 check "zero-glue: --saved-when with the app method is refused" refused --saved-when exit
 check "zero-glue: --saved-when marker with the dir method is refused" \
     refused --method dir --ckpt-dir "$T/r-ck" --saved-when marker
