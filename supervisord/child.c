@@ -875,6 +875,11 @@ int child_signal_workers(struct child *c, int sig)
         return 1;
     }
     n = proc_children(c->pid, pids, sizeof(pids) / sizeof(pids[0]));
+    /* A worker still starting (importing torch) dies of a signal it has no
+     * handler for yet: all of them, once all can take it. */
+    for (size_t i = 0; i < n; i++)
+        if (proc_catches(pids[i], sig) == 0)
+            return -EAGAIN;
     for (size_t i = 0; i < n; i++)
         if (kill(pids[i], sig) < 0 && errno != ESRCH)
             log_msg(LOGL_WARN, "cannot send SIG%s to worker pid %d: %s", signame(sig),

@@ -101,8 +101,9 @@ void child_set_exit_code(struct child *c, int code);
 
 /* Send sig to the command's workers: the children of a launcher
  * (torchrun and the like, which die of signals they do not handle), else
- * the command's whole group.  Returns how many were signalled, or -ESRCH
- * when the command is not running. */
+ * the command's whole group.  Returns how many were signalled, -ESRCH
+ * when the command is not running (or a launcher has no workers), -EAGAIN
+ * when a launcher's worker has no handler for sig yet (none is sent). */
 int child_signal_workers(struct child *c, int sig);
 /* Is the running command a launcher (torchrun, deepspeed, accelerate),
  * whose workers child_signal_workers() signals? */

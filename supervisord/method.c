@@ -26,7 +26,7 @@ int method_send_signal(struct child *c, int sig, bool *sent, bool *launcher)
     bool l = child_runs_launcher(c);
     int r = child_signal_workers(c, sig);
 
-    if (r == -ESRCH && l) {
+    if ((r == -ESRCH && l) || r == -EAGAIN) {
         *sent = false;
         return 0;
     }

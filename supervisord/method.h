@@ -133,8 +133,9 @@ extern const struct method_ops method_app, method_signal, method_dir, method_cri
 const struct method_ops *method_find(const char *name);
 
 /* Sends sig to the command's workers (child_signal_workers), or, to a
- * launcher that has started none yet (torch takes seconds to import),
- * leaves *sent false for a later try.  *launcher: it went to a launcher's
+ * launcher that has started none yet or whose workers have no handler for
+ * it yet (torch takes seconds to import), leaves *sent false for a later
+ * try.  *launcher: it went to a launcher's
  * workers.  Returns 0 or -errno (-ESRCH: the command is not running). */
 int method_send_signal(struct child *c, int sig, bool *sent, bool *launcher);
 

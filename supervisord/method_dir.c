@@ -518,8 +518,8 @@ static int wait_exit(struct method *m, int64_t deadline_ms)
     m->exiting = true;
     m->deadline_ms = deadline_ms > 0 ? deadline_ms : notice_now_ms() + EXIT_LIMIT_MS;
     log_msg(LOGL_INFO, "%s; the checkpoint is the newest in '%s' once the command exits",
-            m->sent ? "the trainer was sent its signal" : "the launcher has no workers yet: "
-            "the signal goes to them once they are there", m->dir);
+            m->sent ? "the trainer was sent its signal" : "the launcher's workers are not there "
+            "yet, or have no handler for the signal yet: it goes to them once they have", m->dir);
     return 0;
 }
 
@@ -550,9 +550,10 @@ static void exit_tick(struct method *m, int64_t now)
     }
     m->done = NULL;
     snprintf(m->out, sizeof(m->out), "%s before the deadline (--saved-when exit: the trainer "
-             "saves into '%s' and exits with code 0 or %d)", m->sent ? "the command did not "
-             "exit after its signal" : "the launcher started no workers to signal", m->dir,
-             m->ctx.exit_code);
+             "saves into '%s' and exits with code 0 or %d)",
+             m->sent ? "the command did not exit after its signal"
+                     : "the launcher's workers were not there, or had no handler for the signal",
+             m->dir, m->ctx.exit_code);
     done(m->arg, -ETIMEDOUT, m->out, -1, m->dir);
 }
 
@@ -586,7 +587,11 @@ static bool dir_exited(struct method *m, int code)
     m->writer_gone = m->sent && method_exit_counts(code, m->ctx.exit_code, m->launcher);
     scan(m);
     if (m->ready_step > m->handed) {
-        if (!m->writer_gone)
+        if (m->writer_gone)
+            log_msg(LOGL_INFO, "the command saved, then exited (code %d%s): '%s' (step %lld) "
+                    "is the checkpoint", code, code == 1 && m->launcher ? ", the launcher's "
+                    "for its workers' exit" : "", m->ready, (long long)m->ready_step);
+        else
             log_msg(LOGL_WARN, "the command exited with code %d %s SIG%s (not 0 or %d): "
                     "saving the newest checkpoint that was complete, '%s'", code,
                     m->sent ? "after" : "before", sig_name(m), m->ctx.exit_code, m->ready);

@@ -123,8 +123,8 @@ static int signal_save(struct method *m, uint64_t gen, const char *dir, int64_t 
     if ((r = method_send_signal(m->ctx.child, m->ctx.signal, &m->sent, &m->launcher)) < 0)
         return r;
     if (!m->sent)
-        log_msg(LOGL_INFO, "launcher pid %d has no workers yet: SIG%s goes to them once they "
-                "are there", (int)child_pid(m->ctx.child), sig_name(m));
+        log_msg(LOGL_INFO, "the workers of launcher pid %d are not there yet, or have no "
+                "handler for SIG%s yet: it goes to them once they have", (int)child_pid(m->ctx.child), sig_name(m));
     /* The trainer may save by exiting: that is no failure to restart. */
     if (m->last && m->ctx.saved_when != METHOD_SAVED_MARKER)
         child_hold(m->ctx.child);
@@ -252,8 +252,8 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     if (check_marker(m) || notice_now_ms() < m->deadline_ms)
         return;
     if (!m->sent)
-        snprintf(msg, sizeof(msg), "launcher pid %d started no workers before the deadline: "
-                 "SIG%s was never sent", (int)child_pid(m->ctx.child), sig_name(m));
+        snprintf(msg, sizeof(msg), "the workers of launcher pid %d were not there, or had no "
+                 "handler for SIG%s, before the deadline: it was never sent", (int)child_pid(m->ctx.child), sig_name(m));
     else if (m->ctx.saved_when == METHOD_SAVED_EXIT)
         snprintf(msg, sizeof(msg), "the command did not exit before the deadline (it was sent "
                  "SIG%s; with --saved-when exit it saves into '%s' and exits with code %d)",

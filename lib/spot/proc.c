@@ -158,6 +158,54 @@ int proc_stat_read(pid_t pid, struct proc_stat *out)
     return proc_stat_parse(buf, (size_t)n, out);
 }
 
+int proc_sigcgt_parse(const char *text, size_t len, uint64_t *mask)
+{
+    static const char key[] = "\nSigCgt:";
+    const char *end = text + len, *p = text;
+    uint64_t v = 0;
+    int digits = 0;
+
+    for (;; p++) {
+        p = memchr(p, '\n', (size_t)(end - p));
+        if (!p || (size_t)(end - p) < sizeof(key) - 1)
+            return -EINVAL;
+        if (memcmp(p, key, sizeof(key) - 1) == 0)
+            break;
+    }
+    for (p += sizeof(key) - 1; p < end && (*p == ' ' || *p == '\t'); p++)
+        ;
+    for (; p < end && digits < 17; p++, digits++) {
+        int d = *p >= '0' && *p <= '9' ? *p - '0'
+                : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10
+                : *p >= 'A' && *p <= 'F' ? *p - 'A' + 10 : -1;
+        if (d < 0)
+            break;
+        v = v << 4 | (uint64_t)d;
+    }
+    if (digits == 0 || digits > 16 || (p < end && *p != '\n'))
+        return -EINVAL;
+    *mask = v;
+    return 0;
+}
+
+int proc_catches(pid_t pid, int sig)
+{
+    char path[64], buf[4096];
+    uint64_t mask;
+    ssize_t n;
+
+    if (sig < 1 || sig > 64)
+        return -EINVAL;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    /* SigCgt comes before the long lists at the end: 4 KiB hold it. */
+    n = read_small(path, buf, sizeof(buf));
+    if (n < 0)
+        return n == -ESRCH ? -ENOENT : (int)n;
+    if (proc_sigcgt_parse(buf, (size_t)n, &mask) < 0)
+        return -EINVAL;
+    return (int)(mask >> (sig - 1) & 1);
+}
+
 int proc_group_members(pid_t pgid, pid_t *out, size_t max, uint64_t *ret_oldest)
 {
     uint64_t oldest = UINT64_MAX;

@@ -36,6 +36,15 @@ int proc_stat_parse(const char *text, size_t len, struct proc_stat *out);
  * -EINVAL. */
 int proc_stat_read(pid_t pid, struct proc_stat *out);
 
+/* The signals a process catches: the "SigCgt:" line of the text of
+ * /proc/PID/status (16 hex digits, bit N-1 for signal N).  Returns 0, or
+ * -EINVAL with *mask untouched. */
+int proc_sigcgt_parse(const char *text, size_t len, uint64_t *mask);
+
+/* Does pid catch sig (a handler installed)?  1 or 0, -ENOENT when pid is
+ * gone, -EINVAL. */
+int proc_catches(pid_t pid, int sig);
+
 /* The live members of process group pgid (zombies aside), into out (at
  * most max).  Returns how many there are (possibly more than max), or
  * -errno when /proc cannot be read.  *ret_oldest (when not NULL) gets the

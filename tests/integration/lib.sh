@@ -68,9 +68,15 @@ run_spotd() {
     RC=$?
 }
 
-# start_spotd ARGS...: run spotd in the background; sets SPOTD_PID.
+# start_spotd ARGS...: run spotd in the background; sets SPOTD_PID.  The
+# files are emptied here, not by the child's redirection: that one runs
+# whenever the child is scheduled, and until then a check reads the last
+# run's output (a t-pytorch flake: "training from step 0" found at once,
+# from the run before).
 start_spotd() {
-    "$SPOTD" "$@" >"$T/stdout" 2>"$T/stderr" &
+    : >"$T/stdout"
+    : >"$T/stderr"
+    "$SPOTD" "$@" >>"$T/stdout" 2>>"$T/stderr" &
     SPOTD_PID=$!
     _bg_pids+=("$SPOTD_PID")
 }
@@ -432,13 +438,41 @@ expect_lt() {
     else fail "$1" "expected less than $2, got '$3'"; fi
 }
 
-# free_ports N: N ports of 127.0.0.1 nobody listens on now, as
-# 127.0.0.1:PORT,... (the kernel's choice, so two tests never share one).
+# free_ports N: N ports nobody listens on now, as 127.0.0.1:PORT,...  They
+# are drawn below the kernel's ephemeral range (ip_local_port_range), which
+# every connect() and bind(0) of the suites running beside draws from: a
+# port picked there was taken again by someone's outgoing connection before
+# torchrun could bind it.  Each is checked free on 0.0.0.0 and [::] too.
 free_ports() {
-    python3 -c 'import socket,sys
-ss=[socket.socket() for _ in range(int(sys.argv[1]))]
-for s in ss: s.bind(("127.0.0.1",0))
-print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))' "$1"
+    python3 -c 'import random, socket, sys
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+top, held, out = lo - 1, [], []
+bottom = max(1024, top - 12000)
+def grab(port):
+    ss = []
+    for fam, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            s = socket.socket(fam)
+            if fam == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            s.bind((addr, port))
+            ss.append(s)
+        except OSError:
+            if fam == socket.AF_INET6 and ss:
+                continue
+            for x in ss: x.close()
+            return None
+    return ss
+while len(out) < int(sys.argv[1]):
+    if top - bottom > 100:
+        port = random.randint(bottom, top)
+        ss = grab(port)
+    else:
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; ss = [s]
+    if ss and port not in out:
+        held += ss
+        out.append(port)
+print(",".join("127.0.0.1:%d" % p for p in out))' "$1"
 }
 
 # need_torch NAME: /usr/bin/python3 imports torch, or the script ends: as

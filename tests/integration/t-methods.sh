@@ -75,8 +75,10 @@ check "signal: ... and the command is stopped" test "$RC" -ne 75 -a "$RC" -ne 0
 expect_eq "signal: ... no generation" "" "$("$SPOTCTL" ls --store "$S" --job sig2 2>/dev/null | grep committed)"
 
 # ---- dir --------------------------------------------------------------------
-# The notice comes (spotctl drill) once two folders were committed.
-TRAINER_METHOD=dir TRAINER_SAVE_EVERY=400 TRAINER_MARKER=1 \
+# The notice comes (spotctl drill) once two folders were committed.  Its
+# steps take 1 ms more (the pace, not the math), so that the run does not
+# end before the drill on a loaded machine.
+TRAINER_METHOD=dir TRAINER_SAVE_EVERY=400 TRAINER_MARKER=1 TRAINER_STEP_US=1000 \
     start_spotd run --cloud none --job dir --store "$S" --state-dir "$T/d1" --method dir \
     --ckpt-dir "$T/d1ck" --settle 5s --events "$T/d1.ev" -- "$TRAINER" 3000 2
 two_commits() { local n; n=$(event_count "$T/d1.ev" commit); [ "${n:-0}" -ge 2 ]; }

@@ -135,6 +135,42 @@ run_spotd run --cloud none --job zg-dx --store "$S" --state-dir "$T/dx-n2" --met
 resumed "$L" "$ck2/checkpoint-$STEP"
 unset STEP_MS
 
+# examples/torchrun/run.sh as it stands: the same trainer, two workers
+# under torchrun, flags only.  SIGTERM goes to the workers; they agree on a
+# step, rank 0 saves, they exit 75 and torchrun exits 1 for them.
+L="zero-glue torchrun example"
+RUN="$TOP/examples/torchrun/run.sh"
+tr_port() { local p; p=$(free_ports 1); echo "${p#*:}"; }
+start_cmd() {
+    : >"$T/stdout"
+    : >"$T/stderr"
+    "$@" >>"$T/stdout" 2>>"$T/stderr" &
+    SPOTD_PID=$!
+    _bg_pids+=("$SPOTD_PID")
+}
+run_cmd() { timeout -k 2 120 "$@" >"$T/stdout" 2>"$T/stderr"; RC=$?; }
+ref_tr=$(CKPT_DIR="$T/tr-ref" timeout -k 2 120 /usr/bin/torchrun --nnodes 1 \
+    --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$(tr_port)" --redirects 9:0 \
+    --tee 9:0 --monitor_interval 1 "$TRAIN" $NSTEPS 2>"$T/tr-ref.err" | grep '^done' | tail -n 1)
+check "$L: an uninterrupted torchrun run ends with its model's hash" \
+    grep -qxE "done $NSTEPS sha256 [0-9a-f]{64}" <<<"$ref_tr"
+export STEP_MS=4
+PATH="$(dirname "$SPOTD"):$PATH" SPOTD_CLOUD=none SPOTD_JOB=zg-tr SPOTD_STATE_DIR="$T/tr-n1" \
+    SPOTD_NOTICE_FILE="$T/tr-notice" SPOTD_EVENTS="$T/tr-ev1" MASTER_PORT=$(tr_port) \
+    start_cmd "$RUN" "$S" "$T/tr-ck1" $NSTEPS
+tr_commit() { has '"event":"commit"' "$T/tr-ev1" || ! alive "$SPOTD_PID"; }
+wait_for 120 tr_commit
+noticed "$L" "$T/tr-notice" "$T/tr-ev1"
+expect_eq "$L: the last generation is the step the workers saved on the signal" \
+    "$((${STOPPED:-0} - 1))" "$STEP"
+check "$L: torchrun's 1 counted for its workers' exit" \
+    grep -q "the command saved, then exited (code 1, the launcher's for its workers' exit)" \
+    "$T/stderr"
+PATH="$(dirname "$SPOTD"):$PATH" SPOTD_CLOUD=none SPOTD_JOB=zg-tr SPOTD_STATE_DIR="$T/tr-n2" \
+    MASTER_PORT=$(tr_port) run_cmd "$RUN" "$S" "$T/tr-ck2" $NSTEPS
+ref=$ref_tr resumed "$L" "$T/tr-ck2/$(printf 'ckpt-%08d.pt' "$STEP")"
+unset STEP_MS
+
 # What does not count is said: an exit with another code names the marker;
 # an exit 75 with nothing new written says what it looked for.
 run_spotd run --cloud none --job zg-x3 --store "$S" --state-dir "$T/x3" --method signal \
@@ -150,25 +186,28 @@ check "zero-glue: an exit 75 with no new checkpoint says what it looked for" \
 expect_eq "zero-glue: ... and commits nothing" 0 "$(ev "$T/x75.ev" commit | wc -l)"
 
 # A launcher (torchrun) that has not started its workers when the notice
-# comes (torch takes seconds to import): the signal waits for them, and the
+# comes, and then a worker that has no handler yet (torch takes seconds to
+# import; the signal would kill it): the signal waits for both, and the
 # launcher's 1 for its workers' 75 counts, as torchrun folds codes.
 mkdir -p "$T/bin"
 cat >"$T/bin/torchrun" <<'EOS'
 #!/usr/bin/python3
 # Stands for torchrun: it imports for a while (no workers yet), starts one
-# worker, and exits 1 when that fails, whatever its code.
+# worker, which imports for a while too (no handler yet), and exits 1 when
+# that fails, whatever its code.
 import subprocess, sys, time
 time.sleep(2)
-w = subprocess.Popen(["sh", "-c", 'trap "echo w >\\"$CKPT_DIR/ckpt-00000007.pt\\"; exit 75" '
-                      'TERM; while :; do sleep 0.1; done'])
+w = subprocess.Popen(["sh", "-c", 'sleep 1; trap "echo w >\\"$CKPT_DIR/ckpt-00000007.pt\\"; '
+                      'exit 75" TERM; while :; do sleep 0.1; done'])
 sys.exit(1 if w.wait() else 0)
 EOS
 chmod +x "$T/bin/torchrun"
 run_spotd run --cloud none --job zg-la --store "$S" --state-dir "$T/la" --method signal \
     --ckpt-dir "$T/la-ck" --ckpt-signal TERM --drill-after 200ms:terminate \
     --events "$T/la.ev" -- env CKPT_DIR="$T/la-ck" "$T/bin/torchrun"
-check "zero-glue launcher: the signal waits for the workers" \
-    grep -q "launcher pid [0-9]* has no workers yet: SIGTERM goes to them" "$T/stderr"
+check "zero-glue launcher: the signal waits for the workers and their handler" \
+    grep -q "the workers of launcher pid [0-9]* are not there yet, or have no handler for SIGTERM yet" \
+    "$T/stderr"
 expect_eq "zero-glue launcher: the worker's checkpoint is committed" 7 \
     "$(jget "$(ev "$T/la.ev" commit | tail -n 1)" step)"
 expect_eq "zero-glue launcher: spotd exits 75" 75 "$RC"

@@ -168,3 +168,42 @@ TEST(proc_grouprec)
         }
     }
 }
+
+/* The signals a process catches, from /proc/PID/status; this process's
+ * own, before and after a handler. */
+static void on_usr2(int sig)
+{
+    (void)sig;
+}
+
+TEST(proc_sigcgt)
+{
+    static const char status[] = "Name:\tpython3\nSigIgn:\t0000000001001000\n"
+                                 "SigCgt:\t0000000180004a02\nCapInh:\t0\n";
+    uint64_t mask = 7;
+    struct sigaction sa = { .sa_handler = on_usr2 }, old;
+
+    CHECK_INT(proc_sigcgt_parse(status, sizeof(status) - 1, &mask), 0);
+    CHECK(mask == 0x180004a02ull);
+    /* Garbled or missing: refused, the mask untouched. */
+    mask = 7;
+    CHECK_INT(proc_sigcgt_parse("SigCgt:\t12\n", 11, &mask), -EINVAL); /* not after a line */
+    CHECK_INT(proc_sigcgt_parse("x\nSigCgt:\t\n", 11, &mask), -EINVAL);
+    CHECK_INT(proc_sigcgt_parse("x\nSigCgt:\t12g4\n", 15, &mask), -EINVAL);
+    CHECK_INT(proc_sigcgt_parse("x\nSigCgt:\t00000000000000001\n", 27, &mask), -EINVAL);
+    CHECK_INT(proc_sigcgt_parse("x\nSigBlk:\t12\n", 13, &mask), -EINVAL);
+    CHECK(mask == 7);
+    /* Truncated mid-number at the end of the text: what is there. */
+    CHECK_INT(proc_sigcgt_parse("x\nSigCgt:\t4a", 12, &mask), 0);
+    CHECK(mask == 0x4a);
+
+    sigaction(SIGUSR2, NULL, &old);
+    signal(SIGUSR2, SIG_DFL);
+    CHECK_INT(proc_catches(getpid(), SIGUSR2), 0);
+    sigaction(SIGUSR2, &sa, NULL);
+    CHECK_INT(proc_catches(getpid(), SIGUSR2), 1);
+    sigaction(SIGUSR2, &old, NULL);
+    CHECK_INT(proc_catches(getpid(), 0), -EINVAL);
+    CHECK_INT(proc_catches(getpid(), 65), -EINVAL);
+    CHECK_INT(proc_catches(4194304 + 1, SIGUSR2), -ENOENT);
+}
