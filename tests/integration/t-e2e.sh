@@ -152,11 +152,14 @@ mock_stop
 
 # dir, Azure: the trainer writes checkpoint-N/ every 200 steps, each
 # uploaded as it completes; a Preempt event for this VM (NotBefore 25 s
-# away) once two were committed, plus up to 1 s.  Its steps take 2 ms more
-# (the pace, not the math): at full speed the 3000 steps took 2 s, and on a
-# loaded machine the run could end before the notice was acted on (exit 0).
+# away) once two were committed, plus up to 1 s.  Its steps take 10 ms more
+# (the pace, not the math), 30 s in all: at full speed the 3000 steps took
+# 2 s, and beside another suite on 2 cores the test's own shell took 10 s
+# from the second commit to the notice, at 2 ms a step long enough for the
+# run to end first (exit 0, and the notice's commit after the command's end
+# collects nothing: 4 generations).
 mock_start azure || { fail "e2e: the azure mock starts"; exit 1; }
-TRAINER_METHOD=dir TRAINER_SAVE_EVERY=200 TRAINER_MARKER=1 TRAINER_STEP_US=2000 \
+TRAINER_METHOD=dir TRAINER_SAVE_EVERY=200 TRAINER_MARKER=1 TRAINER_STEP_US=10000 \
     start_spotd run --cloud azure \
     --metadata-url "$MOCK_URL" --poll-interval 200ms --job e2e-dir --store "$STORE" \
     --state-dir "$T/dir1" --method dir --ckpt-dir "$T/dir1ck" --settle 300ms \
