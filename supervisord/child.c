@@ -474,6 +474,12 @@ void child_park(struct child *c, void (*on_parked)(void *arg), void *arg)
     }
 }
 
+void child_unpark(struct child *c, void (*on_parked)(void *arg))
+{
+    if (c->on_parked == on_parked)
+        c->on_parked = NULL;
+}
+
 void child_stop(struct child *c, const char *reason, uint64_t grace_ms)
 {
     /* A pause's stop whose command has ended already. */

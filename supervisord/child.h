@@ -83,6 +83,10 @@ void child_hold(struct child *c);
  * it, and so does child_end(). */
 void child_park(struct child *c, void (*on_parked)(void *arg), void *arg);
 
+/* Undo child_park(c, on_parked, ...) while the command still runs: its
+ * end is an end again.  A park with another callback stays. */
+void child_unpark(struct child *c, void (*on_parked)(void *arg));
+
 /* While parked (or before the first start): end spotd's loop with code. */
 void child_end(struct child *c, int code, const char *reason);
 

@@ -51,8 +51,9 @@ enum {
     /* Its trainers connect through libckpt and save when asked: a checkpoint
      * needs a connected one, and the control socket counts them. */
     METHOD_WORKERS = 1 << 0,
-    /* It cannot serve a world: its checkpoints appear on each node's own
-     * schedule, so the nodes cannot agree on a step. */
+    /* It cannot serve a world where every rank writes: its checkpoints
+     * appear on each node's own schedule, so the nodes cannot agree on a
+     * step (where only global rank 0 writes, its node's are the world's). */
     METHOD_NO_WORLD = 1 << 1,
 };
 
@@ -114,6 +115,10 @@ struct method_ops {
      * answer, calling done (at once or later on the loop); false: the
      * orchestrator gives the save up.  NULL: false. */
     bool (*exited)(struct method *m, int code);
+    /* May the save under way end the command (a trainer that saves on
+     * the signal and exits)?  A world's node then waits for the world
+     * instead of ending when it does.  NULL: false. */
+    bool (*may_exit)(struct method *m);
     /* Give up the save under way: done gets -ECANCELED.  Nothing when
      * none is. */
     void (*cancel)(struct method *m, const char *reason);

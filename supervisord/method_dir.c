@@ -274,6 +274,12 @@ static void dir_close(struct method *m)
     free(m);
 }
 
+/* The notice's save, with --saved-when exit, ends the command. */
+static bool dir_may_exit(struct method *m)
+{
+    return m->last && m->ctx.saved_when == METHOD_SAVED_EXIT;
+}
+
 const struct method_ops method_dir = {
     .name = "dir",
     .flags = METHOD_NO_WORLD,
@@ -284,6 +290,7 @@ const struct method_ops method_dir = {
     .last = dir_last,
     .committed = dir_committed,
     .exited = dir_exited,
+    .may_exit = dir_may_exit,
     .stop = dir_stop,
     .close = dir_close,
 };

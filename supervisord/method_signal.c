@@ -144,6 +144,11 @@ static void signal_last(struct method *m)
 
 static bool signal_exited(struct method *m, int code);
 
+static bool signal_may_exit(struct method *m)
+{
+    return m->ctx.saved_when != METHOD_SAVED_MARKER;
+}
+
 static void signal_trainer_saved(struct method *m, int64_t step)
 {
     if (m->done)
@@ -181,6 +186,7 @@ const struct method_ops method_signal = {
     .last = signal_last,
     .committed = signal_committed,
     .exited = signal_exited,
+    .may_exit = signal_may_exit,
     .trainer_saved = signal_trainer_saved,
     .cancel = signal_cancel,
     .stop = signal_stop,

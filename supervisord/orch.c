@@ -138,9 +138,11 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
         return orch_free(r);
     r->master_port = o->master_port;
     snprintf(r->master_addr, sizeof(r->master_addr), "127.0.0.1");
-    if (o->world_size > 1 && (r->mops->flags & METHOD_NO_WORLD)) {
-        snprintf(err, errlen, "the %s method cannot serve a world yet: its folders appear on "
-                 "each node's own schedule; use app (libckpt) or signal", r->mops->name);
+    if (o->world_size > 1 && (r->mops->flags & METHOD_NO_WORLD) && !o->writers_rank0) {
+        snprintf(err, errlen, "the %s method cannot serve a world where every rank writes: its "
+                 "checkpoints appear on each node's own schedule; where only global rank 0 "
+                 "writes, run every node with --ckpt-writers rank0; else use app (libckpt) or "
+                 "signal", r->mops->name);
         return orch_free(r);
     }
     if (o->world_size > 1 && o->rendezvous &&
@@ -469,8 +471,11 @@ static void on_trainer_saved(void *arg, int64_t step)
 static void on_found(void *arg)
 {
     struct orch *r = arg;
+    unsigned acts = orch_event(r, EV_FOUND, NULL);
 
-    if (orch_event(r, EV_FOUND, NULL) & A_BEGIN)
+    if (acts & A_TRIGGER)
+        orch_world_want(r, "dir", 0);
+    if (acts & A_BEGIN)
         orch_begin_checkpoint(r, NULL, "dir");
 }
 
@@ -670,12 +675,17 @@ static void ask_world(struct orch *r)
     char msg[4400];
     int err = orch_make_dirs(r->dir);
 
+    /* A terminating notice's round: every node's trainers stop once they
+     * saved, and a method that saves differently then knows it. */
+    if (err == 0 && r->round_last && r->mops->last)
+        r->mops->last(r->method);
     if (err == 0 && r->mops->query) {
         r->saving = SV_METHOD;
         err = r->mops->query(r->method, r->gen, r->dir, r->deadline_ms, on_ask,
                              orch_on_method_saved, r);
     } else if (err == 0) {
         r->saving = SV_PREPARE;
+        orch_exit_park(r);
         world_step(r->world, r->gen, r->control ? control_step(r->control) : 0);
     }
     if (err < 0) {
@@ -699,8 +709,26 @@ void orch_on_method_saved(void *arg, int err, const char *msg, int64_t step, con
     struct snap_save_req req = { .gen = r->gen,
                                  .rank = r->world ? world_trainer_rank(r->world) : 0,
                                  .method = r->mops->name };
+    char empty[sizeof(r->dir)];
     cJSON *e;
 
+    orch_exit_unpark(r);
+    if (orch_empty_shard(r) && (err == 0 || err == -ENOENT || err == -EALREADY)) {
+        /* Whatever this node's trainers wrote (nothing, as a rule), its
+         * shard is empty: global rank 0's files are the generation. */
+        err = snprintf(empty, sizeof(empty), "%s/work/gen-%08llu-empty", r->state_dir,
+                       (unsigned long long)r->gen) < (int)sizeof(empty) ? 0 : -ENAMETOOLONG;
+        if (err == 0) {
+            orch_remove_tree(empty);
+            err = orch_make_dirs(empty);
+        }
+        if (err < 0)
+            msg = "cannot create the empty shard's folder";
+        step = -1, dir = empty;
+        log_msg(LOGL_INFO, "generation %llu: this node's trainers write no checkpoint "
+                "(--ckpt-writers rank0): its shard is empty, global rank 0's is the checkpoint",
+                (unsigned long long)r->gen);
+    }
     if (err) {
         orch_fail(r, err, msg);
         return;
@@ -718,7 +746,7 @@ void orch_on_method_saved(void *arg, int err, const char *msg, int64_t step, con
     log_event(LOGL_INFO, e, "trainers saved step %lld for generation %llu", (long long)step,
               (unsigned long long)r->gen);
     req.dir = r->dir;
-    req.step = (uint64_t)step;
+    req.step = step < 0 ? 0 : (uint64_t)step;
     if (r->world && world_trainer_size(r->world) > 1 && r->split_upload) {
         /* Replicated state goes up once, split across the nodes. */
         req.share_index = world_trainer_rank(r->world);
@@ -914,6 +942,8 @@ static void finish(struct orch *r, enum orch_state from, int err, const char *ms
     struct hook_env he;
     cJSON *e;
 
+    if (r->world)
+        orch_exit_unpark(r);
     if (err && r->world && !r->aborted)
         world_failed(r->world, r->gen, msg);
     r->claim_waits = false;
@@ -1025,6 +1055,7 @@ static struct orch_facts facts(const struct orch *r)
         .trainers = orch_trainers(r),
         .aborted = r->aborted,
         .have_gen = r->resume_gen > 0,
+        .writer = r->world && r->o.writers_rank0 && world_trainer_rank(r->world) == 0,
         .far = r->deciding && orch_notice_far(r->deciding, notice_now_ms()),
         .late = r->deciding && r->deciding->terminating &&
                 orch_notice_last_start(r, r->deciding) <= notice_now_ms(),

@@ -64,6 +64,8 @@ struct orch_opts {
     int ckpt_layout;               /* dir method: enum ckpt_layout */
     int saved_when;                /* signal, dir: enum method_saved_when */
     int preempt_exit_code;         /* "saved, then exited" */
+    bool writers_rank0;            /* a world: only global rank 0 writes checkpoint files */
+    bool readers_rank0;            /* ... and only its node gets them back at start */
     const char *resume;            /* "auto", "fresh" ("never") or a generation */
     int on_unrestorable;           /* enum config_unrestorable */
     uint64_t store_wait_ms;        /* at start, retry an unreadable store this long */

@@ -22,7 +22,7 @@ static const unsigned event_acts[EV__COUNT] = {
     [EV_TERMINATING] = A_EXIT_UNRANKED | A_LEAVE | A_END | A_MAKE_LAST | A_BEGIN | A_HOLD,
     [EV_TICK] = A_BEGIN | A_TRIGGER,
     [EV_REQUEST] = A_BEGIN | A_TRIGGER,
-    [EV_FOUND] = A_BEGIN,
+    [EV_FOUND] = A_BEGIN | A_TRIGGER,
     [EV_TRAINER_SAVED] = A_TO_METHOD,
     [EV_QUERY] = A_START | A_REFUSE,
     [EV_GO] = A_START | A_TRIGGER,
@@ -166,6 +166,21 @@ static struct orch_decision wanted(const struct orch_facts *f, bool tick)
     return go(IDLE, A_TRIGGER);
 }
 
+/* The dir method found a new checkpoint: a node alone saves it when idle.
+ * In a world, where only global rank 0 writes, its node asks the
+ * coordinator for a round (the others' shards are empty); where every
+ * rank writes, the nodes' checkpoints go up at the rounds' times. */
+static struct orch_decision found(const struct orch_facts *f)
+{
+    if (f->state != IDLE)
+        return stay(f);
+    if (!f->world)
+        return go(IDLE, A_BEGIN);
+    if (!f->ranked || f->stopping || !f->writer)
+        return stay(f);
+    return go(IDLE, A_TRIGGER);
+}
+
 /* The coordinator's query: this node saves for the round if it is idle. */
 static struct orch_decision query(const struct orch_facts *f)
 {
@@ -217,7 +232,7 @@ struct orch_decision orch_decide(const struct orch_facts *f, enum orch_event ev)
     case EV_REQUEST:
         return wanted(f, false);
     case EV_FOUND:
-        return !f->world && f->state == IDLE ? go(IDLE, A_BEGIN) : stay(f);
+        return found(f);
     case EV_TRAINER_SAVED:
         return f->state == SAVING ? go(SAVING, A_TO_METHOD) : stay(f);
     case EV_QUERY:

@@ -23,7 +23,7 @@ enum orch_event {
     EV_TERMINATING,    /* a terminating notice */
     EV_TICK,           /* --interval */
     EV_REQUEST,        /* a trainer's ckpt_request_save(), or spotctl checkpoint */
-    EV_FOUND,          /* the dir method found a new complete folder */
+    EV_FOUND,          /* the dir method found a new complete checkpoint */
     EV_TRAINER_SAVED,  /* a trainer's ckpt_saved() with no save open (signal method) */
     EV_QUERY,          /* a world's coordinator asks this node to save for its round */
     EV_GO,             /* the checkpoint set up may begin: no plan needed, or it fits */
@@ -55,6 +55,8 @@ struct orch_facts {
     bool trainers;     /* someone to save: the method needs no trainers, or one is connected */
     bool aborted;      /* the checkpoint under way was given up (the world's abort) */
     bool have_gen;     /* a committed generation holds the job's state */
+    bool writer;       /* a world: this node's checkpoint files are the world's (only
+                        * global rank 0 writes, and it runs here: --ckpt-writers rank0) */
     /* Of the terminating notice decided (EV_TERMINATING's, or at EV_RESUMED
      * the one held while resuming): */
     bool far;          /* its deadline is beyond NOTICE_HORIZON_MS: acted on when due */

@@ -103,6 +103,10 @@ struct orch {
     bool aborted;                  /* the world gave the checkpoint under way up */
     char abort_reason[128];
     bool want_stop;                /* a terminating notice for this node */
+    bool round_last;               /* the round under way is a terminating notice's */
+    bool exit_parks;               /* the command's exit during this save parks it
+                                      (a trainer that saves by exiting) */
+    bool exited_early;             /* ... and it ended before the save began */
     bool pausing, parked;          /* the command is being stopped / is stopped */
     bool ending;                   /* this node goes once the command is not running */
     bool resumed_once;             /* --resume applies to the first resume only */
@@ -222,6 +226,9 @@ int orch_make_world(struct orch *r, uint32_t rank, char *err, size_t errlen);
 void orch_world_want(struct orch *r, const char *why, int64_t deadline_ms);
 /* Nothing under way and the command stopped: wait for the world's resume. */
 void orch_maybe_ready(struct orch *r);
+void orch_exit_park(struct orch *r);
+void orch_exit_unpark(struct orch *r);
+bool orch_empty_shard(const struct orch *r);
 /* The world's environment and command line for the next start; 0 or -ENOMEM. */
 int orch_world_command(struct orch *r);
 /* Free the substituted command line. */

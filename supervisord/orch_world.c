@@ -19,13 +19,15 @@
 #include "rendezvous.h"
 #include "world.h"
 
-static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, const char *reason);
+static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, bool terminating,
+                    const char *reason);
 static void w_prepare(void *arg, uint64_t gen, int64_t step, bool split);
 static void w_split(void *arg, uint64_t gen, bool same);
 static void w_commit(void *arg, uint64_t gen, int64_t step);
 static void w_abort(void *arg, uint64_t gen, const char *reason);
 static void w_pause(void *arg, const char *why);
 static void on_parked(void *arg);
+static void on_exit_parked(void *arg);
 static void w_resume(void *arg, uint64_t gen, const char *master_addr, unsigned master_port);
 static void world_gens(struct orch *r);
 static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *gens, size_t n);
@@ -84,10 +86,12 @@ int orch_make_world(struct orch *r, uint32_t rank, char *err, size_t errlen)
     return 0;
 }
 
-static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, const char *reason)
+static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, bool terminating,
+                    const char *reason)
 {
     struct orch *r = arg;
-    static const char *const whys[] = { "notice", "periodic", "request", "manual", "grow" };
+    static const char *const whys[] = { "notice", "periodic", "request", "manual", "grow",
+                                        "dir" };
     unsigned acts;
 
     if (gen > r->newest_gen)
@@ -106,6 +110,8 @@ static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, const char *re
         if (strcmp(reason, whys[i]) == 0)
             r->why = whys[i];
     r->terminating = r->want_stop;
+    r->round_last = terminating;
+    r->exited_early = false;
     r->step = -1;
     r->deadline_ms = deadline_ms > 0 ? deadline_ms : notice_now_ms() + SAVE_LIMIT_MS;
     if (strcmp(r->why, "notice") != 0 || !r->want_stop)
@@ -127,16 +133,75 @@ static void w_prepare(void *arg, uint64_t gen, int64_t step, bool split)
     r->split_upload = split;
     if (r->saving == SV_METHOD && r->mops->save_at)
         err = r->mops->save_at(r->method, step);
+    else if (r->saving == SV_PREPARE && r->exited_early)
+        err = -ECHILD;
     else if (r->saving == SV_PREPARE)
         err = r->mops->save(r->method, r->gen, r->dir, r->deadline_ms, orch_on_method_saved, r);
     else
         return;
     r->saving = SV_METHOD;
+    if (err == -ECHILD && orch_empty_shard(r))
+        err = -EALREADY; /* its trainers stopped with the others': nothing to save */
+    if (err == -EALREADY && orch_empty_shard(r)) {
+        orch_on_method_saved(r, err, "", -1, r->dir);
+        return;
+    }
     if (err < 0) {
         snprintf(msg, sizeof(msg), "cannot save at step %lld (%s method): %s", (long long)step,
-                 r->mops->name, err == -EALREADY ? "nothing new to save" : strerror(-err));
+                 r->mops->name, err == -EALREADY ? "nothing new to save" : err == -ECHILD ?
+                 "the command ended before this node's save began (the other nodes' trainers "
+                 "stopped it first?)" : strerror(-err));
         orch_fail(r, err, msg);
     }
+}
+
+/* A trainer that saves by exiting ends the command during the round: this
+ * node then waits for the world's resume, as after a pause, instead of
+ * ending.  Armed at the query, since the trainers of a world stop
+ * together: another node's may stop this node's before its own save. */
+void orch_exit_park(struct orch *r)
+{
+    if (!r->mops->may_exit || !r->mops->may_exit(r->method))
+        return;
+    r->exit_parks = true;
+    child_park(r->o.child, on_exit_parked, r);
+}
+
+/* The command ended during a save that may end it: the method takes the
+ * exit as its answer (its save is done, or failed), and this node waits
+ * for the world's resume once the round is over. */
+static void on_exit_parked(void *arg)
+{
+    struct orch *r = arg;
+
+    r->exit_parks = false;
+    r->parked = true;
+    if (r->state == SAVING && r->saving == SV_PREPARE)
+        r->exited_early = true; /* w_prepare() says what becomes of the save */
+    else if (r->state == SAVING && r->method && r->mops->exited)
+        r->mops->exited(r->method, child_command_code(r->o.child));
+    if (r->ending)
+        child_end(r->o.child, r->exit_code, "preempted while the world waited");
+    else
+        orch_maybe_ready(r);
+}
+
+/* The save ended with the command still running: its exit no longer parks. */
+void orch_exit_unpark(struct orch *r)
+{
+    if (!r->exit_parks)
+        return;
+    r->exit_parks = false;
+    child_unpark(r->o.child, on_exit_parked);
+}
+
+/* Where only global rank 0 writes (--ckpt-writers rank0), the other nodes'
+ * trainers save nothing of their own: their save still runs (the signal,
+ * the exit), so that every rank stops at the same step, but their shard
+ * is empty and the world takes the step from rank 0's. */
+bool orch_empty_shard(const struct orch *r)
+{
+    return r->world && r->o.writers_rank0 && world_trainer_rank(r->world) != 0;
 }
 
 static void w_split(void *arg, uint64_t gen, bool same)
@@ -153,8 +218,10 @@ static void w_commit(void *arg, uint64_t gen, int64_t step)
 
     if (gen > r->newest_gen)
         r->newest_gen = gen;
-    if (gen == r->gen && r->state == COMMITTING)
+    if (gen == r->gen && r->state == COMMITTING) {
+        r->step = step; /* an empty shard's node learns it here */
         orch_on_committed(r, 0, "");
+    }
 }
 
 static void w_abort(void *arg, uint64_t gen, const char *reason)
@@ -182,6 +249,7 @@ static void w_pause(void *arg, const char *why)
 
     if (r->parked || r->pausing || r->state == DRAINING)
         return;
+    r->exit_parks = false; /* the pause's park replaces it */
     r->pausing = true;
     if (r->method)
         r->mops->stop(r->method, why, r->o.grace_ms);
@@ -269,8 +337,13 @@ static void on_world_gens(void *arg, int err, const char *msg, struct snap_gen *
         return;
     }
     /* An elastic world may run with more or fewer trainers than saved gen:
-     * each takes its own number's shard, or one of the others' in turn. */
+     * each takes its own number's shard, or one of the others' in turn.
+     * Where only global rank 0 writes, its shard is the checkpoint: every
+     * node takes it, unless --ckpt-readers rank0 leaves the others their
+     * own (empty) one. */
     r->restore_rank = saved_by && trank >= saved_by ? trank % saved_by : trank;
+    if (r->o.writers_rank0 && !r->o.readers_rank0)
+        r->restore_rank = 0;
     if (saved_by != world_trainer_size(r->world))
         log_msg(LOGL_INFO, "generation %llu was saved by %u trainers and the world now runs %u: "
                 "rank %u restores shard %u (SPOT_RESUME_RANK, SPOT_RESUME_WORLD_SIZE)",

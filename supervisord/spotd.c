@@ -462,9 +462,12 @@ static int world_config(const struct config *cfg, struct world_cfg *w)
             return -1;
         }
 keyed:
-    if (config_num(cfg, OPT_METHOD) == CONFIG_METHOD_DIR) {
-        say("the dir method cannot serve a world yet: its folders appear on each node's own "
-            "schedule; use app (libckpt) or signal");
+    if (config_num(cfg, OPT_METHOD) == CONFIG_METHOD_DIR &&
+        config_num(cfg, OPT_CKPT_WRITERS) != CKPT_RANKS_RANK0) {
+        say("the dir method cannot serve a world where every rank writes: its checkpoints "
+            "appear on each node's own schedule; where only global rank 0 writes (the common "
+            "DDP habit), run every node with --ckpt-writers rank0; else use app (libckpt) or "
+            "signal");
         return -1;
     }
     if (config_num(cfg, OPT_METHOD) == CONFIG_METHOD_CRIU) {
@@ -578,6 +581,33 @@ static void on_notice_signal(void *arg, int sig)
  * then the event log, the world and the job key, the secrets gone from
  * the environment.  Returns 0, or -1 after saying why (run->code is 0 for
  * --help). */
+/* --ckpt-writers and --ckpt-readers: for a world's trainers that write
+ * files of their own (signal, dir).  Returns 0, or -1 after saying why. */
+static int ckpt_ranks_config(const struct run *run, int method)
+{
+    const struct config *cfg = &run->cfg;
+    const struct config_value *w = &cfg->v[OPT_CKPT_WRITERS], *r = &cfg->v[OPT_CKPT_READERS];
+
+    if (w->source != CONFIG_DEFAULT && method != CONFIG_METHOD_SIGNAL &&
+        method != CONFIG_METHOD_DIR) {
+        say("ckpt_writers (from %s) is for the signal and dir methods, whose trainers write "
+            "checkpoint files of their own; the %s method saves every rank's state itself",
+            w->origin, method == CONFIG_METHOD_APP ? "app" : "criu");
+        return -1;
+    }
+    if (w->source != CONFIG_DEFAULT && run->wc.size < 2) {
+        say("ckpt_writers (from %s) is for a world (--world-size 2 or more): a node alone "
+            "saves what its trainers write", w->origin);
+        return -1;
+    }
+    if (r->source != CONFIG_DEFAULT && config_num(cfg, OPT_CKPT_WRITERS) != CKPT_RANKS_RANK0) {
+        say("ckpt_readers (from %s) goes with --ckpt-writers rank0: where all ranks write, "
+            "each node restores its own shard", r->origin);
+        return -1;
+    }
+    return 0;
+}
+
 /* The options that go with a method: --interval, --saved-when.  Returns
  * 0, or -1 after saying why. */
 static int method_config(const struct run *run)
@@ -592,6 +622,8 @@ static int method_config(const struct run *run)
             cfg->v[OPT_INTERVAL].origin);
         return -1;
     }
+    if (ckpt_ranks_config(run, method) < 0)
+        return -1;
     if (cfg->v[OPT_SAVED_WHEN].source == CONFIG_DEFAULT)
         return 0;
     if (method != CONFIG_METHOD_SIGNAL && method != CONFIG_METHOD_DIR) {
@@ -603,11 +635,6 @@ static int method_config(const struct run *run)
         say("saved_when marker (from %s): the dir method has no marker; exit sends "
             "--ckpt-signal at a notice and takes the newest checkpoint once the command exits, "
             "auto sends nothing", origin);
-        return -1;
-    }
-    if (when == METHOD_SAVED_EXIT && run->wc.size > 1) {
-        say("saved_when exit (from %s) cannot serve a world yet: each node's command exits on "
-            "its own; have the trainers create SPOT_CKPT_MARKER, or use libckpt", origin);
         return -1;
     }
     if (when == METHOD_SAVED_EXIT && method == CONFIG_METHOD_SIGNAL && config_str(cfg, OPT_INTERVAL)) {
@@ -772,6 +799,10 @@ static int build_orch(struct run *run)
                              .ckpt_layout = (int)config_num(cfg, OPT_CKPT_LAYOUT),
                              .saved_when = (int)config_num(cfg, OPT_SAVED_WHEN),
                              .preempt_exit_code = (int)config_num(cfg, OPT_PREEMPT_EXIT_CODE),
+                             .writers_rank0 = config_num(cfg, OPT_CKPT_WRITERS) ==
+                                              CKPT_RANKS_RANK0,
+                             .readers_rank0 = config_num(cfg, OPT_CKPT_READERS) ==
+                                              CKPT_RANKS_RANK0,
                              .resume = config_str(cfg, OPT_RESUME),
                              .on_unrestorable = (int)config_num(cfg, OPT_ON_UNRESTORABLE),
                              .store_wait_ms = config_num(cfg, OPT_STORE_WAIT),

@@ -90,6 +90,7 @@ struct world {
     uint64_t gen;
     int64_t step;                  /* prepared */
     int64_t deadline_ms;           /* wall clock: a cloud's, or sent to every node */
+    bool terminating;              /* a terminating notice's: the trainers stop once saved */
     char reason[128];
     bool running;                  /* this node runs it as coordinator (it sent the query) */
     struct event *timer;           /* coordinator: the round's deadline */
@@ -257,6 +258,7 @@ static void send_query(struct world *w)
             (long long)(w->deadline_ms - notice_now_ms()));
     q.gen = w->gen;
     q.deadline_ms = w->deadline_ms;
+    q.terminating = w->terminating;
     snprintf(q.reason, sizeof(q.reason), "%s", w->reason);
     broadcast(w, &q);
 }
@@ -271,6 +273,7 @@ static void start_round(struct world *w, const struct peermsg *n)
     w->gen = (w->max_gen > w->newest ? w->max_gen : w->newest) + 1;
     w->max_gen = w->gen;
     w->deadline_ms = n->deadline_ms > 0 ? n->deadline_ms : now + ROUND_LIMIT_MS;
+    w->terminating = n->terminating;
     snprintf(w->reason, sizeof(w->reason), "%s", n->reason[0] ? n->reason : n->kind);
     w->running = true;
     left = w->deadline_ms - now;
@@ -325,8 +328,8 @@ static void maybe_prepare(struct world *w)
 static void maybe_commit(struct world *w)
 {
     struct commit c;
-    int64_t step = -1;
-    uint32_t i = 0, unsaved = 0;
+    int64_t step = -1, steps[PEERMSG_MAX_MEMBERS];
+    uint32_t i = 0, n = 0, unsaved = 0, odd;
 
     if (w->phase != WORLD_PREPARE || w->coordinator != w->o.rank)
         return;
@@ -341,16 +344,19 @@ static void maybe_commit(struct world *w)
     }
     if (unsaved)
         return;
-    for (uint32_t r = 0; r < w->o.world_size; r++) {
-        if (!w->m[r].in)
-            continue;
-        if (step >= 0 && w->m[r].step != step) {
-            abort_round(w, "the ranks saved different steps (%lld and %lld): the trainers "
-                        "must save when the world asks", (long long)step,
-                        (long long)w->m[r].step);
-            return;
-        }
-        step = w->m[r].step;
+    for (uint32_t r = 0; r < w->o.world_size; r++)
+        if (w->m[r].in && n < PEERMSG_MAX_MEMBERS)
+            steps[n++] = w->m[r].step;
+    switch (world_commit_step(steps, n, &step, &odd)) {
+    case WORLD_STEP_DIFFERS:
+        abort_round(w, "the ranks saved different steps (%lld and %lld): the trainers "
+                    "must save when the world asks", (long long)step, (long long)steps[odd]);
+        return;
+    case WORLD_STEP_NONE:
+        abort_round(w, "no rank's shard holds a checkpoint: the trainers wrote none");
+        return;
+    case WORLD_STEP_AGREED:
+        break;
     }
     memset(&c, 0, sizeof(c));
     if (!(c.ranks = calloc(w->tsize, sizeof(*c.ranks)))) {
@@ -577,12 +583,13 @@ static void msg_query(struct world *w, uint32_t from, const struct peermsg *m)
         if (m->gen > w->max_gen)
             w->max_gen = m->gen;
         w->deadline_ms = m->deadline_ms;
+        w->terminating = m->terminating;
         snprintf(w->reason, sizeof(w->reason), "%s", m->reason);
         w->phase = WORLD_QUERY;
     } else if (!w->running || m->gen != w->gen) {
         return;
     }
-    w->o.ops->query(w->o.arg, m->gen, m->deadline_ms, w->reason);
+    w->o.ops->query(w->o.arg, m->gen, m->deadline_ms, w->terminating, w->reason);
 }
 
 static void msg_step(struct world *w, uint32_t from, const struct peermsg *m)

@@ -58,8 +58,10 @@ struct world;
  * loop, never inside the world_* call that caused it unless said so. */
 struct world_ops {
     /* Round gen begins: say the trainers' step with world_step() (or
-     * world_failed()). */
-    void (*query)(void *arg, uint64_t gen, int64_t deadline_ms, const char *reason);
+     * world_failed()); terminating: a terminating notice's round, after
+     * which the trainers stop (one that saves by exiting may exit). */
+    void (*query)(void *arg, uint64_t gen, int64_t deadline_ms, bool terminating,
+                  const char *reason);
     /* Save at step, upload, then world_saved(); split: store the share
      * of the chunks this rank owns, then world_hashed() (see split). */
     void (*prepare)(void *arg, uint64_t gen, int64_t step, bool split);
@@ -117,7 +119,9 @@ void world_ready(struct world *w, uint64_t newest);
 void world_trigger(struct world *w, const char *kind, const char *reason, bool terminating,
                    int64_t deadline_ms);
 
-/* Answers and reports for round gen. */
+/* Answers and reports for round gen.  world_saved()'s step -1: this
+ * node's shard holds no checkpoint (its trainers write none, as where
+ * only global rank 0 writes: --ckpt-writers rank0). */
 void world_step(struct world *w, uint64_t gen, int64_t step);
 void world_hashed(struct world *w, uint64_t gen, const uint8_t fingerprint[32]);
 void world_saved(struct world *w, uint64_t gen, int64_t step, const uint8_t sha256[32],
@@ -206,5 +210,17 @@ enum world_act {
 unsigned world_on_down(const struct world_facts *f, bool left);
 /* This node became the coordinator. */
 unsigned world_on_take_over(const struct world_facts *f);
+
+/* ---- the step a generation holds ---------------------------------------------
+ *
+ * The members' shards are in; steps[0..n-1] are the steps they hold, -1
+ * for a shard that holds no checkpoint (its node's trainers write none).
+ * The generation holds the step every other shard names: AGREED with it
+ * in *step; DIFFERS when two shards name different steps (*step and
+ * steps[*odd]); NONE when no shard names one (nothing was written). */
+enum world_step_verdict { WORLD_STEP_AGREED, WORLD_STEP_DIFFERS, WORLD_STEP_NONE };
+
+enum world_step_verdict world_commit_step(const int64_t *steps, uint32_t n, int64_t *step,
+                                          uint32_t *odd);
 
 #endif

@@ -1,8 +1,9 @@
 /* world_decide: the world's decisions, with no I/O (see world.h): which
  * phases of the round take which peer message and what else it needs
- * (world_admit()), what a lost member does to the round (world_on_down())
- * and what the node that takes a lost coordinator's place does
- * (world_on_take_over()).  world.c gathers the facts and carries the
+ * (world_admit()), what a lost member does to the round (world_on_down()),
+ * what the node that takes a lost coordinator's place does
+ * (world_on_take_over()) and the step a generation holds
+ * (world_commit_step()).  world.c gathers the facts and carries the
  * verdicts out; tests/unit/test_world.c drives every cell. */
 #include "world.h"
 
@@ -100,3 +101,23 @@ unsigned world_on_take_over(const struct world_facts *f)
     return WA_RESUME;
 }
 
+
+/* The shards that hold a checkpoint must hold the same step, since the
+ * trainers saved when the world asked; those that hold none (where only
+ * global rank 0 writes) take it from them.  A generation of nothing but
+ * empty shards would resume no one: it is not committed. */
+enum world_step_verdict world_commit_step(const int64_t *steps, uint32_t n, int64_t *step,
+                                          uint32_t *odd)
+{
+    *step = -1;
+    for (uint32_t i = 0; i < n; i++) {
+        if (steps[i] < 0)
+            continue;
+        if (*step >= 0 && steps[i] != *step) {
+            *odd = i;
+            return WORLD_STEP_DIFFERS;
+        }
+        *step = steps[i];
+    }
+    return *step < 0 ? WORLD_STEP_NONE : WORLD_STEP_AGREED;
+}

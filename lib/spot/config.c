@@ -25,6 +25,8 @@ static const char *const method_choices[] = { "app", "signal", "dir", "criu", NU
 static const char *const layout_choices[] = { "auto", "folders", "files", NULL };
 /* As enum method_saved_when (supervisord/method.h). */
 static const char *const saved_when_choices[] = { "auto", "marker", "exit", NULL };
+/* As enum config_ckpt_ranks. */
+static const char *const ckpt_ranks_choices[] = { "all", "rank0", NULL };
 static const char *const rendezvous_choices[] = { "static", "store", NULL };
 /* In the order of enum config_unrestorable. */
 static const char *const unrestorable_choices[] = { "older", "fresh", "fail", NULL };
@@ -101,6 +103,14 @@ const struct config_option config_options[OPT__COUNT] = {
     [OPT_PREEMPT_EXIT_CODE] = { "preempt_exit_code", CONFIG_UINT, "75", NULL, 1, 255, false,
                                 NULL, "the code with which a trainer exits once it saved on "
                                 "the signal (0 counts too)" },
+    [OPT_CKPT_WRITERS] = { "ckpt_writers", CONFIG_ENUM, "all", ckpt_ranks_choices, 0, 0, false,
+                           NULL, "a world, signal and dir methods: whose checkpoint files "
+                           "are the generation: all (each node's trainers write theirs) or "
+                           "rank0 (only global rank 0 writes; the other nodes' shards are "
+                           "empty)" },
+    [OPT_CKPT_READERS] = { "ckpt_readers", CONFIG_ENUM, "all", ckpt_ranks_choices, 0, 0, false,
+                           NULL, "with ckpt_writers rank0: where its checkpoint is restored "
+                           "at start: all (every node) or rank0 (the node of global rank 0)" },
     [OPT_RESUME] = { "resume", CONFIG_STRING, "auto", NULL, 0, 0, false, NULL,
                      "what to resume from at start: auto (the newest committed generation "
                      "that restores), fresh (none; never is the same), or a generation "

@@ -50,6 +50,8 @@ enum config_id {
     OPT_CKPT_LAYOUT,
     OPT_SAVED_WHEN,
     OPT_PREEMPT_EXIT_CODE,
+    OPT_CKPT_WRITERS,
+    OPT_CKPT_READERS,
     OPT_RESUME,
     OPT_ON_UNRESTORABLE,
     OPT_STORE_WAIT,
@@ -195,6 +197,9 @@ enum config_cloud { CLOUD_AUTO, CLOUD_NONE, CLOUD_AWS, CLOUD_GCP, CLOUD_AZURE, C
 /* Restart policies, in the order of OPT_RESTART's choices. */
 enum config_restart { RESTART_NEVER, RESTART_ON_FAILURE, RESTART_ALWAYS };
 enum config_unrestorable { UNRESTORABLE_OLDER, UNRESTORABLE_FRESH, UNRESTORABLE_FAIL };
+/* OPT_CKPT_WRITERS, OPT_CKPT_READERS: every node's trainers, or global
+ * rank 0's alone. */
+enum config_ckpt_ranks { CKPT_RANKS_ALL, CKPT_RANKS_RANK0 };
 /* Methods, in the order of OPT_METHOD's choices. */
 enum config_method {
     CONFIG_METHOD_APP,

@@ -5,10 +5,14 @@
  * and ignores unknown ones, so that a later minor revision may add some:
  *
  *   notice   a node's notice, to the coordinator   kind, terminating, deadline_ms, reason
- *   query    coordinator: say your step            gen, deadline_ms, reason
+ *   query    coordinator: say your step            gen, deadline_ms, reason, terminating
+ *                                                   (a notice's round: the trainers stop
+ *                                                   once saved)
  *   step     the answer                            gen, step
  *   prepare  coordinator: save at step for gen     gen, step, deadline_ms, reason, split
- *   saved    a node's shard is in the store        gen, rank, step, sha256, bytes
+ *   saved    a node's shard is in the store        gen, rank, step (absent: the shard
+ *                                                   holds no checkpoint, its trainers
+ *                                                   write none), sha256, bytes
  *   commit   coordinator: gen is committed         gen, step
  *   abort    coordinator: gen is given up          gen, reason
  *   resume   coordinator: start from gen (none:    gen, world_size, master_addr, master_port,

@@ -3,6 +3,7 @@
  * over every combination of facts, then the failure paths as sequences
  * of events.  No orchestrator and no I/O. */
 #include <stdbool.h>
+#include <string.h>
 
 #include "harness.h"
 #include "../../supervisord/orch_decide.h"
@@ -272,6 +273,30 @@ TEST(orch_table_world)
     check_table(&f, DIFFS(coordinator), "world coordinator");
 }
 
+/* Where only global rank 0 writes (--ckpt-writers rank0), the dir method's
+ * new checkpoint on its node asks the coordinator for a round; nowhere
+ * else, and not while the command is stopped or the rank unknown. */
+TEST(orch_table_world_writer)
+{
+    struct orch_facts f = base;
+    struct diff writer[sizeof(world_node) / sizeof(world_node[0])];
+
+    /* A world's node, but for the dir method's new checkpoint. */
+    memcpy(writer, world_node, sizeof(writer));
+    for (size_t i = 0; i < sizeof(writer) / sizeof(writer[0]); i++)
+        if (writer[i].ev == EV_FOUND)
+            writer[i].want = (struct cell){ IDLE, A_TRIGGER };
+    f.world = f.ranked = f.writer = true;
+    check_table(&f, DIFFS(writer), "world writer");
+    f.stopping = true;
+    check_cell(&f, EV_FOUND, IDLE, (struct cell){ S_, 0 }, "writer, stopped");
+    f.stopping = false, f.ranked = false;
+    check_cell(&f, EV_FOUND, IDLE, (struct cell){ S_, 0 }, "writer, no rank");
+    /* Alone, the fact changes nothing. */
+    f = base, f.writer = true;
+    check_cell(&f, EV_FOUND, IDLE, (struct cell){ IDLE, A_BEGIN }, "alone, writer");
+}
+
 /* A world's pause stopped the command (or is stopping it): a terminating
  * notice in any state makes the node leave; nothing else starts. */
 TEST(orch_table_world_stopped)
@@ -334,7 +359,7 @@ TEST(orch_table_invariants)
 {
     unsigned bad = 0, cells = 0;
 
-    for (unsigned bits = 0; bits < 1u << 16; bits++)
+    for (unsigned bits = 0; bits < 1u << 17; bits++)
         for (int s = 0; s < NS; s++)
             for (int ev = 0; ev < EV__COUNT; ev++) {
                 struct orch_facts f = {
@@ -344,6 +369,7 @@ TEST(orch_table_invariants)
                     .told_last = bits & 256, .parked = bits & 512, .ending = bits & 1024,
                     .finishing = bits & 2048, .far = bits & 4096, .late = bits & 8192,
                     .store_waits = bits & 16384, .held = bits & 32768,
+                    .writer = bits & 65536,
                 };
                 struct orch_decision d = orch_decide(&f, (enum orch_event)ev);
                 unsigned stops = d.acts & (A_STOP_SAVED | A_STOP_UNSAVED);
@@ -402,7 +428,7 @@ TEST(orch_table_invariants)
                     harness_failed = 1;
                 }
             }
-    CHECK_INT(cells, 65536 * NS * EV__COUNT);
+    CHECK_INT(cells, 131072 * NS * EV__COUNT);
     CHECK_INT(bad, 0);
 }
 

@@ -41,6 +41,17 @@ TEST(peermsg_parse)
     CHECK_INT((int)m.step, 1200);
     CHECK_INT(m.sha256[31], 0xff);
     CHECK_INT((int)m.bytes, 4096);
+    /* A shard that holds no checkpoint (only global rank 0 writes): no step. */
+    CHECK_INT(parse("{\"v\":1,\"type\":\"saved\",\"gen\":12,\"rank\":1,"
+                    "\"sha256\":\"" SHA "\",\"bytes\":0}", &m, &why), 0);
+    CHECK_INT((int)m.step, -1);
+    CHECK_INT((int)m.bytes, 0);
+    /* A terminating notice's round says so; an older coordinator's does not. */
+    CHECK_INT(parse("{\"v\":1,\"type\":\"query\",\"gen\":4,\"deadline_ms\":1,"
+                    "\"terminating\":true}", &m, &why), 0);
+    CHECK(m.terminating);
+    CHECK_INT(parse("{\"v\":1,\"type\":\"query\",\"gen\":4,\"deadline_ms\":1}", &m, &why), 0);
+    CHECK(!m.terminating);
     CHECK_INT(parse("{\"v\":1,\"type\":\"notice\",\"kind\":\"terminate\",\"terminating\":true,"
                     "\"deadline_ms\":1796050000000,\"reason\":\"aws terminate\"}", &m, &why), 0);
     CHECK(m.terminating);
@@ -92,6 +103,9 @@ TEST(peermsg_refused)
         "{\"v\":1,\"type\":\"saved\",\"gen\":1,\"rank\":1,\"step\":1,\"sha256\":\"XX"
         "112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\",\"bytes\":1}",
         "{\"v\":1,\"type\":\"abort\",\"gen\":1,\"reason\":\"a\\u0001b\"}",
+        "{\"v\":1,\"type\":\"saved\",\"gen\":1,\"rank\":1,\"step\":-1,\"sha256\":\"" SHA
+        "\",\"bytes\":0}",                                               /* -1 is absent */
+        "{\"v\":1,\"type\":\"query\",\"gen\":1,\"deadline_ms\":1,\"terminating\":\"yes\"}",
         "{\"v\":1,\"type\":\"notice\",\"kind\":\"terminate\",\"deadline_ms\":1,"
         "\"terminating\":1}",
         "{\"v\":1,\"type\":\"resume\",\"gen\":4,\"world_size\":8,\"master_port\":29500}",
@@ -142,6 +156,8 @@ TEST(peermsg_round_trip)
         }
         if (t == PEERMSG_NOTICE || t == PEERMSG_QUERY || t == PEERMSG_PREPARE)
             m.deadline_ms = 1796050000000LL;
+        if (t == PEERMSG_QUERY)
+            m.terminating = true;
         if (t == PEERMSG_NOTICE) {
             snprintf(m.kind, sizeof(m.kind), "rebalance");
             m.terminating = false;

@@ -180,3 +180,36 @@ TEST(world_on_take_over_phases)
             CHECK_INT(world_on_take_over(&f), want[run][p]);
         }
 }
+
+/* The step a generation holds: every shard that holds a checkpoint names
+ * the same one; shards that hold none (-1: only global rank 0 writes)
+ * take it; nothing but empty shards, or two steps, commit nothing. */
+TEST(world_commit_step_rows)
+{
+    static const struct {
+        int64_t steps[4];
+        uint32_t n;
+        enum world_step_verdict want;
+        int64_t step;
+        uint32_t odd;
+    } rows[] = {
+        { { 150, 150, 150 }, 3, WORLD_STEP_AGREED, 150, 0 },
+        { { 150, -1, -1, -1 }, 4, WORLD_STEP_AGREED, 150, 0 },   /* rank 0 writes */
+        { { -1, -1, 149 }, 3, WORLD_STEP_AGREED, 149, 0 },       /* the writer is last */
+        { { 0, 0 }, 2, WORLD_STEP_AGREED, 0, 0 },                /* markers with no step */
+        { { 150, -1, 300 }, 3, WORLD_STEP_DIFFERS, 150, 2 },
+        { { 150, 151 }, 2, WORLD_STEP_DIFFERS, 150, 1 },
+        { { -1, -1 }, 2, WORLD_STEP_NONE, -1, 0 },
+        { { 0 }, 0, WORLD_STEP_NONE, -1, 0 },
+    };
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        int64_t step = 7;
+        uint32_t odd = 0;
+
+        CHECK_INT(world_commit_step(rows[i].steps, rows[i].n, &step, &odd), rows[i].want);
+        CHECK_INT((int)step, (int)rows[i].step);
+        if (rows[i].want == WORLD_STEP_DIFFERS)
+            CHECK_INT((int)odd, (int)rows[i].odd);
+    }
+}
