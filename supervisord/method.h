@@ -32,6 +32,7 @@ struct method_ctx {
     int exit_code;                 /* --preempt-exit-code: "saved, then exited" */
     uint64_t settle_ms;            /* dir: unchanged this long means complete */
     int layout;                    /* dir: enum ckpt_layout */
+    const char *step_file;         /* --ckpt-step-file: a fixed name's step, or NULL */
     int64_t resume_step;           /* dir: folders up to this step are not new */
     void (*found)(void *arg);      /* dir: a new complete checkpoint is there */
     char *const *argv;             /* criu: the command line, to wrap (child_set_argv) */
@@ -119,6 +120,10 @@ struct method_ops {
      * the signal and exits)?  A world's node then waits for the world
      * instead of ending when it does.  NULL: false. */
     bool (*may_exit)(struct method *m);
+    /* Does the trainer save anew when a terminating notice's save signals
+     * it (so that a periodic save under way at the notice does not serve
+     * it, in a world too)?  NULL: false. */
+    bool (*saves_on_signal)(struct method *m);
     /* Give up the save under way: done gets -ECANCELED.  Nothing when
      * none is. */
     void (*cancel)(struct method *m, const char *reason);

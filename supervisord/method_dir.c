@@ -1,8 +1,11 @@
 /* method dir: the trainer saves on its own schedule into --ckpt-dir, the
  * way it already does: numbered folders (Hugging Face's checkpoint-500/,
- * DCP's step-500/) or files with the step in the name (ckpt-000500.pt,
- * Lightning's epoch=3-step=500.ckpt); --ckpt-layout says which, auto
- * either (spot/ckptname.h reads the names).
+ * DCP's step-500/), files with the step in the name (ckpt-000500.pt,
+ * Lightning's epoch=3-step=500.ckpt), or one file of a fixed name rewritten
+ * at each save (last.pt); --ckpt-layout says which, auto any
+ * (spot/ckptname.h reads the names).  A fixed-name one's step is the
+ * number in --ckpt-step-file, else one more than the last handed out: each
+ * new version (its signature) is the next checkpoint.
  *
  * spotd scans the directory (woken by inotify, and every settle/4 for the
  * settle clock).  A checkpoint is complete when it was renamed into place,
@@ -12,7 +15,8 @@
  * handed out before is offered to the orchestrator (ctx.found), which
  * saves it in the background: the checkpoint is linked, under its own
  * name, into the generation's folder (the trainer may delete or rewrite
- * its files while the upload runs), so that a generation holds
+ * its files while the upload runs; a fixed-name one, rewritten in place,
+ * is copied), so that a generation holds
  * "checkpoint-500/..." or "ckpt-000500.pt" as the trainer wrote it.  At a
  * notice there is nothing to ask the trainer: the newest complete one not
  * yet saved is the checkpoint, or there is none (-EALREADY).  With
@@ -54,6 +58,7 @@ struct entry {
     int64_t step;
     bool is_dir;
     bool renamed;                  /* moved into place: written whole */
+    bool fixed;                    /* a fixed name (last.pt): step not in it */
     uint64_t sig;                  /* of names, sizes and mtimes */
     int64_t changed_ms;            /* when sig last changed */
     bool seen;                     /* in this scan */
@@ -72,6 +77,9 @@ struct method {
     int64_t handed;                /* highest step handed out (or resumed from) */
     int64_t ready_step;            /* newest complete one beyond handed, -1: none */
     char ready[256];
+    bool ready_fixed;              /* ready is a fixed-name one: copied, not linked */
+    uint64_t fixed_sig;            /* the fixed-name one handed out last, or resumed */
+    bool stepped;                  /* the last scan saw a name with a step */
     char ignored[1024];            /* names of the last scan that did not count, and why */
     method_saved_fn done;
     void *arg;
@@ -90,6 +98,8 @@ static void scan(struct method *m);
 static void refresh(struct method *m, int64_t now);
 static void read_inotify(struct method *m);
 static void deliver(struct method *m);
+static void deliver_fixed(struct method *m);
+static uint64_t fixed_there(struct method *m);
 static int wait_exit(struct method *m, int64_t deadline_ms);
 static void exit_tick(struct method *m, int64_t now);
 
@@ -151,8 +161,10 @@ static struct method *dir_open(const struct method_ctx *ctx, char *err, size_t e
         method_dir.close(m);
         return NULL;
     }
-    if (ctx->resume_dir)
+    if (ctx->resume_dir) {
         ckptdir_place(m->dir, ctx->resume_dir, ctx->resume_step, m->layout);
+        m->fixed_sig = fixed_there(m);
+    }
     setenv("SPOT_CKPT_DIR", m->dir, 1);
     return m;
 }
@@ -174,6 +186,7 @@ static int dir_save(struct method *m, uint64_t gen, const char *dir, int64_t dea
     if (m->done)
         return -EBUSY;
     m->gen = gen;
+    m->deadline_ms = deadline_ms;
     snprintf(m->gen_dir, sizeof(m->gen_dir), "%s", dir);
     if (m->last && m->ctx.saved_when == METHOD_SAVED_EXIT) {
         if ((r = wait_exit(m, deadline_ms)) == 0) {
@@ -280,6 +293,13 @@ static bool dir_may_exit(struct method *m)
     return m->last && m->ctx.saved_when == METHOD_SAVED_EXIT;
 }
 
+/* With --saved-when exit the notice's save signals the trainer, which
+ * saves its newest state. */
+static bool dir_saves_on_signal(struct method *m)
+{
+    return m->ctx.saved_when == METHOD_SAVED_EXIT;
+}
+
 const struct method_ops method_dir = {
     .name = "dir",
     .flags = METHOD_NO_WORLD,
@@ -291,6 +311,7 @@ const struct method_ops method_dir = {
     .committed = dir_committed,
     .exited = dir_exited,
     .may_exit = dir_may_exit,
+    .saves_on_signal = dir_saves_on_signal,
     .stop = dir_stop,
     .close = dir_close,
 };
@@ -309,6 +330,17 @@ static struct entry *entry_get(struct method *m, const char *name)
     return &m->e[m->n++];
 }
 
+/* The signature of the entry name in the folder now, 0: gone. */
+static uint64_t entry_sig(struct method *m, const char *name)
+{
+    int fd = open(m->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    uint64_t sig = fd < 0 ? 0 : ckptdir_entry_signature(fd, name, NULL);
+
+    if (fd >= 0)
+        close(fd);
+    return sig;
+}
+
 static bool was_renamed(struct method *m, const char *name)
 {
     for (size_t i = 0; i < m->n_renamed; i++)
@@ -318,14 +350,59 @@ static bool was_renamed(struct method *m, const char *name)
 }
 
 /* Say once per scan what did not count, for dir_why_none(). */
-static void note_ignored(struct method *m, const char *name, enum ckptname_why why)
+static void note_text(struct method *m, const char *name, const char *why)
 {
     size_t len = strlen(m->ignored);
 
     if (len + 8 >= sizeof(m->ignored))
         return;
-    snprintf(m->ignored + len, sizeof(m->ignored) - len, "%s'%s' (%s)", len ? ", " : "", name,
-             ckptname_why_text(why));
+    snprintf(m->ignored + len, sizeof(m->ignored) - len, "%s'%s' (%.300s)", len ? ", " : "",
+             name, why);
+}
+
+static void note_ignored(struct method *m, const char *name, enum ckptname_why why)
+{
+    note_text(m, name, ckptname_why_text(why));
+}
+
+/* The step of a fixed-name one with signature sig: -1 when it is the
+ * version handed out last, else the number its step file names when that
+ * is newer, else (no step file) the step after the last handed out. */
+static int64_t fixed_step(struct method *m, const char *name, uint64_t sig)
+{
+    char why[4500];
+    int64_t step;
+
+    if (sig == 0 || sig == m->fixed_sig)
+        return -1;
+    if (!m->ctx.step_file)
+        return m->handed + 1;
+    step = ckptdir_fixed_step(m->dir, m->ctx.step_file, why, sizeof(why));
+    if (step >= 0 && step <= m->handed)
+        snprintf(why, sizeof(why), "its step file '%s' names step %lld, not newer than %lld",
+                 m->ctx.step_file, (long long)step, (long long)m->handed);
+    if (step <= m->handed) {
+        note_text(m, name, why);
+        return -1;
+    }
+    return step;
+}
+
+/* The signature of the fixed-name file there, 0: none. */
+static uint64_t fixed_there(struct method *m)
+{
+    enum ckptname_why why;
+    struct dirent *d;
+    uint64_t sig = 0;
+    DIR *dp = opendir(m->dir);
+
+    if (!dp)
+        return 0;
+    while (!sig && (d = readdir(dp)))
+        if (ckptname_step(d->d_name, false, m->layout, &why) < 0 && why == CKPTNAME_FIXED)
+            sig = ckptdir_entry_signature(dirfd(dp), d->d_name, NULL);
+    closedir(dp);
+    return sig;
 }
 
 /* One name of the directory: its entry, with its signature and whether it
@@ -335,7 +412,7 @@ static struct entry *look(struct method *m, DIR *dp, const char *name, int64_t n
     enum ckptname_why why;
     struct entry *e;
     struct stat st;
-    bool last = false;
+    bool last = false, fixed;
     uint64_t sig;
     int64_t step;
 
@@ -344,9 +421,11 @@ static struct entry *look(struct method *m, DIR *dp, const char *name, int64_t n
         (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)))
         return NULL;
     step = ckptname_step(name, S_ISDIR(st.st_mode), m->layout, &why);
-    if (step < 0)
+    m->stepped = m->stepped || step >= 0;
+    fixed = why == CKPTNAME_FIXED && m->layout != CKPT_LAYOUT_FILES;
+    if (step < 0 && !fixed)
         note_ignored(m, name, why);
-    if (step <= m->handed || strlen(name) >= sizeof(e->name))
+    if ((!fixed && step <= m->handed) || strlen(name) >= sizeof(e->name))
         return NULL;
     if (S_ISDIR(st.st_mode)) {
         int fd = openat(dirfd(dp), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -356,9 +435,12 @@ static struct entry *look(struct method *m, DIR *dp, const char *name, int64_t n
     } else {
         sig = ckptdir_entry_signature(dirfd(dp), name, NULL);
     }
+    if (fixed && (step = fixed_step(m, name, sig)) < 0)
+        return NULL;
     if (!(e = entry_get(m, name)))
         return NULL;
     e->seen = true;
+    e->fixed = fixed;
     e->step = step;
     e->is_dir = S_ISDIR(st.st_mode);
     if (was_renamed(m, name))
@@ -375,35 +457,49 @@ static struct entry *look(struct method *m, DIR *dp, const char *name, int64_t n
     return e;
 }
 
+/* Renamed into place, its writer gone, or quiet for --settle. */
+static bool complete(const struct method *m, const struct entry *e, int64_t now)
+{
+    return e->renamed || m->writer_gone || now - e->changed_ms >= (int64_t)m->ctx.settle_ms;
+}
+
 /* Reads the directory: each entry's signature, and the newest complete
  * one (ready).  No callbacks. */
 static void refresh(struct method *m, int64_t now)
 {
     int64_t best = -1;
-    const char *best_name = NULL;
+    const struct entry *best_e = NULL;
     struct dirent *d;
     DIR *dp = opendir(m->dir);
 
     if (!dp)
         return;
     m->ignored[0] = '\0';
+    m->stepped = false;
     for (size_t i = 0; i < m->n; i++)
         m->e[i].seen = false;
-    while ((d = readdir(dp))) {
-        struct entry *e = look(m, dp, d->d_name, now);
-
-        if (e &&
-            (e->renamed || m->writer_gone || now - e->changed_ms >= (int64_t)m->ctx.settle_ms) &&
-            e->step > best) {
-            best = e->step;
-            best_name = e->name;
-        }
-    }
+    while ((d = readdir(dp)))
+        look(m, dp, d->d_name, now);
     closedir(dp);
     m->n_renamed = 0;
-    if (best > m->ready_step) {
+    for (size_t i = 0; i < m->n; i++) {
+        struct entry *e = &m->e[i];
+
+        /* Under auto a fixed name beside names with a step is their copy
+         * (Lightning's last.ckpt): they are the checkpoints. */
+        if (e->seen && e->fixed && m->layout == CKPT_LAYOUT_AUTO && m->stepped) {
+            note_text(m, e->name, CKPTNAME_FIXED_BESIDE);
+            e->seen = false;
+        }
+        if (e->seen && complete(m, e, now) && e->step > best) {
+            best = e->step;
+            best_e = e;
+        }
+    }
+    if (best_e && best > m->ready_step) {
         m->ready_step = best;
-        snprintf(m->ready, sizeof(m->ready), "%s", best_name);
+        m->ready_fixed = best_e->fixed;
+        snprintf(m->ready, sizeof(m->ready), "%s", best_e->name);
         log_msg(LOGL_INFO, "checkpoint '%s/%s' is complete (step %lld)", m->dir, m->ready,
                 (long long)best);
     }
@@ -482,6 +578,12 @@ static void deliver(struct method *m)
     char msg[9400];
     int err;
 
+    if (m->ready_fixed && !m->writer_gone) {
+        deliver_fixed(m);
+        return;
+    }
+    if (m->ready_fixed)
+        m->fixed_sig = entry_sig(m, m->ready);
     m->handed = m->ready_step;
     err = ckptdir_link(m->dir, m->ready, m->gen_dir, m->gen, m->out, sizeof(m->out), msg,
                        sizeof(msg));
@@ -493,6 +595,47 @@ static void deliver(struct method *m)
         return;
     }
     evtimer_add(m->now, &zero);
+}
+
+/* A fixed-name one is copied, not linked: its trainer rewrites it in
+ * place.  Rewritten since it counted, or while it was copied, it is not
+ * whole: the notice's save waits for it to settle again, a periodic one
+ * fails (the next version is offered once it settles). */
+static void deliver_fixed(struct method *m)
+{
+    struct timeval zero = { 0, 0 };
+    struct entry *e = entry_get(m, m->ready);
+    int64_t now = notice_now_ms();
+    uint64_t sig = 0;
+    char msg[9400];
+    int err = -EAGAIN;
+
+    snprintf(msg, sizeof(msg), "'%s/%s' was rewritten after it settled", m->dir, m->ready);
+    if (e && e->seen && e->step == m->ready_step && complete(m, e, now) &&
+        e->sig == entry_sig(m, m->ready))
+        err = ckptdir_copy(m->dir, m->ready, m->gen_dir, &sig, msg, sizeof(msg));
+    if (err == 0) {
+        m->handed = m->ready_step;
+        m->fixed_sig = sig;
+        snprintf(m->out, sizeof(m->out), "%s", m->gen_dir);
+        evtimer_add(m->now, &zero);
+        return;
+    }
+    if (err == -EAGAIN) {
+        if (e) {
+            e->renamed = false;
+            e->changed_ms = now;
+        }
+        m->ready_step = m->handed;
+        if (m->last) {
+            log_msg(LOGL_INFO, "%s: waiting for it to settle again", msg);
+            m->waiting = true;
+            return;
+        }
+    }
+    method_saved_fn done = m->done;
+    m->done = NULL;
+    done(m->arg, err, msg, -1, m->dir);
 }
 
 static void on_now(evutil_socket_t fd, short what, void *arg)

@@ -144,6 +144,12 @@ static void signal_last(struct method *m)
 
 static bool signal_exited(struct method *m, int code);
 
+/* Each save signals the trainer: the notice's is of its newest state. */
+static bool signal_saves_on_signal(struct method *m)
+{
+    return true;
+}
+
 static bool signal_may_exit(struct method *m)
 {
     return m->ctx.saved_when != METHOD_SAVED_MARKER;
@@ -187,6 +193,7 @@ const struct method_ops method_signal = {
     .committed = signal_committed,
     .exited = signal_exited,
     .may_exit = signal_may_exit,
+    .saves_on_signal = signal_saves_on_signal,
     .trainer_saved = signal_trainer_saved,
     .cancel = signal_cancel,
     .stop = signal_stop,
@@ -279,8 +286,8 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
  * appeared after the signal; else the save fails, saying what was missing. */
 static bool signal_exited(struct method *m, int code)
 {
-    char name[256], why[1024], msg[10240];
-    int64_t step;
+    char name[256], why[1024], fixed_why[4500], msg[16384];
+    int64_t step, fixed;
     bool counts;
     int err;
 
@@ -298,14 +305,21 @@ static bool signal_exited(struct method *m, int code)
         finish(m, -ECANCELED, msg, -1, m->dir);
         return true;
     }
-    step = ckptdir_newest_since(m->dir, &m->seen, (enum ckpt_layout)m->ctx.layout, name,
+    /* A fixed-name one (last.pt) is the step its step file names, else
+     * the step after the one resumed from. */
+    fixed_why[0] = '\0';
+    fixed = m->ctx.step_file ? ckptdir_fixed_step(m->dir, m->ctx.step_file, fixed_why,
+                                                  sizeof(fixed_why))
+                             : m->ctx.resume_step + 1;
+    step = ckptdir_newest_since(m->dir, &m->seen, (enum ckpt_layout)m->ctx.layout, fixed, name,
                                 sizeof(name), why, sizeof(why));
     if (step < 0) {
         snprintf(msg, sizeof(msg), "the command exited with code %d after SIG%s, but no "
-                 "checkpoint of --ckpt-layout %s appeared in '%s' after the signal%s%s; a "
-                 "trainer that saves under another name creates the marker '%s' once saved",
+                 "checkpoint of --ckpt-layout %s appeared in '%s' after the signal%s%s%s%s; "
+                 "a trainer that saves under another name creates the marker '%s' once saved",
                  code, sig_name(m), ckptname_layout_name((enum ckpt_layout)m->ctx.layout),
-                 m->dir, why[0] ? ": " : "", why, m->marker);
+                 m->dir, why[0] ? ": " : "", why, fixed_why[0] ? "; a fixed name's step: " : "",
+                 fixed_why, m->marker);
         finish(m, -ENOENT, msg, -1, m->dir);
         return true;
     }

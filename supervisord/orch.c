@@ -274,6 +274,7 @@ void orch_run_command(struct orch *r)
         .signal = r->o.ckpt_signal,
         .settle_ms = r->o.settle_ms,
         .layout = r->o.ckpt_layout,
+        .step_file = r->o.ckpt_step_file,
         .saved_when = r->o.saved_when,
         .exit_code = r->o.preempt_exit_code,
         .resume_step = r->resume_step,
@@ -677,8 +678,10 @@ static void ask_world(struct orch *r)
 
     /* A terminating notice's round: every node's trainers stop once they
      * saved, and a method that saves differently then knows it. */
-    if (err == 0 && r->round_last && r->mops->last)
+    if (err == 0 && r->round_last && r->mops->last) {
         r->mops->last(r->method);
+        r->told_last = true;
+    }
     if (err == 0 && r->mops->query) {
         r->saving = SV_METHOD;
         err = r->mops->query(r->method, r->gen, r->dir, r->deadline_ms, on_ask,
@@ -1047,11 +1050,12 @@ static struct orch_facts facts(const struct orch *r)
         .ending = r->ending,
         .finishing = r->finishing,
         .last = r->terminating,
-        /* The one method that needs telling (criu) cannot serve a world
-         * (refused at the start); a command that has ended cannot save
-         * again. */
-        .told_last = r->told_last || !r->mops->last || r->world || r->finishing ||
-                     !r->stop_notice,
+        /* A command that has ended cannot save again.  In a world, a
+         * periodic round under way at the notice serves it, unless the
+         * trainers save anew on the notice's signal: a round of its own. */
+        .told_last = r->told_last || !r->mops->last || r->finishing || !r->stop_notice ||
+                     (r->world && !(r->mops->saves_on_signal &&
+                                    r->mops->saves_on_signal(r->method))),
         .trainers = orch_trainers(r),
         .aborted = r->aborted,
         .have_gen = r->resume_gen > 0,

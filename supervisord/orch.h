@@ -62,6 +62,7 @@ struct orch_opts {
     int ckpt_signal;
     uint64_t settle_ms;
     int ckpt_layout;               /* dir method: enum ckpt_layout */
+    const char *ckpt_step_file;    /* a fixed name's step, NULL: its versions count */
     int saved_when;                /* signal, dir: enum method_saved_when */
     int preempt_exit_code;         /* "saved, then exited" */
     bool writers_rank0;            /* a world: only global rank 0 writes checkpoint files */

@@ -797,6 +797,7 @@ static int build_orch(struct run *run)
                              .ckpt_signal = ckpt_signal(cfg),
                              .settle_ms = config_num(cfg, OPT_SETTLE),
                              .ckpt_layout = (int)config_num(cfg, OPT_CKPT_LAYOUT),
+                             .ckpt_step_file = config_str(cfg, OPT_CKPT_STEP_FILE),
                              .saved_when = (int)config_num(cfg, OPT_SAVED_WHEN),
                              .preempt_exit_code = (int)config_num(cfg, OPT_PREEMPT_EXIT_CODE),
                              .writers_rank0 = config_num(cfg, OPT_CKPT_WRITERS) ==

@@ -568,7 +568,9 @@ static void msg_notice(struct world *w, uint32_t from, const struct peermsg *m)
             w->phase != WORLD_COMMITTING)
             w->deadline_ms = m->deadline_ms;
         log_msg(LOGL_INFO, "world: rank %u wants a checkpoint (%s) during generation "
-                "%llu's: that one serves", from, m->kind, (unsigned long long)w->gen);
+                "%llu's: it waits for that one%s", from, m->kind, (unsigned long long)w->gen,
+                m->terminating && !w->terminating ? " (which serves it, or the rank asks "
+                "again for a terminating round of its own)" : "");
     } else {
         start_round(w, m);
     }

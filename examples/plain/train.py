@@ -4,18 +4,24 @@
     CKPT_DIR=DIR train.py STEPS
     CKPT_DIR=DIR torchrun --nproc_per_node 2 --redirects 9:0 --tee 9:0 train.py STEPS
 
-It reads only CKPT_DIR, SAVE_EVERY (default 100), CKPT_LAYOUT, STEP_MS (a
-pause after each step, default 0: the model stands for a slower one in
-demos and tests) and the torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK...).  Every SAVE_EVERY
-steps global rank 0 saves model, optimizer, step and RNG states with
-torch.save, as
+It reads only CKPT_DIR, SAVE_EVERY (default 100), CKPT_LAYOUT, STEP_FILE,
+STEP_MS (a pause after each step, default 0: the model stands for a slower
+one in demos and tests) and the torchrun variables (RANK, WORLD_SIZE,
+LOCAL_RANK...).  Every SAVE_EVERY steps global rank 0 saves model,
+optimizer, step and RNG states with torch.save, as
 
     CKPT_LAYOUT=files    (default)  CKPT_DIR/ckpt-00000150.pt
     CKPT_LAYOUT=folders             CKPT_DIR/checkpoint-150/model.pt, then
                                     trainer_state.json (Hugging Face's shape)
     CKPT_LAYOUT=lightning           CKPT_DIR/epoch=0-step=150.ckpt
+    CKPT_LAYOUT=dcp                 CKPT_DIR/step-150/__0_0.distcp, then
+                                    .metadata (torchtitan's and DCP's shape)
+    CKPT_LAYOUT=last                CKPT_DIR/last.pt, rewritten in place at
+                                    each save (Lightning's save_last), and
+                                    the step into CKPT_DIR/STEP_FILE if set
 
-each written under a temporary name and renamed into place.  At start it
+files and lightning written under a temporary name and renamed into place,
+folders and dcp with their last file written last.  At start it
 resumes from the newest checkpoint in CKPT_DIR.  On SIGTERM it saves at the
 next step and exits 75.  The last line is "done STEPS sha256 HEX": the model
 after STEPS steps, the same bit for bit whether the run was interrupted or not.
@@ -49,6 +55,11 @@ def on_term(signum, frame):
     stop_asked = True
 
 
+def torch_load(path):
+    import torch
+    return torch.load(path, map_location="cpu")
+
+
 def newest(ckpt_dir, layout):
     """The path and step of the newest checkpoint in ckpt_dir, or None."""
     best = None
@@ -58,6 +69,15 @@ def newest(ckpt_dir, layout):
             m = re.fullmatch(r"checkpoint-(\d+)", name)
             ok = m and os.path.exists(os.path.join(path, "trainer_state.json"))
             path = os.path.join(path, "model.pt")
+        elif layout == "dcp":
+            m = re.fullmatch(r"step-(\d+)", name)
+            ok = m and os.path.exists(os.path.join(path, ".metadata"))
+            path = os.path.join(path, "__0_0.distcp")
+        elif layout == "last":
+            # One file: its step is inside it.
+            if name == "last.pt":
+                return (path, torch_load(path)["step"])
+            continue
         elif layout == "lightning":
             m = re.fullmatch(r"epoch=\d+-step=(\d+)\.ckpt", name)
             ok = m
@@ -81,6 +101,7 @@ def main():
     ckpt_dir = os.environ.get("CKPT_DIR", "checkpoints")
     every = int(os.environ.get("SAVE_EVERY", "100"))
     layout = os.environ.get("CKPT_LAYOUT", "files")
+    step_file = os.environ.get("STEP_FILE")
     pause = int(os.environ.get("STEP_MS", "0")) / 1000.0
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -109,7 +130,7 @@ def main():
     step = 0
     found = newest(ckpt_dir, layout)
     if found:
-        state = torch.load(found[0], map_location="cpu")
+        state = torch_load(found[0])
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"][rank])
@@ -131,12 +152,22 @@ def main():
             return
         state = {"step": done_step, "model": model.state_dict(),
                  "optimizer": opt.state_dict(), "rng": rngs, "batches_rng": orders}
-        if layout == "folders":
-            final = os.path.join(ckpt_dir, "checkpoint-%d" % done_step)
+        if layout in ("folders", "dcp"):
+            name, data, last = (("checkpoint-%d", "model.pt", "trainer_state.json")
+                                if layout == "folders" else
+                                ("step-%d", "__0_0.distcp", ".metadata"))
+            final = os.path.join(ckpt_dir, name % done_step)
             os.makedirs(final, exist_ok=True)
-            torch.save(state, os.path.join(final, "model.pt"))
-            with open(os.path.join(final, "trainer_state.json"), "w") as f:
+            torch.save(state, os.path.join(final, data))
+            with open(os.path.join(final, last), "w") as f:
                 json.dump({"global_step": done_step}, f)
+            return
+        if layout == "last":
+            # In place, as Lightning writes last.ckpt: no rename.
+            torch.save(state, os.path.join(ckpt_dir, "last.pt"))
+            if step_file:
+                with open(os.path.join(ckpt_dir, step_file), "w") as f:
+                    f.write("%d\n" % done_step)
             return
         if layout == "lightning":
             final = os.path.join(ckpt_dir, "epoch=0-step=%d.ckpt" % done_step)

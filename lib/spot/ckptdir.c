@@ -103,6 +103,61 @@ int ckptdir_link(const char *dir, const char *name, const char *gen_dir, uint64_
     return err;
 }
 
+int ckptdir_copy(const char *dir, const char *name, const char *gen_dir, uint64_t *sig,
+                 char *msg, size_t msglen)
+{
+    char src[4400], dst[4800];
+    uint64_t before, after;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), err;
+
+    if (fd < 0) {
+        err = -errno;
+        snprintf(msg, msglen, "cannot open '%s': %s", dir, strerror(-err));
+        return err;
+    }
+    snprintf(src, sizeof(src), "%s/%s", dir, name);
+    snprintf(dst, sizeof(dst), "%s/%s", gen_dir, name);
+    before = ckptdir_entry_signature(fd, name, NULL);
+    err = linktree_copy_file(src, dst);
+    after = ckptdir_entry_signature(fd, name, NULL);
+    close(fd);
+    if (err < 0) {
+        snprintf(msg, msglen, "cannot copy '%s' into '%s': %s", src, gen_dir, strerror(-err));
+        unlink(dst);
+        return err;
+    }
+    if (before == 0 || before != after) {
+        snprintf(msg, msglen, "'%s' changed while it was copied", src);
+        unlink(dst);
+        return -EAGAIN;
+    }
+    *sig = after;
+    return 0;
+}
+
+int64_t ckptdir_fixed_step(const char *dir, const char *step_file, char *why, size_t whysize)
+{
+    char path[4400], text[257];
+    int64_t step;
+    ssize_t n;
+    int fd;
+
+    if (step_file[0] == '/')
+        snprintf(path, sizeof(path), "%s", step_file);
+    else
+        snprintf(path, sizeof(path), "%s/%s", dir, step_file);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+        snprintf(why, whysize, "its step file '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    text[n > 0 ? n : 0] = '\0';
+    if ((step = ckptname_text_step(text, strlen(text))) < 0)
+        snprintf(why, whysize, "its step file '%s' names no step", path);
+    return step;
+}
+
 void ckptdir_unstage(const char *dir, const char *keep)
 {
     char stage[4200];
@@ -135,38 +190,54 @@ static void name_newer(const char *dir, int64_t step, enum ckpt_layout layout, c
     closedir(dp);
 }
 
+/* Puts resume_dir/name back as dir/name when it is the checkpoint of step
+ * (a fixed-name one, when fixed): 1 when it is there then. */
+static int place_one(const char *dir, const char *resume_dir, const char *name, int64_t step,
+                     enum ckpt_layout layout, bool fixed)
+{
+    char src[4400], dst[4400];
+    enum ckptname_why why;
+    struct stat st;
+    int err;
+
+    snprintf(src, sizeof(src), "%s/%s", resume_dir, name);
+    if (name[0] == '.' || lstat(src, &st) < 0)
+        return 0;
+    if (ckptname_step(name, S_ISDIR(st.st_mode), layout, &why) != step &&
+        !(fixed && why == CKPTNAME_FIXED && layout != CKPT_LAYOUT_FILES))
+        return 0;
+    snprintf(dst, sizeof(dst), "%s/%s", dir, name);
+    if (lstat(dst, &st) == 0) {
+        log_msg(LOGL_INFO, "'%s' is there already: the trainer's own is kept", dst);
+        return 1;
+    }
+    /* A fixed-name file is rewritten in place: a link would write through
+     * to spotd's copy. */
+    err = fixed ? linktree_copy_file(src, dst) : linktree_copy(src, dst);
+    if (err < 0) {
+        log_msg(LOGL_WARN, "cannot put the resumed checkpoint into '%s': %s (it is in "
+                "SPOT_RESUME_DIR)", dst, strerror(-err));
+        return 0;
+    }
+    log_msg(LOGL_INFO, "resumed checkpoint (step %lld) put back as '%s'", (long long)step, dst);
+    return 1;
+}
+
 void ckptdir_place(const char *dir, const char *resume_dir, int64_t step,
                    enum ckpt_layout layout)
 {
-    char src[4400], dst[4400], newer[1024];
+    char newer[1024];
     struct dirent *d;
     DIR *dp = opendir(resume_dir);
     size_t placed = 0;
 
     if (!dp)
         return;
-    while ((d = readdir(dp))) {
-        struct stat st;
-        int err;
-
-        snprintf(src, sizeof(src), "%s/%s", resume_dir, d->d_name);
-        if (d->d_name[0] == '.' || lstat(src, &st) < 0 ||
-            ckptname_step(d->d_name, S_ISDIR(st.st_mode), layout, NULL) != step)
-            continue;
-        snprintf(dst, sizeof(dst), "%s/%s", dir, d->d_name);
-        if (lstat(dst, &st) == 0) {
-            log_msg(LOGL_INFO, "'%s' is there already: the trainer's own is kept", dst);
-            placed++;
-            continue;
-        }
-        if ((err = linktree_copy(src, dst)) < 0) {
-            log_msg(LOGL_WARN, "cannot put the resumed checkpoint into '%s': %s (it is in "
-                    "SPOT_RESUME_DIR)", dst, strerror(-err));
-            continue;
-        }
-        log_msg(LOGL_INFO, "resumed checkpoint (step %lld) put back as '%s'", (long long)step,
-                dst);
-        placed++;
+    for (int fixed = 0; fixed < 2 && !placed; fixed++) {
+        /* Those with the step in their name; else a fixed-name one. */
+        while ((d = readdir(dp)))
+            placed += place_one(dir, resume_dir, d->d_name, step, layout, fixed);
+        rewinddir(dp);
     }
     closedir(dp);
     if (!placed)
@@ -179,6 +250,7 @@ void ckptdir_place(const char *dir, const char *resume_dir, int64_t step,
                 "committed generation holds: %s; the trainer may resume from them, and spotd "
                 "uploads them as they count", dir, (long long)step, newer);
 }
+
 
 /* ---- what appeared since a moment ------------------------------------------ */
 
@@ -220,10 +292,12 @@ static bool unchanged(const struct ckptdir_seen *seen, const char *name, uint64_
 }
 
 int64_t ckptdir_newest_since(const char *dir, const struct ckptdir_seen *seen,
-                             enum ckpt_layout layout, char *name, size_t namesize, char *why,
-                             size_t whysize)
+                             enum ckpt_layout layout, int64_t fixed_step, char *name,
+                             size_t namesize, char *why, size_t whysize)
 {
     int64_t best = -1;
+    bool stepped = false;          /* a name with a step is there */
+    char fixed[256] = "";          /* a fixed-name one that changed */
     struct dirent *d;
     DIR *dp = opendir(dir);
 
@@ -237,10 +311,16 @@ int64_t ckptdir_newest_since(const char *dir, const struct ckptdir_seen *seen,
         int64_t step;
 
         if (skipped(d->d_name) || fstatat(dirfd(dp), d->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-            (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) ||
-            unchanged(seen, d->d_name, ckptdir_entry_signature(dirfd(dp), d->d_name, NULL)))
+            (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)))
             continue;
         step = ckptname_step(d->d_name, S_ISDIR(st.st_mode), layout, &w);
+        stepped = stepped || step >= 0;
+        if (unchanged(seen, d->d_name, ckptdir_entry_signature(dirfd(dp), d->d_name, NULL)))
+            continue;
+        if (w == CKPTNAME_FIXED && fixed_step >= 0 && strlen(d->d_name) < namesize) {
+            snprintf(fixed, sizeof(fixed), "%s", d->d_name);
+            continue;
+        }
         if (step < 0 && why) {
             size_t len = strlen(why);
             if (len + 8 < whysize)
@@ -253,5 +333,17 @@ int64_t ckptdir_newest_since(const char *dir, const struct ckptdir_seen *seen,
         }
     }
     closedir(dp);
-    return best;
+    if (!fixed[0] || best >= 0)
+        return best;
+    if (layout == CKPT_LAYOUT_FIXED || !stepped) {
+        snprintf(name, namesize, "%s", fixed);
+        return fixed_step;
+    }
+    if (why) {
+        size_t len = strlen(why);
+        if (len + 8 < whysize)
+            snprintf(why + len, whysize - len, "%s'%s' (" CKPTNAME_FIXED_BESIDE ")",
+                     len ? ", " : "", fixed);
+    }
+    return -1;
 }

@@ -1,7 +1,7 @@
 /* ckptdir: a trainer's own checkpoint folder (--ckpt-dir), as the signal
  * and dir methods share it.  Its checkpoints are named by the trainer
  * (ckptname.h); spotd puts one into a generation by linking it under its
- * name, tells which appeared or changed since a moment (a signal), and at
+ * name (copying a fixed-name one, which its trainer rewrites in place), tells which appeared or changed since a moment (a signal), and at
  * resume puts the restored one back where the trainer looks for it.
  * Nothing of the trainer's is ever removed or overwritten. */
 #ifndef SPOT_CKPTDIR_H
@@ -31,13 +31,27 @@ uint64_t ckptdir_entry_signature(int dirfd, const char *name, bool *last);
 int ckptdir_link(const char *dir, const char *name, const char *gen_dir, uint64_t gen,
                  char *out, size_t outsize, char *msg, size_t msglen);
 
+/* Copies dir/name, a fixed-name file, as gen_dir/name: its trainer
+ * rewrites it in place, so a link would change under the upload.  *sig
+ * gets the signature of what was copied.  -EAGAIN when it changed while
+ * being copied (the copy is removed), else 0 or -errno with msg. */
+int ckptdir_copy(const char *dir, const char *name, const char *gen_dir, uint64_t *sig,
+                 char *msg, size_t msglen);
+
+/* The step of a fixed-name checkpoint in dir: the number in step_file
+ * (relative to dir, or absolute; ckptname_text_step), or -1 with why when
+ * it cannot be read or names none. */
+int64_t ckptdir_fixed_step(const char *dir, const char *step_file, char *why, size_t whysize);
+
 /* The staged links of every generation but the one in the folder keep
  * (NULL: all) go. */
 void ckptdir_unstage(const char *dir, const char *keep);
 
 /* The checkpoint of step in the restored generation resume_dir, linked
  * (or copied) back into dir under its name; one of that name there is
- * kept.  Says what it did, and names the trainer's newer ones. */
+ * kept.  A fixed-name one (under the fixed layout, or auto when the
+ * generation holds none with a step in its name) is copied back.  Says
+ * what it did, and names the trainer's newer ones. */
 void ckptdir_place(const char *dir, const char *resume_dir, int64_t step,
                    enum ckpt_layout layout);
 
@@ -57,9 +71,11 @@ int ckptdir_mark(const char *dir, struct ckptdir_seen *seen);
 
 /* The checkpoint of the highest step in dir that is not in seen, or
  * whose signature changed since: its step, its name in name; -1 when
- * none.  why (may be NULL) gets the names that did not count, and why. */
+ * none.  A fixed-name one that changed has fixed_step (-1: it does not
+ * count), under the fixed layout, or auto when dir holds no name with a
+ * step.  why (may be NULL) gets the names that did not count, and why. */
 int64_t ckptdir_newest_since(const char *dir, const struct ckptdir_seen *seen,
-                             enum ckpt_layout layout, char *name, size_t namesize, char *why,
-                             size_t whysize);
+                             enum ckpt_layout layout, int64_t fixed_step, char *name,
+                             size_t namesize, char *why, size_t whysize);
 
 #endif

@@ -10,6 +10,7 @@ static const char *const layout_names[] = {
     [CKPT_LAYOUT_AUTO] = "auto",
     [CKPT_LAYOUT_FOLDERS] = "folders",
     [CKPT_LAYOUT_FILES] = "files",
+    [CKPT_LAYOUT_FIXED] = "fixed",
 };
 
 int ckptname_layout(const char *s, enum ckpt_layout *ret)
@@ -107,10 +108,13 @@ int64_t ckptname_step(const char *name, bool is_dir, enum ckpt_layout layout,
     size_t len;
     int64_t step = -1;
 
-    if ((is_dir && layout == CKPT_LAYOUT_FILES) || (!is_dir && layout == CKPT_LAYOUT_FOLDERS)) {
+    if ((is_dir && layout == CKPT_LAYOUT_FILES) || (!is_dir && layout == CKPT_LAYOUT_FOLDERS) ||
+        (layout == CKPT_LAYOUT_FIXED && (is_dir || (!ckptname_fixed(name) && !temporary(name))))) {
         w = CKPTNAME_KIND;
     } else if (temporary(name)) {
         w = CKPTNAME_TEMPORARY;
+    } else if (!is_dir && ckptname_fixed(name)) {
+        w = CKPTNAME_FIXED;
     } else {
         /* A file's extension is no part of its step (model.pt2). */
         len = strlen(name);
@@ -138,8 +142,40 @@ const char *ckptname_why_text(enum ckptname_why why)
         return "no step number in the name";
     case CKPTNAME_KIND:
         return "not of the --ckpt-layout";
+    case CKPTNAME_FIXED:
+        return "a fixed name, rewritten at each save";
     }
     return "?";
+}
+
+int64_t ckptname_text_step(const char *s, size_t len)
+{
+    int64_t found = -1;
+
+    /* As after_step, past the quotes and colon of '"step": 150' too. */
+    for (size_t i = 0; i + 4 <= len; i++) {
+        size_t q = i + 4, n = 0;
+
+        if (strncmp(s + i, "step", 4) != 0)
+            continue;
+        while (q < len && q - i < 8 && strchr("\"'=:-_ \t", s[q]) && s[q] != '\0')
+            q++;
+        while (q + n < len && digit(s[q + n]))
+            n++;
+        if (n > 0)
+            found = number(s + q, n);
+    }
+    return found >= 0 ? found : last_number(s, len);
+}
+
+bool ckptname_fixed(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    size_t len = dot ? (size_t)(dot - name) : 0;
+
+    /* With an extension: DeepSpeed's "latest" names a folder, it is none. */
+    return (len == 4 && strncmp(name, "last", 4) == 0) ||
+           (len == 6 && strncmp(name, "latest", 6) == 0);
 }
 
 bool ckptname_last_file(const char *name)

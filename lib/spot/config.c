@@ -22,7 +22,7 @@ static const char *const cloud_choices[] = { "auto", "none", "aws", "gcp", "azur
                                              "alibaba", "tencent", NULL };
 static const char *const method_choices[] = { "app", "signal", "dir", "criu", NULL };
 /* As enum ckpt_layout (ckptname.h). */
-static const char *const layout_choices[] = { "auto", "folders", "files", NULL };
+static const char *const layout_choices[] = { "auto", "folders", "files", "fixed", NULL };
 /* As enum method_saved_when (supervisord/method.h). */
 static const char *const saved_when_choices[] = { "auto", "marker", "exit", NULL };
 /* As enum config_ckpt_ranks. */
@@ -93,7 +93,12 @@ const struct config_option config_options[OPT__COUNT] = {
                      "dir method: a checkpoint unchanged this long is complete" },
     [OPT_CKPT_LAYOUT] = { "ckpt_layout", CONFIG_ENUM, "auto", layout_choices, 0, 0, false, NULL,
                           "dir method: how the trainer names its checkpoints: folders "
-                          "(checkpoint-150/), files (ckpt-150.pt), or auto (either)" },
+                          "(checkpoint-150/), files (ckpt-150.pt), fixed (last.pt, rewritten), "
+                          "or auto (any)" },
+    [OPT_CKPT_STEP_FILE] = { "ckpt_step_file", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                             "signal and dir methods: a file in --ckpt-dir that holds the step "
+                             "of a fixed-name checkpoint (last.pt); without it each new version "
+                             "is the step after the last" },
     [OPT_SAVED_WHEN] = { "saved_when", CONFIG_ENUM, "auto", saved_when_choices, 0, 0, false,
                          NULL, "signal and dir methods: when the save asked for by "
                          "--ckpt-signal is complete: marker (SPOT_CKPT_MARKER or ckpt_saved()), "

@@ -6,9 +6,11 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <linux/fs.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,7 +22,7 @@ static int copy_file(const char *src, const char *dst, mode_t mode)
 {
     char buf[1 << 16];
     int in = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), out, r = 0;
-    ssize_t n;
+    ssize_t n = 0;
 
     if (in < 0)
         return -errno;
@@ -30,6 +32,9 @@ static int copy_file(const char *src, const char *dst, mode_t mode)
         close(in);
         return r;
     }
+    /* A reflink where the file system shares extents (btrfs, xfs). */
+    if (ioctl(out, FICLONE, in) == 0)
+        goto done;
     while ((n = read(in, buf, sizeof(buf))) > 0)
         for (ssize_t off = 0; off < n && r == 0;) {
             ssize_t w = write(out, buf + off, (size_t)(n - off));
@@ -40,6 +45,7 @@ static int copy_file(const char *src, const char *dst, mode_t mode)
         }
     if (n < 0)
         r = -errno;
+done:
     close(in);
     if (close(out) < 0 && r == 0)
         r = -errno;
@@ -109,6 +115,15 @@ int linktree_link(const char *src, const char *dst)
 int linktree_copy(const char *src, const char *dst)
 {
     return walk(src, dst, true, 0);
+}
+
+int linktree_copy_file(const char *src, const char *dst)
+{
+    struct stat st;
+
+    if (lstat(src, &st) < 0)
+        return -errno;
+    return S_ISREG(st.st_mode) ? copy_file(src, dst, st.st_mode) : -EINVAL;
 }
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)

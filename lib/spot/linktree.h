@@ -13,6 +13,10 @@ int linktree_link(const char *src, const char *dst);
  * file system without hard links). */
 int linktree_copy(const char *src, const char *dst);
 
+/* Copies the data of the regular file src (a reflink where the file
+ * system can) as dst, which must not exist.  0 or -errno. */
+int linktree_copy_file(const char *src, const char *dst);
+
 /* rm -rf path: a file, or a directory and all below (symlinks are not
  * followed); what cannot be removed is logged. */
 void linktree_remove(const char *path);

@@ -23,7 +23,7 @@ chmod 600 "$T/key"
 tr_port() { local p; p=$(free_ports 1); echo "${p#*:}"; }
 L="zero-glue world"
 
-ref=$(CKPT_DIR="$T/ref" timeout -k 2 120 /usr/bin/torchrun --nnodes 1 --nproc_per_node 2 \
+ref=$(CKPT_DIR="$T/ref" timeout -k 2 300 /usr/bin/torchrun --nnodes 1 --nproc_per_node 2 \
     --master_addr 127.0.0.1 --master_port "$(tr_port)" --redirects 9:0 --tee 9:0 \
     --monitor_interval 1 "$TRAIN" $NSTEPS 2>"$T/ref.err" | grep '^done' | tail -n 1)
 check "$L: an uninterrupted two-rank run ends with its model's hash" \

@@ -3,7 +3,9 @@
 # own naming, resumes from the newest checkpoint there) run under spotd's
 # dir method with flags only, for each naming trainers use: flat files
 # (ckpt-00000149.pt), Hugging Face's folders (checkpoint-149/ with
-# trainer_state.json last) and Lightning's files (epoch=0-step=149.ckpt).
+# trainer_state.json last), Lightning's files (epoch=0-step=149.ckpt),
+# DCP's folders (step-149/ with .metadata last) and a fixed name rewritten
+# in place (last.pt).
 # A drill commits the newest complete checkpoint, spotd exits 75; a
 # replacement node with an empty CKPT_DIR gets it back there under its own
 # name, the trainer resumes from it by itself, and the final model equals
@@ -44,7 +46,7 @@ ref=$(CKPT_DIR="$T/ref" timeout -k 2 120 "$PY" "$TRAIN" $NSTEPS 2>"$T/ref.err" |
 check "zero-glue: an uninterrupted run ends with its model's hash" \
     grep -qxE "done $NSTEPS sha256 [0-9a-f]{64}" <<<"$ref"
 
-for layout in files folders lightning; do
+for layout in files folders lightning dcp; do
     L="zero-glue $layout"
     ck1="$T/$layout-ck1" ck2="$T/$layout-ck2"
     start_spotd run --cloud none --job "zg-$layout" --store "$S" --state-dir "$T/$layout-n1" \
@@ -61,6 +63,7 @@ for layout in files folders lightning; do
     files) name=$(printf 'ckpt-%08d.pt' "$step") ;;
     folders) name="checkpoint-$step" ;;
     lightning) name="epoch=0-step=$step.ckpt" ;;
+    dcp) name="step-$step" ;;
     esac
     check "$L: the generation holds '$name' as the trainer named it" \
         test -e "$T/$layout-fetch/$name"
@@ -84,9 +87,9 @@ check "zero-glue folders: ... which holds the trainer's files" \
 mkdir -p "$T/bad-ck"
 run_spotd run --cloud none --job zg-bad --store "$S" --state-dir "$T/bad" --method dir \
     --ckpt-dir "$T/bad-ck" --drill-after 1s --events "$T/bad.ev" -- \
-    sh -c 'echo x >"$0/last.pt"; echo x >"$0/ckpt-5.pt.tmp"; sleep 20' "$T/bad-ck"
+    sh -c 'echo x >"$0/model.pt"; echo x >"$0/ckpt-5.pt.tmp"; sleep 20' "$T/bad-ck"
 check "zero-glue: no checkpoint counted: the names seen are said, and why" \
-    grep -q "'last.pt' (no step number in the name).*'ckpt-5.pt.tmp' (a temporary name)\|'ckpt-5.pt.tmp' (a temporary name).*'last.pt' (no step number in the name)" "$T/stderr"
+    grep -q "'model.pt' (no step number in the name).*'ckpt-5.pt.tmp' (a temporary name)\|'ckpt-5.pt.tmp' (a temporary name).*'model.pt' (no step number in the name)" "$T/stderr"
 check "zero-glue: ... and the notice's timeline says nothing new, not a save over its budget" \
     grep -q '"event":"timeline".*"result":"nothing new"' "$T/bad.ev"
 # "Saved, then exited": the trainer saves on SIGTERM and exits 75, its
@@ -133,6 +136,43 @@ run_spotd run --cloud none --job zg-dx --store "$S" --state-dir "$T/dx-n2" --met
     --ckpt-dir "$ck2" --settle 2s --saved-when exit --events "$T/dx-ev2" -- \
     env CKPT_DIR="$ck2" CKPT_LAYOUT=folders "$PY" "$TRAIN" $NSTEPS
 resumed "$L" "$ck2/checkpoint-$STEP"
+
+# A fixed name rewritten in place at each save (last.pt, as Lightning's
+# save_last writes last.ckpt), found by auto where no name has a step.
+# Each version that settles is uploaded, copied (the trainer rewrites it in
+# place while the upload runs), and the one saved on the signal before the
+# exit is the last generation.  Its step is the number in --ckpt-step-file;
+# without one, each version is the step after the last.
+export STEP_MS=10
+for sf in step.txt ""; do
+    L="zero-glue fixed name${sf:+ and a step file}"
+    j="zg-fixed${sf:+-sf}" ck1="$T/fx${sf:+sf}-ck1" ck2="$T/fx${sf:+sf}-ck2"
+    start_spotd run --cloud none --job "$j" --store "$S" --state-dir "$T/$j-n1" --method dir \
+        --ckpt-dir "$ck1" --settle 1s --saved-when exit ${sf:+--ckpt-step-file "$sf"} \
+        --notice-file "$T/$j-notice" --events "$T/$j-ev1" -- \
+        env CKPT_DIR="$ck1" CKPT_LAYOUT=last STEP_FILE="$sf" "$PY" "$TRAIN" $NSTEPS
+    fx_commit() { has '"event":"commit"' "$T/$j-ev1" || ! alive "$SPOTD_PID"; }
+    wait_for 60 fx_commit
+    noticed "$L" "$T/$j-notice" "$T/$j-ev1"
+    n=$(ev "$T/$j-ev1" commit | wc -l)
+    expect_ge "$L: a version that settled was committed before the notice's" 2 "$n"
+    if [ -n "$sf" ]; then
+        expect_eq "$L: the last generation's step is its step file's" "$((${STOPPED:-0} - 1))" \
+            "$STEP"
+    else
+        expect_eq "$L: each version is the step after the last" "$((n - 1))" "$STEP"
+    fi
+    check "$L: auto takes last.pt where no name has a step" \
+        grep -q "checkpoint '$ck1/last.pt' is complete" "$T/stderr"
+    "$SPOTCTL" fetch --store "$S" --job "$j" "$T/$j-fetch" >/dev/null 2>&1
+    expect_eq "$L: the generation holds last.pt alone" "last.pt" \
+        "$(ls "$T/$j-fetch" 2>/dev/null | tr '\n' ' ' | sed 's/ $//')"
+    STEP_MS=0 run_spotd run --cloud none --job "$j" --store "$S" --state-dir "$T/$j-n2" \
+        --method dir --ckpt-dir "$ck2" --settle 1s --saved-when exit \
+        ${sf:+--ckpt-step-file "$sf"} --events "$T/$j-ev2" -- \
+        env CKPT_DIR="$ck2" CKPT_LAYOUT=last STEP_FILE="$sf" "$PY" "$TRAIN" $NSTEPS
+    STEP=$((${STOPPED:-0} - 1)) resumed "$L" "$ck2/last.pt"
+done
 unset STEP_MS
 
 # examples/torchrun/run.sh as it stands: the same trainer, two workers
@@ -149,7 +189,7 @@ start_cmd() {
     _bg_pids+=("$SPOTD_PID")
 }
 run_cmd() { timeout -k 2 120 "$@" >"$T/stdout" 2>"$T/stderr"; RC=$?; }
-ref_tr=$(CKPT_DIR="$T/tr-ref" timeout -k 2 120 /usr/bin/torchrun --nnodes 1 \
+ref_tr=$(CKPT_DIR="$T/tr-ref" timeout -k 2 300 /usr/bin/torchrun --nnodes 1 \
     --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$(tr_port)" --redirects 9:0 \
     --tee 9:0 --monitor_interval 1 "$TRAIN" $NSTEPS 2>"$T/tr-ref.err" | grep '^done' | tail -n 1)
 check "$L: an uninterrupted torchrun run ends with its model's hash" \
@@ -180,9 +220,11 @@ check "zero-glue: an exit with another code names the marker it did not create" 
     grep -q "the command exited with code 3 after SIGTERM, before it created the marker '$T/x3-ck/.spotd-saved'; a trainer that saves on the signal and exits says so" "$T/stderr"
 run_spotd run --cloud none --job zg-x75 --store "$S" --state-dir "$T/x75" --method signal \
     --ckpt-dir "$T/x75-ck" --ckpt-signal TERM --drill-after 1s:terminate --events "$T/x75.ev" -- \
-    sh -c 'echo x >"$0/ckpt-5.pt"; trap "echo y >$0/last.pt; exit 75" TERM; while :; do sleep 0.1; done' "$T/x75-ck"
+    sh -c 'echo x >"$0/ckpt-5.pt"; trap "echo y >$0/model.pt; echo y >$0/last.pt; exit 75" TERM; while :; do sleep 0.1; done' "$T/x75-ck"
 check "zero-glue: an exit 75 with no new checkpoint says what it looked for" \
-    grep -q "the command exited with code 75 after SIGTERM, but no checkpoint of --ckpt-layout auto appeared in '$T/x75-ck' after the signal: 'last.pt' (no step number in the name)" "$T/stderr"
+    grep -q "the command exited with code 75 after SIGTERM, but no checkpoint of --ckpt-layout auto appeared in '$T/x75-ck' after the signal: .*'model.pt' (no step number in the name)" "$T/stderr"
+check "zero-glue: ... and why a fixed name beside names with a step did not count" \
+    grep -q "'last.pt' (a fixed name beside names with a step: --ckpt-layout fixed takes it)" "$T/stderr"
 expect_eq "zero-glue: ... and commits nothing" 0 "$(ev "$T/x75.ev" commit | wc -l)"
 
 # A launcher (torchrun) that has not started its workers when the notice

@@ -45,35 +45,112 @@ TEST(ckptdir_newest_since)
     CHECK_INT(ckptdir_mark(top, &seen), 0);
     CHECK_INT(seen.n, 3);
     /* Nothing new: none. */
-    CHECK_INT(ckptdir_newest_since(top, &seen, CKPT_LAYOUT_AUTO, name, sizeof(name), why,
+    CHECK_INT(ckptdir_newest_since(top, &seen, CKPT_LAYOUT_AUTO, -1, name, sizeof(name), why,
                                    sizeof(why)),
               -1);
     /* A lower step written after the mark still counts: it is what the
      * trainer saved on the signal (the names need not grow). */
     put(top, "ckpt-00000150.pt", "new");
     put(top, "ckpt-00000900.pt.tmp", "half");
-    CHECK_INT(ckptdir_newest_since(top, &seen, CKPT_LAYOUT_AUTO, name, sizeof(name), why,
+    CHECK_INT(ckptdir_newest_since(top, &seen, CKPT_LAYOUT_AUTO, -1, name, sizeof(name), why,
                                    sizeof(why)),
               150);
     CHECK_STR(name, "ckpt-00000150.pt");
     CHECK(strstr(why, "'ckpt-00000900.pt.tmp' (a temporary name)") != NULL);
     /* Rewritten in place (another size): changed, so it counts. */
     put(top, "ckpt-00000200.pt", "rewritten after the signal");
-    CHECK_INT(ckptdir_newest_since(top, &seen, CKPT_LAYOUT_AUTO, name, sizeof(name), NULL, 0),
+    CHECK_INT(ckptdir_newest_since(top, &seen, CKPT_LAYOUT_AUTO, -1, name, sizeof(name), NULL, 0),
               200);
     /* A folder that appeared, under folders and files layouts. */
     snprintf(p, sizeof(p), "%s/checkpoint-300", top);
     CHECK_INT(mkdir(p, 0755), 0);
     put(p, "model.pt", "w");
-    CHECK_INT(ckptdir_newest_since(top, &seen, CKPT_LAYOUT_AUTO, name, sizeof(name), NULL, 0),
+    CHECK_INT(ckptdir_newest_since(top, &seen, CKPT_LAYOUT_AUTO, -1, name, sizeof(name), NULL, 0),
               300);
-    CHECK_INT(ckptdir_newest_since(top, &seen, CKPT_LAYOUT_FILES, name, sizeof(name), NULL, 0),
+    CHECK_INT(ckptdir_newest_since(top, &seen, CKPT_LAYOUT_FILES, -1, name, sizeof(name), NULL, 0),
               200);
+    /* A fixed name that changed is fixed_step, but only where nothing has
+     * a step in its name, or under the fixed layout. */
+    put(top, "last.pt", "v1");
+    CHECK_INT(ckptdir_newest_since(top, &seen, CKPT_LAYOUT_FIXED, 301, name, sizeof(name), NULL,
+                                   0),
+              301);
+    CHECK_STR(name, "last.pt");
+    CHECK_INT(ckptdir_newest_since(top, &seen, CKPT_LAYOUT_AUTO, 301, name, sizeof(name), NULL, 0),
+              300);
+    /* ... beside an unchanged one with a step: not taken, and said why. */
+    snprintf(p, sizeof(p), "cd %s && rm -r checkpoint-300 ckpt-00000150.pt ckpt-00000200.pt", top);
+    CHECK_INT(system(p), 0);
+    CHECK_INT(ckptdir_newest_since(top, &seen, CKPT_LAYOUT_AUTO, 301, name, sizeof(name), why,
+                                   sizeof(why)),
+              -1);
+    CHECK(strstr(why, "'last.pt' (a fixed name beside names with a step") != NULL);
+    CHECK_INT(ckptdir_newest_since(top, &seen, CKPT_LAYOUT_FIXED, -1, name, sizeof(name), why,
+                                   sizeof(why)),
+              -1);
+    CHECK(strstr(why, "'last.pt' (a fixed name") != NULL);
     /* Nothing there: none, and no crash. */
     CHECK_INT(ckptdir_mark("/nonexistent/ckptdir", &seen), -ENOENT);
-    CHECK_INT(ckptdir_newest_since("/nonexistent/ckptdir", &seen, CKPT_LAYOUT_AUTO, name,
+    CHECK_INT(ckptdir_newest_since("/nonexistent/ckptdir", &seen, CKPT_LAYOUT_AUTO, -1, name,
                                    sizeof(name), why, sizeof(why)),
               -1);
+    snprintf(p, sizeof(p), "rm -rf '%s'", top);
+    CHECK_INT(system(p), 0);
+}
+
+/* A fixed-name one alone in a folder: auto takes it; its step from a step
+ * file; copied, not linked, into a generation and back at resume. */
+TEST(ckptdir_fixed)
+{
+    static struct ckptdir_seen seen;
+    char top[] = "/tmp/test_ckptdir.XXXXXX", name[700], why[4500], ck[512], gen[512], p[600];
+    struct stat a, b;
+    uint64_t sig = 0;
+
+    if (!mkdtemp(top)) {
+        CHECK(0);
+        return;
+    }
+    snprintf(ck, sizeof(ck), "%s/ck", top);
+    snprintf(gen, sizeof(gen), "%s/gen-00000004", top);
+    CHECK_INT(mkdir(ck, 0755), 0);
+    CHECK_INT(mkdir(gen, 0700), 0);
+    CHECK_INT(ckptdir_mark(ck, &seen), 0);
+    put(ck, "last.pt", "weights");
+    put(ck, "notes.txt", "x");
+    CHECK_INT(ckptdir_newest_since(ck, &seen, CKPT_LAYOUT_AUTO, 5, name, sizeof(name), NULL, 0),
+              5);
+    CHECK_STR(name, "last.pt");
+    /* Its step file: absent, then naming one. */
+    CHECK_INT(ckptdir_fixed_step(ck, "step.txt", why, sizeof(why)), -1);
+    CHECK(strstr(why, "step.txt") && strstr(why, "No such file"));
+    put(ck, "step.txt", "{\"global_step\": 250}\n");
+    CHECK_INT(ckptdir_fixed_step(ck, "step.txt", why, sizeof(why)), 250);
+    put(ck, "step.txt", "nothing");
+    CHECK_INT(ckptdir_fixed_step(ck, "step.txt", why, sizeof(why)), -1);
+    CHECK(strstr(why, "names no step") != NULL);
+    /* Copied: another inode, the same bytes, its signature given. */
+    CHECK_INT(ckptdir_copy(ck, "last.pt", gen, &sig, why, sizeof(why)), 0);
+    CHECK(sig != 0);
+    snprintf(p, sizeof(p), "%s/last.pt", ck);
+    CHECK(stat(p, &a) == 0);
+    snprintf(p, sizeof(p), "%s/last.pt", gen);
+    CHECK(stat(p, &b) == 0 && a.st_ino != b.st_ino && b.st_size == 7);
+    CHECK_INT(ckptdir_copy(ck, "gone.pt", gen, &sig, why, sizeof(why)), -ENOENT);
+    /* Back at resume: copied into an empty folder; the trainer's own kept. */
+    snprintf(p, sizeof(p), "%s/new", top);
+    CHECK_INT(mkdir(p, 0755), 0);
+    ckptdir_place(p, gen, 5, CKPT_LAYOUT_AUTO);
+    snprintf(name, sizeof(name), "%s/last.pt", p);
+    CHECK(stat(name, &a) == 0 && a.st_ino != b.st_ino && a.st_size == 7);
+    put(p, "last.pt", "the trainer's own");
+    ckptdir_place(p, gen, 5, CKPT_LAYOUT_FIXED);
+    CHECK(stat(name, &a) == 0 && a.st_size == 17);
+    /* Not under the files layout. */
+    snprintf(p, sizeof(p), "%s/files", top);
+    CHECK_INT(mkdir(p, 0755), 0);
+    ckptdir_place(p, gen, 5, CKPT_LAYOUT_FILES);
+    CHECK(!exists(p, "last.pt"));
     snprintf(p, sizeof(p), "rm -rf '%s'", top);
     CHECK_INT(system(p), 0);
 }

@@ -1,6 +1,8 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "harness.h"
 #include "spot/ckptname.h"
@@ -34,7 +36,16 @@ TEST(ckptname_step)
         { ".ckpt-150.pt", false, CKPT_LAYOUT_AUTO, -1, CKPTNAME_TEMPORARY },
         { "ckpt-150.pt~", false, CKPT_LAYOUT_AUTO, -1, CKPTNAME_TEMPORARY },
         { "ckpt-150.pt.part", false, CKPT_LAYOUT_AUTO, -1, CKPTNAME_TEMPORARY },
-        { "last.pt", false, CKPT_LAYOUT_AUTO, -1, CKPTNAME_NO_STEP },
+        /* A fixed name: no step in it, under any layout of files. */
+        { "last.pt", false, CKPT_LAYOUT_AUTO, -1, CKPTNAME_FIXED },
+        { "last.ckpt", false, CKPT_LAYOUT_FIXED, -1, CKPTNAME_FIXED },   /* Lightning */
+        { "latest.pth", false, CKPT_LAYOUT_FILES, -1, CKPTNAME_FIXED },
+        { "last.pt.tmp", false, CKPT_LAYOUT_FIXED, -1, CKPTNAME_TEMPORARY },
+        { "ckpt-150.pt", false, CKPT_LAYOUT_FIXED, -1, CKPTNAME_KIND },
+        { "last", true, CKPT_LAYOUT_FIXED, -1, CKPTNAME_KIND },
+        { "latest", false, CKPT_LAYOUT_AUTO, -1, CKPTNAME_NO_STEP },      /* DeepSpeed's pointer */
+        { "lastly.pt", false, CKPT_LAYOUT_AUTO, -1, CKPTNAME_NO_STEP },
+        { "model.pt", false, CKPT_LAYOUT_AUTO, -1, CKPTNAME_NO_STEP },
         { "runs", true, CKPT_LAYOUT_AUTO, -1, CKPTNAME_NO_STEP },
         { "checkpoint-150", true, CKPT_LAYOUT_FILES, -1, CKPTNAME_KIND },
         { "ckpt-150.pt", false, CKPT_LAYOUT_FOLDERS, -1, CKPTNAME_KIND },
@@ -43,7 +54,7 @@ TEST(ckptname_step)
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        enum ckptname_why why = CKPTNAME_KIND + 1;
+        enum ckptname_why why = CKPTNAME_FIXED + 1;
         int64_t step = ckptname_step(cases[i].name, cases[i].dir, cases[i].layout, &why);
 
         if (step != cases[i].step || why != cases[i].why)
@@ -52,6 +63,35 @@ TEST(ckptname_step)
         CHECK_INT(why, cases[i].why);
     }
     CHECK(ckptname_step("x", false, CKPT_LAYOUT_AUTO, NULL) == -1);
+}
+
+/* A step file's text: what trainers write beside a fixed name. */
+TEST(ckptname_text_step)
+{
+    static const struct {
+        const char *text;
+        int64_t step;
+    } cases[] = {
+        { "150\n", 150 },
+        { "global_step150", 150 },                          /* DeepSpeed's latest */
+        { "{\"global_step\": 150, \"epoch\": 3}", 150 },
+        { "{'step': 7}", 7 },
+        { "step=42 loss=0.5", 42 },
+        { "epoch 3", 3 },
+        { "", -1 },
+        { "none\n", -1 },
+        { "1234567890123456", -1 },
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int64_t step = ckptname_text_step(cases[i].text, strlen(cases[i].text));
+
+        if (step != cases[i].step)
+            printf("  case '%s'\n", cases[i].text);
+        CHECK_INT(step, cases[i].step);
+    }
+    CHECK(ckptname_fixed("last.ckpt") && ckptname_fixed("latest.pt"));
+    CHECK(!ckptname_fixed("last") && !ckptname_fixed(".pt") && !ckptname_fixed("blast.pt"));
 }
 
 TEST(ckptname_layout)
