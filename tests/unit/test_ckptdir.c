@@ -29,6 +29,17 @@ static bool exists(const char *dir, const char *name)
     return lstat(path, &st) == 0;
 }
 
+/* A scratch folder top with a trainer's folder top/ck and a generation's
+ * top/gen-0000000N.  false when they cannot be made. */
+static bool scratch(char *top, char *ck, char *gen, size_t size, unsigned n)
+{
+    if (!mkdtemp(top))
+        return false;
+    snprintf(ck, size, "%s/ck", top);
+    snprintf(gen, size, "%s/gen-%08u", top, n);
+    return mkdir(ck, 0755) == 0 && mkdir(gen, 0700) == 0;
+}
+
 /* What appeared or changed after a mark, as "saved, then exited" takes it. */
 TEST(ckptdir_newest_since)
 {
@@ -107,14 +118,10 @@ TEST(ckptdir_fixed)
     struct stat a, b;
     uint64_t sig = 0;
 
-    if (!mkdtemp(top)) {
+    if (!scratch(top, ck, gen, sizeof(ck), 4)) {
         CHECK(0);
         return;
     }
-    snprintf(ck, sizeof(ck), "%s/ck", top);
-    snprintf(gen, sizeof(gen), "%s/gen-00000004", top);
-    CHECK_INT(mkdir(ck, 0755), 0);
-    CHECK_INT(mkdir(gen, 0700), 0);
     CHECK_INT(ckptdir_mark(ck, &seen), 0);
     put(ck, "last.pt", "weights");
     put(ck, "notes.txt", "x");
@@ -162,14 +169,10 @@ TEST(ckptdir_link_place)
     char top[] = "/tmp/test_ckptdir.XXXXXX", ck[512], gen[512], out[4400], msg[1200], p[600];
     struct stat a, b;
 
-    if (!mkdtemp(top)) {
+    if (!scratch(top, ck, gen, sizeof(ck), 3)) {
         CHECK(0);
         return;
     }
-    snprintf(ck, sizeof(ck), "%s/ck", top);
-    snprintf(gen, sizeof(gen), "%s/gen-00000003", top);
-    CHECK_INT(mkdir(ck, 0755), 0);
-    CHECK_INT(mkdir(gen, 0700), 0);
     put(ck, "ckpt-00000150.pt", "weights");
     CHECK_INT(ckptdir_link(ck, "ckpt-00000150.pt", gen, 3, out, sizeof(out), msg, sizeof(msg)),
               0);
