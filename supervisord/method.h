@@ -43,7 +43,8 @@ struct method_ctx {
 
 /* err 0 or -errno with msg; on success the checkpoint's files are in dir
  * (for app and signal, the dir given to save; for dir, the folder found)
- * and hold step. */
+ * and hold step.  -EALREADY: the save ended with nothing newer than what
+ * was saved before (dir: the trainer saved again the step it had). */
 typedef void (*method_saved_fn)(void *arg, int err, const char *msg, int64_t step,
                                 const char *dir);
 

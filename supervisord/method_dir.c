@@ -752,6 +752,9 @@ static bool dir_exited(struct method *m, int code)
     snprintf(m->out, sizeof(m->out), "the command exited with code %d %s SIG%s, and '%s' holds "
              "no complete checkpoint newer than step %lld", code, m->sent ? "after" : "before",
              sig_name(m), m->dir, (long long)m->handed);
-    done(m->arg, -ENOENT, m->out, -1, m->dir);
+    /* Saved, then exited, with nothing newer than the last handed out (it
+     * saved again the step a periodic save had just taken): that one is
+     * the checkpoint, and it is saved already. */
+    done(m->arg, m->writer_gone && m->handed >= 0 ? -EALREADY : -ENOENT, m->out, -1, m->dir);
     return true;
 }

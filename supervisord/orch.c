@@ -665,6 +665,10 @@ static void nothing_new(struct orch *r)
                       why[0] ? why : "the trainer has written none yet");
         }
         orch_remove_tree(r->dir);
+        /* Its number holds nothing: given back at exit (no incomplete
+         * generation is left), unless a later checkpoint claims anew. */
+        if (!r->world && !r->claimed)
+            r->claimed = r->gen;
     }
     orch_after(r, acts);
 }
@@ -731,6 +735,11 @@ void orch_on_method_saved(void *arg, int err, const char *msg, int64_t step, con
         log_msg(LOGL_INFO, "generation %llu: this node's trainers write no checkpoint "
                 "(--ckpt-writers rank0): its shard is empty, global rank 0's is the checkpoint",
                 (unsigned long long)r->gen);
+    }
+    if (err == -EALREADY && !r->world) {
+        /* The save ended with nothing newer than the newest generation. */
+        nothing_new(r);
+        return;
     }
     if (err) {
         orch_fail(r, err, msg);

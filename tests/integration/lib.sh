@@ -500,6 +500,17 @@ need_torch() {
     exit 1
 }
 
+# readme_tour N FILE: the README's five-minute tour's Nth code block, as a
+# user runs it from the repository, into FILE, with /tmp/tour moved into
+# this test's directory and build/ into $O.
+readme_tour() {
+    awk -v want="$1" '/^## A five-minute tour/ { intour = 1 } /^## / && !/five-minute/ { intour = 0 }
+        intour && /^```sh$/ { n++; inblock = (n == want); next }
+        inblock && /^```$/ { inblock = 0 } inblock' "$TOP/README.md" >"$2"
+    sed -i -e "s|/tmp/tour|$T/tour|g" -e "s|\\\$PWD/build|$TOP/$O|g" \
+        -e "s|build/examples|$O/examples|g" "$2"
+}
+
 # raw_file get|put|del KEY [FILE]: an object of the file store $T/store
 # behind the store's back (put is atomic), as raw_s3 (s3.sh) does in S3.
 raw_file() {

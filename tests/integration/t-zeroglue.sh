@@ -254,6 +254,46 @@ expect_eq "zero-glue launcher: the worker's checkpoint is committed" 7 \
     "$(jget "$(ev "$T/la.ev" commit | tail -n 1)" step)"
 expect_eq "zero-glue launcher: spotd exits 75" 75 "$RC"
 
+# The README tour's first block, as a new user runs it: the unchanged
+# trainer under one spotd line, a drill, and a replacement that goes on
+# from the committed step to the model of an uninterrupted run.
+L="zero-glue README tour"
+readme_tour 1 "$T/tour1.sh"
+check "$L: the README's first tour block is the unchanged trainer" \
+    grep -q "examples/plain/train.py" "$T/tour1.sh"
+(cd "$TOP" && timeout -k 2 300 bash "$T/tour1.sh") >"$T/tour1.out" 2>"$T/tour1.err"
+expect_eq "$L: runs to its end" 0 "$?"
+[ -s "$T/tour1.err" ] && sed 's/^/  tour stderr: /' "$T/tour1.err" | tail -n 5
+check "$L: the drill ends spotd with 75" grep -q "^spotd exited with 75$" "$T/tour1.out"
+# The step the trainer stopped at is the replacement's first: not one lost
+# (the notice's save, or a periodic one of the same step just before it).
+stopped=$(sed -n 's/^stopped at step \([0-9]*\)$/\1/p' "$T/tour/plain1.out")
+from=$(sed -n 's/^training from step \([0-9]*\)$/\1/p' "$T/tour1.out" | head -n 1)
+check "$L: the replacement goes on from the step the trainer stopped at (${stopped:-none}, ${from:-none})" \
+    eval '[ "${from:-0}" -gt 0 ] && [ "$from" = "$stopped" ]'
+check "$L: no checkpoint failed" eval '! grep -q "event=checkpoint_failed" "$T/tour/plain1.log"'
+expect_eq "$L: the replacement and an uninterrupted run end with the same model" "2|1" \
+    "$(grep -c "^done 1000 sha256 " "$T/tour1.out")|$(grep "^done 1000 sha256 " "$T/tour1.out" | sort -u | wc -l)"
+
+# The notice lands on a step the trainer has just saved on its own (it
+# saves every step here), and on SIGTERM it saves that step again and
+# exits: nothing is newer than the newest generation, which is the state.
+# Not a failure, and no empty generation is left in the store.
+L="zero-glue same step"
+run_spotd run --cloud none --job zg-same --store "$S" --state-dir "$T/same" --method dir \
+    --ckpt-dir "$T/same-ck" --saved-when exit --drill-after 4s:terminate --events "$T/same.ev" -- \
+    env CKPT_DIR="$T/same-ck" SAVE_EVERY=1 STEP_MS=200 "$TOP/examples/plain/train.py" 100000
+expect_eq "$L: spotd exits 75" 75 "$RC"
+stopped=$(sed -n 's/^stopped at step \([0-9]*\)$/\1/p' "$T/stdout")
+expect_eq "$L: the newest generation holds the step before the one it stopped at" \
+    "$((${stopped:-0} - 1))" "$(jget "$(ev "$T/same.ev" commit | tail -n 1)" step)"
+# Which save takes the step (the periodic one, then nothing new at the exit;
+# or the notice's) depends on the moment: either is right, neither fails.
+check "$L: no checkpoint failed" eval '! ev "$T/same.ev" checkpoint_failed | grep -q .'
+"$SPOTCTL" ls --store "$S" --job zg-same --json >"$T/same.ls" 2>&1
+check "$L: spotctl ls lists its generations" eval '[ -n "$(ls_gens "$T/same.ls")" ]'
+expect_eq "$L: no incomplete generation is left" "" "$(ls_gens "$T/same.ls" incomplete)"
+
 # Combinations that cannot work are refused before anything starts.
 refused() {
     run_spotd run --cloud none --job zg-r --store "$S" --state-dir "$T/r" "$@" -- true
