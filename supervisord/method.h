@@ -57,6 +57,10 @@ enum {
      * appear on each node's own schedule, so the nodes cannot agree on a
      * step (where only global rank 0 writes, its node's are the world's). */
     METHOD_NO_WORLD = 1 << 1,
+    /* Its periodic checkpoints are the trainer's own saves, taken as they
+     * are: a notice's save that signals the trainer (saves_on_signal)
+     * takes another time, measured apart. */
+    METHOD_OWN_SCHEDULE = 1 << 2,
 };
 
 /* When a save asked for by a signal is complete (--saved-when). */

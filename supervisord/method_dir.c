@@ -302,7 +302,7 @@ static bool dir_saves_on_signal(struct method *m)
 
 const struct method_ops method_dir = {
     .name = "dir",
-    .flags = METHOD_NO_WORLD,
+    .flags = METHOD_NO_WORLD | METHOD_OWN_SCHEDULE,
     .open = dir_open,
     .save = dir_save,
     .why_none = dir_why_none,

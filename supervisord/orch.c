@@ -78,6 +78,7 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
     r->resume_step = -1;
     r->restored_as = UINT32_MAX;
     r->fig.step = r->fig.prev_step = -1;
+    r->fig.signal_save_ms = -1;
     if (!(r->mops = method_find(o->method))) {
         snprintf(err, errlen, "method '%s' is not available", o->method);
         return orch_free(r);
@@ -897,7 +898,10 @@ static void record(struct orch *r)
 
     r->newest_gen = r->gen;
     orch_add_own(r, r->gen);
-    r->fig.save_ms = r->t_saved - r->t_begin;
+    if (orch_signal_save(r, r->told_last))
+        r->fig.signal_save_ms = r->t_saved - r->t_begin;
+    else
+        r->fig.save_ms = r->t_saved - r->t_begin;
     r->fig.upload_ms = r->t_uploaded - r->t_saved;
     r->fig.commit_ms = mono - r->t_uploaded;
     r->fig.bytes = r->saved.bytes;
@@ -913,7 +917,7 @@ static void record(struct orch *r)
     cJSON_AddStringToObject(e, "reason", r->why);
     cJSON_AddNumberToObject(e, "bytes", (double)r->saved.bytes);
     cJSON_AddNumberToObject(e, "bytes_sent", (double)r->counters.bytes_sent);
-    cJSON_AddNumberToObject(e, "save_ms", (double)r->fig.save_ms);
+    cJSON_AddNumberToObject(e, "save_ms", (double)(r->t_saved - r->t_begin));
     cJSON_AddNumberToObject(e, "upload_ms", (double)r->fig.upload_ms);
     cJSON_AddNumberToObject(e, "commit_ms", (double)r->fig.commit_ms);
     cJSON_AddNumberToObject(e, "total_ms", (double)(mono - r->t_begin));

@@ -34,6 +34,9 @@ enum orch_saving { SV_HOOK, SV_METHOD, SV_PREPARE };
 /* What the last checkpoints measured, for the next notice's plan. */
 struct figures {
     int64_t save_ms, upload_ms, commit_ms;
+    /* A notice's save that signalled a trainer saving on its own schedule
+     * (METHOD_OWN_SCHEDULE), unlike save_ms; -1: none measured yet. */
+    int64_t signal_save_ms;
     uint64_t bytes, bytes_sent;
     int64_t step, at_ms;           /* of the last commit */
     int64_t prev_step, prev_at_ms; /* of the one before */
@@ -244,6 +247,9 @@ void orch_figures_load(struct orch *r);
 void orch_figures_save(struct orch *r);
 /* Whether a new checkpoint fits before the notice's deadline (the plan is logged). */
 bool orch_plan_fits(struct orch *r);
+/* Does a notice's save that is the last (last) signal a trainer that
+ * otherwise saves on its own schedule?  Its time is measured apart. */
+bool orch_signal_save(const struct orch *r, bool last);
 /* When a notice's checkpoint is given up: before notices.c's fallback stop. */
 int64_t orch_notice_deadline(const struct orch *r, const struct notice *n);
 /* The last moment a checkpoint for terminating notice n may begin: its

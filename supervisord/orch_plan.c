@@ -61,6 +61,7 @@ void orch_figures_load(struct orch *r)
         return;
     f = (struct figures){
         .save_ms = json_i64(o, "save_ms"),
+        .signal_save_ms = json_i64(o, "signal_save_ms"),
         .upload_ms = json_i64(o, "upload_ms"),
         .commit_ms = json_i64(o, "commit_ms"),
         .bytes = (uint64_t)json_i64(o, "bytes"),
@@ -84,6 +85,8 @@ void orch_figures_save(struct orch *r)
     if (!o)
         return;
     cJSON_AddNumberToObject(o, "save_ms", (double)r->fig.save_ms);
+    if (r->fig.signal_save_ms >= 0)
+        cJSON_AddNumberToObject(o, "signal_save_ms", (double)r->fig.signal_save_ms);
     cJSON_AddNumberToObject(o, "upload_ms", (double)r->fig.upload_ms);
     cJSON_AddNumberToObject(o, "commit_ms", (double)r->fig.commit_ms);
     cJSON_AddNumberToObject(o, "bytes", (double)r->fig.bytes);
@@ -125,7 +128,8 @@ static double steps_per_s(const struct orch *r)
 bool orch_plan_fits(struct orch *r)
 {
     int64_t left = r->deadline_ms - notice_now_ms();
-    int64_t need = r->fig.save_ms + r->fig.upload_ms + r->fig.commit_ms;
+    int64_t save = orch_signal_save(r, true) ? r->fig.signal_save_ms : r->fig.save_ms;
+    int64_t need = (save > 0 ? save : 0) + r->fig.upload_ms + r->fig.commit_ms;
     bool known = r->fig.at_ms > 0, fits = !known || need <= left;
     double rate = steps_per_s(r);
     cJSON *e = log_event_new("plan");
@@ -134,7 +138,8 @@ bool orch_plan_fits(struct orch *r)
     cJSON_AddNumberToObject(e, "left_ms", (double)left);
     if (known) {
         cJSON_AddNumberToObject(e, "predicted_ms", (double)need);
-        cJSON_AddNumberToObject(e, "save_ms", (double)r->fig.save_ms);
+        if (save >= 0) /* else unknown: the timeline then has no budget for it */
+            cJSON_AddNumberToObject(e, "save_ms", (double)save);
         cJSON_AddNumberToObject(e, "upload_ms", (double)r->fig.upload_ms);
         cJSON_AddNumberToObject(e, "commit_ms", (double)r->fig.commit_ms);
     }
@@ -142,11 +147,15 @@ bool orch_plan_fits(struct orch *r)
     if (!known)
         log_event(LOGL_INFO, e, "plan: %lld ms left before the deadline, no figures measured "
                   "yet: checkpointing", (long long)left);
+    else if (fits && save < 0)
+        log_event(LOGL_INFO, e, "plan: a checkpoint takes about %lld ms and the trainer's save "
+                  "on the signal (not measured yet), %lld ms are left: checkpointing",
+                  (long long)need, (long long)left);
     else if (fits)
         log_event(LOGL_INFO, e, "plan: a checkpoint takes about %lld ms (save %lld, upload "
                   "%lld, commit %lld), %lld ms are left: checkpointing", (long long)need,
-                  (long long)r->fig.save_ms, (long long)r->fig.upload_ms,
-                  (long long)r->fig.commit_ms, (long long)left);
+                  (long long)save, (long long)r->fig.upload_ms, (long long)r->fig.commit_ms,
+                  (long long)left);
     else if (r->resume_gen == 0)
         log_event(LOGL_WARN, e, "plan: a checkpoint takes about %lld ms, only %lld ms are "
                   "left, and there is no committed generation: trying all the same",
@@ -173,6 +182,12 @@ bool orch_plan_fits(struct orch *r)
     return fits || r->resume_gen == 0;
 }
 
+bool orch_signal_save(const struct orch *r, bool last)
+{
+    return last && (r->mops->flags & METHOD_OWN_SCHEDULE) && r->mops->saves_on_signal &&
+           r->method && r->mops->saves_on_signal(r->method);
+}
+
 /* A notice's checkpoint is given up (and says why) a little before
  * notices.c's fallback stop begins. */
 int64_t orch_notice_deadline(const struct orch *r, const struct notice *n)
@@ -183,7 +198,9 @@ int64_t orch_notice_deadline(const struct orch *r, const struct notice *n)
 
 int64_t orch_notice_last_start(const struct orch *r, const struct notice *n)
 {
-    int64_t need = r->fig.at_ms > 0 ? r->fig.save_ms + r->fig.upload_ms + r->fig.commit_ms : 0;
+    int64_t save = orch_signal_save(r, true) ? r->fig.signal_save_ms : r->fig.save_ms;
+    int64_t need = r->fig.at_ms > 0 ? (save > 0 ? save : 0) + r->fig.upload_ms + r->fig.commit_ms
+                                    : 0;
 
     return orch_notice_deadline(r, n) - need;
 }

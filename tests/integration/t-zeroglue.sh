@@ -290,6 +290,10 @@ expect_eq "$L: the newest generation holds the step before the one it stopped at
 # Which save takes the step (the periodic one, then nothing new at the exit;
 # or the notice's) depends on the moment: either is right, neither fails.
 check "$L: no checkpoint failed" eval '! ev "$T/same.ev" checkpoint_failed | grep -q .'
+# The periodic saves only link the trainer's files; the notice's waits for
+# its save on the signal: one is no budget for the other.
+check "$L: the timeline holds the save to no budget measured on the periodic ones" \
+    eval 'ev "$T/same.ev" timeline | grep -q . && ! ev "$T/same.ev" timeline | grep -q over_budget'
 "$SPOTCTL" ls --store "$S" --job zg-same --json >"$T/same.ls" 2>&1
 check "$L: spotctl ls lists its generations" eval '[ -n "$(ls_gens "$T/same.ls")" ]'
 expect_eq "$L: no incomplete generation is left" "" "$(ls_gens "$T/same.ls" incomplete)"
