@@ -57,8 +57,10 @@ check "elastic: ... after the join timeout" \
 check "elastic: ... from generation 1, as trainers 0 and 1 of 2" eval \
     'resumes e0 | tail -n 1 | grep -q "\"gen\":1,\"rank\":0,\"world_size\":2" &&
      resumes e1 | tail -n 1 | grep -q "\"gen\":1,\"rank\":1,\"world_size\":2"'
-check "elastic: ... and the command sees it" eval \
-    'grep -q "start rank=1 size=2 gen=1 shard=1/3" "$T/e1.err"'
+# The resume event comes before the restarted command prints its first line
+# (here and below: a loaded machine lets seconds pass between them).
+check "elastic: ... and the command sees it" \
+    wait_for 20 grep -q "start rank=1 size=2 gen=1 shard=1/3" "$T/e1.err"
 
 # ---- a replacement joins the running world ----------------------------------
 sleep 1
@@ -73,7 +75,7 @@ check "elastic: ... rank 0 and 1 as well" eval \
     'resumes e0 | tail -n 1 | grep -q "\"gen\":2,\"rank\":0,\"world_size\":3" &&
      resumes e1 | tail -n 1 | grep -q "\"gen\":2,\"rank\":1,\"world_size\":3"'
 check "elastic: the newcomer restores shard 0 of the two generation 2 holds" \
-    grep -q "start rank=2 size=3 gen=2 shard=0/2" "$T/e2b.err"
+    wait_for 20 grep -q "start rank=2 size=3 gen=2 shard=0/2" "$T/e2b.err"
 check "elastic: ... from its restore directory" \
     test -d "$T/e2b/restore/gen-00000002-rank-0"
 nodes_finish elastic 90 e0 e1 e2b
@@ -99,7 +101,7 @@ enode f0 0
 enode f2 2
 check "elastic: two of three start afresh after the join timeout" \
     wait_for 20 eval 'started f0 f2'
-check "elastic: ... as trainers 0 and 1 of 2" eval \
+check "elastic: ... as trainers 0 and 1 of 2" wait_for 20 eval \
     'grep -q "start rank=0 size=2 gen=0" "$T/f0.err" && grep -q "start rank=1 size=2 gen=0" "$T/f2.err"'
 for n in f0 f2; do
     wait_node $n 60
