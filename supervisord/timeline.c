@@ -207,7 +207,9 @@ static void on_event(void *arg, const cJSON *rec, enum log_level level)
         if (t->open && t->notice_gen == t->gen)
             finish(t, "nothing new", now);
         t->gen = 0;
-    } else if (!strcmp(ev, "exit") && t->open) {
+    } else if (!strcmp(ev, "exit") && t->open && !(t->notice_gen && t->gen == t->notice_gen)) {
+        /* Not while its checkpoint is under way: the command's exit can be
+         * its save (--saved-when exit), committed as spotd ends. */
         finish(t, "ended", now);
     }
 }
@@ -232,6 +234,8 @@ void timeline_free(struct timeline *t)
     if (!t)
         return;
     log_unobserve(on_event, t);
+    if (t->open)
+        finish(t, "ended", notice_now_ms());
     event_free(t->deadline_timer);
     free(t);
 }

@@ -132,6 +132,9 @@ noticed "$L" "$T/dx-notice" "$T/dx-ev1"
 expect_eq "$L: the last generation is the step saved on the signal" \
     "$((${STOPPED:-0} - 1))" "$STEP"
 expect_ge "$L: a periodic one was committed before it" 2 "$(ev "$T/dx-ev1" commit | wc -l)"
+# The command's exit is the save: its commit, after it, ends the notice's story.
+check "$L: the notice's timeline says committed" \
+    eval 'ev "$T/dx-ev1" timeline | grep -q "\"result\":\"committed\""'
 run_spotd run --cloud none --job zg-dx --store "$S" --state-dir "$T/dx-n2" --method dir \
     --ckpt-dir "$ck2" --settle 2s --saved-when exit --events "$T/dx-ev2" -- \
     env CKPT_DIR="$ck2" CKPT_LAYOUT=folders "$PY" "$TRAIN" $NSTEPS
