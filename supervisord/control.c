@@ -7,7 +7,7 @@
  * hello and which members each needs, checked before its handler runs.  A
  * checkpoint is a small state machine over the workers connected when it
  * starts: QUERY (each says its step) -> SAVE (each saves at the common
- * step) -> done.  Writes are small and rare; a worker whose socket does
+ * step) -> done; a worker with none to agree with goes to SAVE at once.  Writes are small and rare; a worker whose socket does
  * not take a whole message at once is treated as gone.
  *
  * Who counts.  Anything of spotd's user can connect, so neither a
@@ -264,34 +264,54 @@ static long long largest_step(const struct control *c)
     return step;
 }
 
+/* Ask w to save at target (-1: at the next step it reaches) into its own
+ * directory.  Returns 0, -EPIPE when it cannot be written to, or -errno
+ * with the reason in err when its directory cannot be made. */
+static int send_checkpoint(struct control *c, struct worker *w, long long target, char *err,
+                           size_t errlen)
+{
+    char dir[4096];
+    struct jsonl_kv kv[] = {
+        JSONL_STR("type", "checkpoint"),
+        JSONL_INT("id", c->id),
+        JSONL_INT("gen", (long long)c->gen),
+        JSONL_INT("step", target),
+        JSONL_STR("dir", dir),
+    };
+
+    worker_dir(w, c->dir, dir, sizeof(dir));
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        int e = errno;
+
+        snprintf(err, errlen, "cannot create '%s': %s", dir, strerror(e));
+        return -e;
+    }
+    if (target < 0)
+        kv[3] = (struct jsonl_kv)JSONL_NUL("step");
+    return send_kv(w, kv, 5) < 0 ? -EPIPE : 0;
+}
+
 /* Ask every worker of the checkpoint to save at target, a step each can
  * still reach (each waits at the step it answered). */
 static void start_save(struct control *c, long long target)
 {
+    char err[4200];
+
     c->phase = SAVE;
     for (unsigned i = 0; i < c->n; i++) {
         struct worker *w = c->w[i];
-        char dir[4096];
+        int r;
 
         if (!w->in_ck)
             continue;
-        worker_dir(w, c->dir, dir, sizeof(dir));
-        if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-            end_checkpoint(c, -errno, -1, "cannot create '%s': %s", dir, strerror(errno));
+        r = send_checkpoint(c, w, target, err, sizeof(err));
+        if (r == -EPIPE) {
+            worker_gone(w, "cannot write to it");
             return;
         }
-        {
-            struct jsonl_kv kv[] = {
-                JSONL_STR("type", "checkpoint"),
-                JSONL_INT("id", c->id),
-                JSONL_INT("gen", (long long)c->gen),
-                JSONL_INT("step", target),
-                JSONL_STR("dir", dir),
-            };
-            if (send_kv(w, kv, 5) < 0) {
-                worker_gone(w, "cannot write to it");
-                return;
-            }
+        if (r < 0) {
+            end_checkpoint(c, r, -1, "%s", err);
+            return;
         }
     }
 }
@@ -364,6 +384,27 @@ static unsigned in_checkpoint(const struct control *c)
     for (unsigned i = 0; i < c->n; i++)
         n += c->w[i]->in_ck;
     return n;
+}
+
+/* The one worker of a checkpoint with no other to agree with (the node
+ * expects one, and no world picks the step) saves at the next step it
+ * reaches: the query's round trip costs one to two steps, the save at the
+ * step after the answer.  Not one that has reported no step yet: it is
+ * asked, so that what it saves follows a step of its own.  Returns it, or
+ * NULL. */
+static struct worker *at_once(const struct control *c)
+{
+    struct worker *one = NULL;
+
+    if (c->ask || expected(c) != 1)
+        return NULL;
+    for (unsigned i = 0; i < c->n; i++)
+        if (c->w[i]->in_ck) {
+            if (one)
+                return NULL;
+            one = c->w[i];
+        }
+    return one && one->stepped ? one : NULL;
 }
 
 static void check_progress(struct control *c)
@@ -535,12 +576,13 @@ static int msg_progress(struct worker *w, const struct said *s)
     struct control *c = w->c;
     int64_t now = notice_mono_ms();
 
-    /* The rate over reports at least 5 s apart, from one worker. */
+    /* The rate over reports at least 5 s apart (the first estimate 1 s),
+     * from one worker. */
     if (c->rate_pid != w->pid || s->step < c->rate_step) {
         c->rate_pid = w->pid;
         c->rate_step = s->step;
         c->rate_ms = now;
-    } else if (now - c->rate_ms >= 5000) {
+    } else if (now - c->rate_ms >= (c->steps_per_s > 0 ? 5000 : 1000)) {
         c->steps_per_s = (double)(s->step - c->rate_step) * 1000.0 / (double)(now - c->rate_ms);
         c->rate_step = s->step;
         c->rate_ms = now;
@@ -862,6 +904,8 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t deadline_ms,
                        control_step_fn ask, control_saved_fn done, void *arg)
 {
+    struct worker *one;
+
     if (c->phase != IDLE)
         return -EBUSY;
     if (deadline_ms <= 0)
@@ -874,15 +918,31 @@ int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t
     c->done = done;
     c->arg = arg;
     c->phase = QUERY;
-    for (unsigned i = 0; i < c->n; i++) {
-        struct worker *w = c->w[i];
+    for (unsigned i = 0; i < c->n; i++)
+        if (counts(c->w[i])) {
+            c->w[i]->in_ck = true;
+            c->w[i]->answered = c->w[i]->saved = false;
+        }
+    if ((one = at_once(c))) {
+        char err[4200];
+        int r = send_checkpoint(c, one, -1, err, sizeof(err));
+
+        /* Unwritable: the read that sees the worker gone ends it. */
+        if (r < 0 && r != -EPIPE) {
+            log_msg(LOGL_ERROR, "checkpoint %llu: %s", (unsigned long long)gen, err);
+            one->in_ck = false;
+            c->phase = IDLE;
+            free(c->dir);
+            c->dir = NULL;
+            return r;
+        }
+        c->phase = SAVE;
+    } else {
         struct jsonl_kv kv[] = { JSONL_STR("type", "query"), JSONL_INT("id", c->id) };
 
-        if (!counts(w))
-            continue;
-        w->in_ck = true;
-        w->answered = w->saved = false;
-        send_kv(w, kv, 2);
+        for (unsigned i = 0; i < c->n; i++)
+            if (c->w[i]->in_ck)
+                send_kv(c->w[i], kv, 2);
     }
     {
         /* the deadline is a cloud's: wall-clock time */

@@ -76,7 +76,8 @@ typedef void (*control_step_fn)(void *arg, int64_t step);
  * one) until the deadline.  The workers save at the step after the
  * largest they report; with ask non-NULL the step is the caller's instead
  * (a world's): ask gets the largest, and the checkpoint waits for
- * control_save_at().  One at a time: -EBUSY when one is under way.
+ * control_save_at().  Without ask, one worker that is expected alone and
+ * has reported a step is not asked: it saves at the next step it reaches.  One at a time: -EBUSY when one is under way.
  * Returns 0 when started; done comes later, on the loop. */
 int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t deadline_ms,
                        control_step_fn ask, control_saved_fn done, void *arg);

@@ -589,6 +589,11 @@ static void go_checkpoint(struct orch *r)
     cJSON_AddStringToObject(e, "reason", r->reason);
     cJSON_AddStringToObject(e, "method", r->mops->name);
     cJSON_AddNumberToObject(e, "trainers", r->control ? control_workers(r->control) : 0);
+    /* how far the trainers are, for how long the save waits for them */
+    if (r->control && control_step(r->control) >= 0)
+        cJSON_AddNumberToObject(e, "step", (double)control_step(r->control));
+    if (r->control && control_rate(r->control) > 0)
+        cJSON_AddNumberToObject(e, "steps_per_s", control_rate(r->control));
     if (r->world)
         cJSON_AddNumberToObject(e, "rank", world_rank(r->world));
     log_event(LOGL_INFO, e, "checkpoint of generation %llu begins (%s)",

@@ -20,6 +20,7 @@
 #   save       checkpoint_begin -> checkpoint_saved (checkpoint_saved "ms")
 #     wait     checkpoint_begin -> state.bin created (its birth time): the
 #              trainer reaching the step spotd asks for
+#     steps    wait in training steps: wait x checkpoint_begin "steps_per_s"
 #     write    state.bin created -> checkpoint_saved: write() and fsync of
 #              state.bin (and of the small step file), the answer to spotd
 #   upload     upload_done "ms": read, chunk, hash, compress (in worker
@@ -155,7 +156,10 @@ print("\t".join(str(x) for x in (
     "%d" % max(0, bt - t_begin) if split else "-",
     "%d" % max(0, t_saved - bt) if split else "-",
     u["ms"], u["bytes"], opt(u, "hash_ms"), opt(u, "encode_ms"),
-    c["commit_ms"], c["total_ms"], "%d" % (ms(c["ts"]) - ms(n["ts"])))))
+    c["commit_ms"], c["total_ms"], "%d" % (ms(c["ts"]) - ms(n["ts"])),
+    # the wait in training steps, at the rate the trainer reported
+    "%.1f" % (max(0, bt - t_begin) * b["steps_per_s"] / 1000)
+    if split and b.get("steps_per_s") else "-")))
 PY
 }
 
@@ -251,13 +255,13 @@ echo "notice.sh: terminating notice (drill) to committed checkpoint, examples/c-
 echo "store: file = a directory under $(dirname "$tmp"), s3 = Swift + s3api on 127.0.0.1; times in ms"
 awk -F'\t' '
 BEGIN {
-    fmt = "%-5s %6s %5s %7s %7s %7s %8s %6s %6s %7s %7s %7s %10s\n"
-    printf fmt, "store", "MiB", "step", "save", "wait", "write", "upload", "MB/s",
+    fmt = "%-5s %6s %5s %7s %7s %6s %7s %8s %6s %6s %7s %7s %7s %10s\n"
+    printf fmt, "store", "MiB", "step", "save", "wait", "steps", "write", "upload", "MB/s",
         "hash", "encode", "commit", "total", "n->commit"
 }
 $3 != "ok" { printf "%-5s %6s  %s\n", $1, $2, $3; next }
 {
-    printf fmt, $1, $2, $4, $5, $6, $7, $8, ($8 > 0 ? sprintf("%.0f", $9 / $8 / 1000) : "-"),
+    printf fmt, $1, $2, $4, $5, $6, $15, $7, $8, ($8 > 0 ? sprintf("%.0f", $9 / $8 / 1000) : "-"),
         $10, $11, $12, $13, $14
 }' "$results"
 [ -f "$tmp/notes" ] && sed 's/^/note: /' "$tmp/notes"

@@ -108,6 +108,17 @@ static pid_t spawn(const char *path, enum trainer_kind kind, const char *rank)
     return pid;
 }
 
+/* The end of a test: the control, the loop and the scratch folder. */
+static void teardown(struct event_base *base, const char *dir)
+{
+    char cmd[128];
+
+    ctl = control_free(ctl);
+    event_base_free(base);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    CHECK_INT(system(cmd), 0);
+}
+
 TEST(control_checkpoint)
 {
     char dir[] = "/tmp/spotd-control.XXXXXX", path[64], ck[64], file[128], text[64] = "";
@@ -208,16 +219,31 @@ TEST(control_checkpoint)
     waitpid(a, &status, 0);
     CHECK_INT(WEXITSTATUS(status), 12);
 
-    ctl = control_free(ctl);
-    event_base_free(base);
-    {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-        CHECK_INT(system(cmd), 0);
-    }
+    teardown(base, dir);
 }
 
 /* ---- clients that are not trainers -------------------------------------------------------- */
+
+/* In a child process: connect to path and say hello as a worker of rank,
+ * with the members in more (each after a comma), within 10 s.  Returns
+ * the connection; exits 10 when it cannot. */
+static int hello_by_hand(const char *path, int rank, const char *more)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    char line[256];
+    int fd, n;
+
+    alarm(10);
+    fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        _exit(10);
+    n = snprintf(line, sizeof(line), "{\"v\":1,\"type\":\"hello\",\"pid\":%d,\"local_rank\":%d%s,"
+                 "\"lib\":\"by hand\"}\n", (int)getpid(), rank, more);
+    if (write(fd, line, (size_t)n) != n)
+        _exit(10);
+    return fd;
+}
 
 enum stray_kind { LEAVES, STEPS_AND_LEAVES, SILENT };
 
@@ -228,20 +254,13 @@ enum stray_kind { LEAVES, STEPS_AND_LEAVES, SILENT };
 static pid_t spawn_stray(const char *path, enum stray_kind kind, int rank)
 {
     pid_t pid = fork();
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
     char line[256];
     int fd, n;
 
     if (pid != 0)
         return pid;
-    alarm(10);
-    fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-        _exit(10);
-    n = snprintf(line, sizeof(line), "{\"v\":1,\"type\":\"hello\",\"pid\":%d,\"local_rank\":%d,"
-                 "\"local_world_size\":2,\"lib\":\"stray\"}\n", (int)getpid(), rank);
-    if (write(fd, line, (size_t)n) != n || read(fd, line, sizeof(line)) <= 0)
+    fd = hello_by_hand(path, rank, ",\"local_world_size\":2");
+    if (read(fd, line, sizeof(line)) <= 0)
         _exit(11);
     if (kind == STEPS_AND_LEAVES) {
         n = snprintf(line, sizeof(line), "{\"v\":1,\"type\":\"progress\",\"step\":5}\n");
@@ -464,13 +483,7 @@ TEST(control_stray_hello)
     CHECK_INT(wait_child(base, a), 75);
     CHECK_INT(wait_child(base, b), 75);
 
-    ctl = control_free(ctl);
-    event_base_free(base);
-    {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-        CHECK_INT(system(cmd), 0);
-    }
+    teardown(base, dir);
 }
 
 /* Connections that say nothing are closed after hello_ms, the oldest at
@@ -515,4 +528,100 @@ TEST(control_silent_connections)
     ctl = control_free(ctl);
     event_base_free(base);
     rmdir(dir);
+}
+
+/* ---- the save at once --------------------------------------------------------------------- */
+
+/* A worker spoken by hand, so that the test sees what spotd sends it:
+ * hello as local rank rank (no local_world_size), a progress report of
+ * step 5 when stepped, then the first message after the welcome says its
+ * exit: 20 a checkpoint to save at once ("step":null), 21 a query, 22
+ * anything else.  It answers neither. */
+static pid_t spawn_asked(const char *path, int rank, bool stepped)
+{
+    static const char progress[] = "{\"v\":1,\"type\":\"progress\",\"step\":5}\n";
+    pid_t pid = fork();
+    char in[4096];
+    size_t len = 0;
+    char *second;
+    int fd;
+
+    if (pid != 0)
+        return pid;
+    fd = hello_by_hand(path, rank, "");
+    if (stepped && write(fd, progress, sizeof(progress) - 1) != (ssize_t)sizeof(progress) - 1)
+        _exit(12);
+    /* the welcome, then one more line */
+    for (;;) {
+        char *nl = memchr(in, '\n', len);
+        ssize_t got;
+
+        if (nl && memchr(nl + 1, '\n', len - (size_t)(nl + 1 - in))) {
+            second = nl + 1;
+            break;
+        }
+        if (len == sizeof(in) || (got = read(fd, in + len, sizeof(in) - len)) <= 0)
+            _exit(13);
+        len += (size_t)got;
+    }
+    if (strstr(second, "\"type\":\"checkpoint\"") && strstr(second, "\"step\":null"))
+        _exit(20);
+    _exit(strstr(second, "\"type\":\"query\"") ? 21 : 22);
+}
+
+static int stepped_5(void *arg)
+{
+    return control_step(ctl) == 5;
+}
+
+/* One worker and no world: the worker that trains is told to save at the
+ * next step it reaches, without the query (one to two steps of waiting);
+ * one that has reported no step, or one of two, is asked its step. */
+TEST(control_at_once)
+{
+    char dir[] = "/tmp/spotd-control.XXXXXX", path[64], ck[64];
+    struct event_base *base = event_base_new();
+    struct control_opts o = { .base = base, .gone_ms = 1 };
+    struct result r = { .base = base };
+    pid_t a, b;
+
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/ctl.sock", dir);
+    snprintf(ck, sizeof(ck), "%s/g1", dir);
+    mkdir(ck, 0700);
+    if (!(ctl = new_control(&o, path)))
+        return;
+
+    /* It trains: at once.  It then leaves, which ends the checkpoint. */
+    a = spawn_asked(path, 0, true);
+    run_until(base, stepped_5, NULL);
+    CHECK_INT(control_step(ctl), 5);
+    checkpoint_now(&r, base, 1, ck, 5000);
+    CHECK_INT(wait_child(base, a), 20);
+    CHECK_INT(r.err, -EPIPE);
+    ctl = control_free(ctl);
+
+    /* It has said hello and no step: asked. */
+    if (!(ctl = new_control(&o, path)))
+        return;
+    a = spawn_asked(path, 0, false);
+    want_workers = 1;
+    run_until(base, enough_workers, NULL);
+    checkpoint_now(&r, base, 2, ck, 5000);
+    CHECK_INT(wait_child(base, a), 21);
+    ctl = control_free(ctl);
+
+    /* Two that train: both asked, so that they save one step. */
+    if (!(ctl = new_control(&o, path)))
+        return;
+    a = spawn_asked(path, 0, true);
+    b = spawn_asked(path, 1, true);
+    want_workers = 2;
+    run_until(base, enough_workers, NULL);
+    run_until(base, stepped_5, NULL);
+    checkpoint_now(&r, base, 3, ck, 5000);
+    CHECK_INT(wait_child(base, a), 21);
+    CHECK_INT(wait_child(base, b), 21);
+
+    teardown(base, dir);
 }
