@@ -558,7 +558,11 @@ class Session:
             self.drop_upstream()
             self.client.close()
 
-    def reply(self, status, body, headers=(), head_only=False, close=False):
+    def reply(self, status, body, headers=(), head_only=False, close=False, entry=None):
+        """Answer with BODY; counted in ENTRY (when given) before it is sent,
+        so that a client that has its answer finds it in the log."""
+        if entry is not None and not head_only:
+            self.st.count(entry, resp_bytes=len(body))
         lines = ["HTTP/1.1 %d %s" % (status, REASONS.get(status, "Error")),
                  "Date: " + formatdate(usegmt=True), "Server: faultproxy"]
         lines += ["%s: %s" % kv for kv in headers]
@@ -650,8 +654,7 @@ class Session:
             else:
                 body, hdrs = s3_error(503, "SlowDown", "Please reduce your "
                                       "request rate.", req.target)
-            n = self.reply(status, body, hdrs, head_only=req.method == "HEAD")
-            st.count(entry, resp_bytes=n)
+            self.reply(status, body, hdrs, head_only=req.method == "HEAD", entry=entry)
             return True
         if action == "lose":
             self.lose_seconds = rule.seconds if rule.seconds is not None else STALL_DEFAULT
@@ -701,8 +704,7 @@ class Session:
         self.say("502: %s" % why)
         body = ("faultproxy: upstream %s:%d: %s\n" % (self.st.upstream + (why,))).encode()
         try:
-            self.st.count(entry, resp_bytes=self.reply(
-                502, body, [("Content-Type", "text/plain")], close=True))
+            self.reply(502, body, [("Content-Type", "text/plain")], close=True, entry=entry)
         except Gone:
             pass
         return False
@@ -807,12 +809,11 @@ class Session:
         kind, n = resp.body_framing(req.method)
         keep = (not force_close and kind != "close" and resp.keep_alive()
                 and req.keep_alive())
-        sent = [0]
 
-        class Counted:
+        class Counted:                  # to the client: in the log before it is sent
             def send(_, data):
+                st.count(entry, resp_bytes=len(data))
                 client.send(data)
-                sent[0] += len(data)
         if action == "lose":
             # The upstream has done what was asked; its answer never comes.
             if kind == "length":
@@ -869,8 +870,6 @@ class Session:
             if e.side == "upstream":
                 self.drop_upstream()
             raise
-        finally:
-            st.count(entry, resp_bytes=sent[0])
         if not keep:
             self.drop_upstream()
         if action == "truncate":
