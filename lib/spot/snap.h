@@ -230,6 +230,22 @@ struct snap_save_req {
 void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_counters *c,
                snap_saved_fn done, void *arg);
 
+/* Store now what a later snap_save() of gen into dir will hold of the
+ * file dir/rel, while it is still being written: its chunks from byte
+ * from on, whole chunks only unless final (the file is finished: chunked
+ * as a save chunks it, zip restarts included, so from must be 0 for a
+ * zip).  They go where a save's own do (deduplicated against the newest
+ * committed generation), and the save that follows reads and hashes every
+ * file as ever and finds them stored: it uploads only what was not stored
+ * yet or changed since.  So a writer may go on changing the file (one
+ * that seeks back and rewrites costs an upload, never a wrong
+ * checkpoint), and an early store is never needed for correctness: its
+ * failure is the save's to repair.  On success s->gen is gen and
+ * s->bytes the offset stored up to (the next call's from); its other
+ * fields are zero.  c may be NULL. */
+void snap_prestore(struct snap *s, uint64_t gen, const char *dir, const char *rel, uint64_t from,
+                   bool final, struct snap_counters *c, snap_saved_fn done, void *arg);
+
 /* After a split save's split(): go on (see struct snap_save_req). */
 void snap_save_split(struct snap_split *sp, bool rest);
 

@@ -90,6 +90,11 @@ struct save {
     } *def;
     size_t n_def, cap_def, next_def;
     bool split_wait, split_done, redo;
+    /* snap_prestore(): one file, dir/pre_rel, stored from byte pre_from;
+     * final: chunked as a save chunks it, else whole chunks only */
+    char *pre_rel;
+    uint64_t pre_from;
+    bool pre_final;
 };
 
 struct scan_state {
@@ -99,6 +104,8 @@ struct scan_state {
 };
 
 static void early_saved(struct early *e);
+static void save_start(struct save *sv);
+static void scan_one(struct save *sv, int dirfd);
 static void on_known_gens(struct gens_op *g);
 static void on_known_manifests(struct mf_fetch *f);
 static void known_loaded(struct snap *s);
@@ -132,7 +139,6 @@ void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_coun
                snap_saved_fn done, void *arg)
 {
     struct save *sv;
-    struct gens_op *g;
     const char *method = req->method ? req->method : "app";
 
     if (req->gen == 0 || req->gen > GEN_MAX || req->rank >= WORLD_MAX || !req->dir ||
@@ -156,13 +162,55 @@ void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_coun
     sv->c = c ? c : &sv->own;
     sv->done = done;
     sv->arg = arg;
+    save_start(sv);
+}
+
+void snap_prestore(struct snap *s, uint64_t gen, const char *dir, const char *rel, uint64_t from,
+                   bool final, struct snap_counters *c, snap_saved_fn done, void *arg)
+{
+    struct save *sv;
+
+    if (gen == 0 || gen > GEN_MAX || !dir || !*dir || !rel || !manifest_path_valid(rel)) {
+        snap_early(s, early_saved, (union snap_cb){ .saved = done }, arg, -EINVAL,
+                   "invalid early store request (generation 1..%llu, a file in a directory)",
+                   GEN_MAX);
+        return;
+    }
+    sv = calloc(1, sizeof(*sv));
+    if (!sv || !(sv->dir = strdup(dir)) || !(sv->pre_rel = strdup(rel)) ||
+        !(sv->method = strdup("app"))) {
+        if (sv) {
+            free(sv->dir);
+            free(sv->pre_rel);
+        }
+        free(sv);
+        snap_early(s, early_saved, (union snap_cb){ .saved = done }, arg, -ENOMEM, "out of memory");
+        return;
+    }
+    sv->s = s;
+    sv->req.gen = gen;
+    sv->req.dir = sv->dir;
+    sv->pre_from = from;
+    sv->pre_final = final;
+    sv->c = c ? c : &sv->own;
+    sv->done = done;
+    sv->arg = arg;
+    save_start(sv);
+}
+
+/* Scan once the chunks that the store already holds are known. */
+static void save_start(struct save *sv)
+{
+    struct snap *s = sv->s;
+    struct gens_op *g;
+
     sv->scan.work = scan_work;
     sv->scan.done = scan_done;
     /* Chunks stored for another generation may have been collected since
      * (a generation that was never committed): only this one's count. */
-    if (s->stored_gen != req->gen) {
+    if (s->stored_gen != sv->req.gen) {
         hset_clear(&s->stored);
-        s->stored_gen = req->gen;
+        s->stored_gen = sv->req.gen;
     }
     sv->next_waiter = s->known_waiters;
     s->known_waiters = sv;
@@ -177,7 +225,7 @@ void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_coun
         return;
     }
     /* The listing's callback comes later, from the loop. */
-    g->below = req->gen;
+    g->below = sv->req.gen;
 }
 
 static void early_saved(struct early *e)
@@ -224,6 +272,7 @@ static void save_report(struct save *sv)
     manifest_release(&sv->m);
     free(sv->def);
     free(sv->json);
+    free(sv->pre_rel);
     free(sv->dir);
     free(sv->method);
     free(sv);
@@ -312,8 +361,35 @@ static void scan_work(struct pool_job *job)
                   strerror(errno));
         return;
     }
+    if (sv->pre_rel) {
+        scan_one(sv, fd);
+        return;
+    }
     if (scan_dir(&st, fd, "", 0) == 0 && sv->m.n_files)
         qsort(sv->m.files, sv->m.n_files, sizeof(*sv->m.files), cmp_file);
+}
+
+/* snap_prestore()'s one file: what is written of it so far. */
+static void scan_one(struct save *sv, int dirfd)
+{
+    struct scan_state st = { .sv = sv };
+    uint32_t cs = sv->s->chunk_size;
+    struct stat stt;
+    int fd = openat(dirfd, sv->pre_rel, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+    if (fd < 0 || fstat(fd, &stt) < 0 || !S_ISREG(stt.st_mode)) {
+        save_fail(sv, fd < 0 ? -errno : -EINVAL, "cannot store '%s/%s' early: %s", sv->dir,
+                  sv->pre_rel, fd < 0 ? strerror(errno) : "not a regular file");
+    } else {
+        /* Being written: whole chunks of the fixed grid, which is what a
+         * save makes of a file that is not a zip. */
+        if (!sv->pre_final)
+            stt.st_size -= stt.st_size % cs;
+        scan_add(&st, sv->pre_rel, &stt, MF_FILE, NULL, sv->pre_final ? fd : -1);
+    }
+    if (fd >= 0)
+        close(fd);
+    close(dirfd);
 }
 
 /* Walk dirfd (whose path below the root is rel, "" for the root). */
@@ -510,6 +586,14 @@ static void scan_done(struct pool_job *job)
     if (job->cancelled)
         save_fail(sv, -ECANCELED, "cancelled");
     sv->scanned = true;
+    if (sv->pre_rel && sv->m.n_files == 1) {
+        const struct mf_file *f = &sv->m.files[0];
+
+        while (sv->next_chunk < f->n_chunks &&
+               sv->next_off + f->chunks[sv->next_chunk].len <= sv->pre_from)
+            sv->next_off += f->chunks[sv->next_chunk++].len;
+        sv->result.bytes = sv->next_off;
+    }
     for (size_t i = 0; i < sv->m.n_files; i++) {
         if (sv->m.files[i].type == MF_FILE) {
             sv->c->files++;
@@ -595,6 +679,15 @@ submit:
     if (sv->alive > 0)
         return;
     sv->manifest_sent = true;
+    if (sv->pre_rel) {
+        /* An early store has no manifest: what it stored is in s->stored,
+         * for the save that follows. */
+        if (!sv->err && sv->m.n_files == 1)
+            sv->result.bytes = sv->m.files[0].size;
+        sv->result.gen = sv->req.gen;
+        save_report(sv);
+        return;
+    }
     if (!sv->err && sv->req.share_count > 1 && !sv->split_done) {
         uint8_t fp[CHUNK_HASH_LEN];
 
@@ -675,8 +768,9 @@ static void task_run(struct task *t)
             snprintf(t->msg, sizeof(t->msg), "cannot open '%s': %s", path, strerror(errno));
             return;
         }
-        if (fstat(fd, &stt) < 0 || (uint64_t)stt.st_size != f->size ||
-            (stt.st_mtim.tv_sec >= 0 && (stt.st_mtim.tv_sec != f->mtime_s ||
+        if (fstat(fd, &stt) < 0 ||
+            (!sv->pre_rel && (uint64_t)stt.st_size != f->size) ||
+            (!sv->pre_rel && stt.st_mtim.tv_sec >= 0 && (stt.st_mtim.tv_sec != f->mtime_s ||
                                          (uint32_t)stt.st_mtim.tv_nsec != f->mtime_ns))) {
             close(fd);
             t->err = -ESTALE;
