@@ -123,6 +123,17 @@ const char *ckpt_save_dir(const struct ckpt *c);
 int ckpt_saved(struct ckpt *c, long long step);
 int ckpt_failed(struct ckpt *c, const char *reason);
 
+/* Say that path (absolute, or relative to the save's directory), a file
+ * of the save being written, is finished: spotd uploads the rest of it
+ * now, while the trainer writes the others, instead of after
+ * ckpt_saved().  Optional: spotd also follows the files as they grow and
+ * stores each once it is closed; this only tells it sooner (a file kept
+ * open, a zip that torch.save writes).  Writing the file again after the
+ * call costs an upload, never a wrong checkpoint: the save reads every
+ * file again.  Returns 0, CKPT_E_INVAL, CKPT_E_CLOSED, CKPT_E_IO; 0 and
+ * nothing happens on an inert handle. */
+int ckpt_file_done(struct ckpt *c, const char *path);
+
 /* Ask spotd for a checkpoint now (the trainer's own schedule); it comes
  * back through ckpt_step() as CKPT_SAVE.  Returns 0, CKPT_E_CLOSED,
  * CKPT_E_IO; 0 and nothing happens on an inert handle. */

@@ -39,6 +39,7 @@
 #include "control.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -598,6 +599,17 @@ static int msg_request(struct worker *w, const struct said *s)
     return 0;
 }
 
+static int msg_file_done(struct worker *w, const struct said *s)
+{
+    const struct jsonl_value *path = jsonl_get(s->m, "path");
+
+    if (!path || path->type != JSONL_STRING)
+        return -1;
+    if (w->c->o.on_file_done && strlen(path->str) < PATH_MAX)
+        w->c->o.on_file_done(w->c->o.arg, path->str);
+    return 0;
+}
+
 /* step (saved false) or saved: the worker's answer to the query, or its
  * report of the save; a saved of id 0 is one the trainer made on its
  * own. */
@@ -666,6 +678,7 @@ static const struct kind {
     { "hello", false, 0, msg_hello },
     { "progress", true, NEED_STEP | STEPS, msg_progress },
     { "request", true, 0, msg_request },
+    { "file_done", true, 0, msg_file_done },
     { "step", true, NEED_ID | NEED_STEP | STEPS, msg_step },
     { "saved", true, NEED_ID | NEED_STEP | STEPS, msg_saved },
     { "failed", true, NEED_ID, msg_failed },

@@ -48,6 +48,9 @@ struct control_opts {
     /* A trainer reported step saved outside a checkpoint of this socket
      * (id 0: the signal method's ckpt_saved()). */
     void (*on_saved)(void *arg, int64_t step);
+    /* A trainer says a file of the save it is writing is finished
+     * (ckpt_file_done(): path as it sent it, unchecked, at most PATH_MAX). */
+    void (*on_file_done)(void *arg, const char *path);
     /* A command from spotctl ({"type":"command","cmd":...}): write the
      * answer, one JSON object without the newline, into reply. */
     void (*on_command)(void *arg, const char *cmd, const struct jsonl_msg *m, char *reply,

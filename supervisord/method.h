@@ -129,6 +129,10 @@ struct method_ops {
      * it (so that a periodic save under way at the notice does not serve
      * it, in a world too)?  NULL: false. */
     bool (*saves_on_signal)(struct method *m);
+    /* The folder the trainer writes the save under way into, for spotd to
+     * upload its files while they are written (follow.h).  NULL, or NULL
+     * returned: none. */
+    const char *(*writes)(struct method *m);
     /* Give up the save under way: done gets -ECANCELED.  Nothing when
      * none is. */
     void (*cancel)(struct method *m, const char *reason);

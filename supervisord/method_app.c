@@ -82,6 +82,11 @@ static int app_query(struct method *m, uint64_t gen, const char *dir, int64_t de
     return control_checkpoint(m->ctx.control, gen, dir, deadline_ms, on_ask, on_saved, m);
 }
 
+static const char *app_writes(struct method *m)
+{
+    return m->dir;
+}
+
 static int app_save_at(struct method *m, int64_t step)
 {
     return m->ctx.control ? control_save_at(m->ctx.control, step) : -ENOTCONN;
@@ -123,6 +128,7 @@ const struct method_ops method_app = {
     .save = app_save,
     .query = app_query,
     .save_at = app_save_at,
+    .writes = app_writes,
     .cancel = app_cancel,
     .stop = app_stop,
     .close = app_close,

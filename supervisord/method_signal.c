@@ -137,6 +137,11 @@ static int signal_save(struct method *m, uint64_t gen, const char *dir, int64_t 
     return 0;
 }
 
+static const char *signal_writes(struct method *m)
+{
+    return m->dir;
+}
+
 static void signal_last(struct method *m)
 {
     m->last = true;
@@ -189,6 +194,7 @@ const struct method_ops method_signal = {
     .name = "signal",
     .open = signal_open,
     .save = signal_save,
+    .writes = signal_writes,
     .last = signal_last,
     .committed = signal_committed,
     .exited = signal_exited,

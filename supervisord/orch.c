@@ -22,6 +22,7 @@
 
 #include "child.h"
 #include "control.h"
+#include "follow.h"
 #include "hooks.h"
 #include "method.h"
 #include "spot/linktree.h"
@@ -39,6 +40,7 @@
 static void on_tick(evutil_socket_t fd, short what, void *arg);
 static void on_request(void *arg);
 static void on_trainer_saved(void *arg, int64_t step);
+static void on_file_done(void *arg, const char *path);
 static void on_found(void *arg);
 static void on_claimed(void *arg, int err, const char *msg, uint64_t gen);
 static void go_checkpoint(struct orch *r);
@@ -52,6 +54,7 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
 static void hook_env_now(const struct orch *r, struct hook_env *e, const char *result);
 static bool busy(const struct orch *r);
 static void finish(struct orch *r, enum orch_state from, int err, const char *msg);
+static void stop_follow(struct orch *r);
 static void record(struct orch *r);
 static void make_last(struct orch *r, const struct notice *n);
 static void keep_notice(struct orch *r, const struct notice *n);
@@ -233,6 +236,10 @@ void orch_finish(struct orch *r)
     while ((busy(r) || (r->saved_by_exit && r->state == SAVING) || rendezvous_stop(r->rv)) &&
            event_base_loop(r->o.base, EVLOOP_ONCE) == 0)
         ;
+    /* Early stores end before the snap goes (follow.h). */
+    r->follow = follow_stop(r->follow);
+    while (follow_live() > 0 && event_base_loop(r->o.base, EVLOOP_ONCE) == 0)
+        ;
     /* The number claimed ahead and never used goes back: no empty
      * generation is left in the store. */
     if (r->claimed && !r->claiming) {
@@ -264,6 +271,7 @@ void orch_run_command(struct orch *r)
         .flat = !(r->mops->flags & METHOD_WORKERS),
         .on_request = on_request,
         .on_saved = on_trainer_saved,
+        .on_file_done = on_file_done,
         .on_command = orch_on_command,
         .arg = r,
     };
@@ -470,6 +478,13 @@ static void on_trainer_saved(void *arg, int64_t step)
 }
 
 /* The dir method found a new complete folder. */
+static void on_file_done(void *arg, const char *path)
+{
+    struct orch *r = arg;
+
+    follow_file_done(r->follow, path);
+}
+
 static void on_found(void *arg)
 {
     struct orch *r = arg;
@@ -639,6 +654,8 @@ static void ask_method(struct orch *r)
     }
     if (err == 0)
         err = r->mops->save(r->method, r->gen, r->dir, r->deadline_ms, orch_on_method_saved, r);
+    if (err == 0)
+        orch_follow(r);
     if (err == -EALREADY) {
         nothing_new(r);
         return;
@@ -709,6 +726,20 @@ static void ask_world(struct orch *r)
 }
 
 /* World: the trainers' largest step, for the coordinator. */
+void orch_follow(struct orch *r)
+{
+    const char *dir = r->mops->writes ? r->mops->writes(r->method) : NULL;
+
+    r->follow = follow_stop(r->follow);
+    if (dir && *dir && !r->split_upload)
+        r->follow = follow_start(r->o.base, r->snap, r->gen, dir);
+}
+
+static void stop_follow(struct orch *r)
+{
+    r->follow = follow_stop(r->follow);
+}
+
 static void on_ask(void *arg, int64_t step)
 {
     struct orch *r = arg;
@@ -726,6 +757,7 @@ void orch_on_method_saved(void *arg, int err, const char *msg, int64_t step, con
     cJSON *e;
 
     orch_exit_unpark(r);
+    stop_follow(r);
     if (orch_empty_shard(r) && (err == 0 || err == -ENOENT || err == -EALREADY)) {
         /* Whatever this node's trainers wrote (nothing, as a rule), its
          * shard is empty: global rank 0's files are the generation. */
@@ -825,6 +857,8 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     cJSON_AddNumberToObject(e, "bytes", (double)s->bytes);
     cJSON_AddNumberToObject(e, "bytes_sent", (double)r->counters.bytes_sent);
     cJSON_AddNumberToObject(e, "bytes_skipped", (double)r->counters.bytes_skipped);
+    if (r->counters.bytes_early)
+        cJSON_AddNumberToObject(e, "bytes_early", (double)r->counters.bytes_early);
     if (r->counters.bytes_split)
         cJSON_AddNumberToObject(e, "bytes_split", (double)r->counters.bytes_split);
     cJSON_AddNumberToObject(e, "ms", (double)(r->t_uploaded - r->t_saved));
@@ -965,6 +999,7 @@ static void finish(struct orch *r, enum orch_state from, int err, const char *ms
 
     if (r->world)
         orch_exit_unpark(r);
+    stop_follow(r);
     if (err && r->world && !r->aborted)
         world_failed(r->world, r->gen, msg);
     r->claim_waits = false;

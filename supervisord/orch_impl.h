@@ -142,6 +142,7 @@ struct orch {
     uint64_t commit_gen;           /* coordinator: the commit record being written */
     struct snap_split *split;      /* the upload waits for the world's split */
     bool split_upload;             /* the round's prepare said split */
+    struct follow *follow;         /* the trainers' files, stored as written */
     char master_addr[64];
     unsigned master_port;
     char **argv;                   /* the command, substituted */
@@ -179,6 +180,9 @@ void orch_start_checkpoint(struct orch *r);
 void orch_claim_next(struct orch *r);
 /* The method's callback: the trainers saved step into dir; the upload begins. */
 void orch_on_method_saved(void *arg, int err, const char *msg, int64_t step, const char *dir);
+/* The method's save has started: its files are stored as they are written
+ * (follow.h), unless the upload is split across the world. */
+void orch_follow(struct orch *r);
 /* The upload waiting for the world's split goes on, with the rest or without. */
 void orch_release_split(struct orch *r, bool rest);
 /* The checkpoint's commit record is written (or failed): figures, resume point, gc. */

@@ -140,6 +140,8 @@ static void w_prepare(void *arg, uint64_t gen, int64_t step, bool split)
     else
         return;
     r->saving = SV_METHOD;
+    if (err == 0)
+        orch_follow(r);
     if (err == -ECHILD && orch_empty_shard(r))
         err = -EALREADY; /* its trainers stopped with the others': nothing to save */
     if (err == -EALREADY && orch_empty_shard(r)) {

@@ -538,21 +538,30 @@ CKPT_API int ckpt_failed(struct ckpt *c, const char *reason)
     }
 }
 
-CKPT_API int ckpt_request_save(struct ckpt *c)
+/* A message that needs no save open: nothing on an inert handle. */
+static int send_any(struct ckpt *c, const struct jsonl_kv *kv, size_t n)
 {
-    if (!c)
-        return CKPT_E_INVAL;
     if (c->fd < 0)
         return 0;
     if (c->err)
         return c->err;
-    {
-        struct jsonl_kv kv[] = {
-            JSONL_STR("type", "request"),
-            JSONL_INT("step", c->step),
-        };
-        return send_msg(c, kv, 2);
-    }
+    return send_msg(c, kv, n);
+}
+
+CKPT_API int ckpt_file_done(struct ckpt *c, const char *path)
+{
+    if (!c || !path || !*path)
+        return CKPT_E_INVAL;
+    return send_any(c, (const struct jsonl_kv[]){ JSONL_STR("type", "file_done"),
+                                                  JSONL_STR("path", path) }, 2);
+}
+
+CKPT_API int ckpt_request_save(struct ckpt *c)
+{
+    if (!c)
+        return CKPT_E_INVAL;
+    return send_any(c, (const struct jsonl_kv[]){ JSONL_STR("type", "request"),
+                                                  JSONL_INT("step", c->step) }, 2);
 }
 
 CKPT_API int ckpt_fd(const struct ckpt *c)

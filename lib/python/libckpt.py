@@ -291,6 +291,24 @@ class Ckpt:
     def failed(self, reason="unspecified"):
         self._report(type="failed", reason=str(reason))
 
+    def file_done(self, path):
+        """Say that path, a file of the save being written, is finished:
+        spotd uploads the rest of it now, while the trainer writes the
+        others.  Optional; nothing happens on an inert handle."""
+        try:
+            if isinstance(path, bytes):
+                path = path.decode("utf-8")
+            ok = isinstance(path, str) and 0 < len(path.encode("utf-8")) < 4096
+        except UnicodeError:
+            ok = False              # not UTF-8: the protocol cannot say it
+        if not ok:
+            raise CkptError(E_INVAL)
+        if self._sock is None:
+            return
+        if self._err:
+            raise CkptError(self._err)
+        self._send(type="file_done", path=path)
+
     def request_save(self):
         if self._sock is None:
             return

@@ -93,6 +93,11 @@ struct snap *snap_free(struct snap *s)
     return NULL;
 }
 
+uint32_t snap_chunk_size(const struct snap *s)
+{
+    return s->chunk_size;
+}
+
 const char *snap_key_id(const struct snap *s)
 {
     return s->keyed ? s->key.id : NULL;

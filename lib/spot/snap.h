@@ -82,6 +82,8 @@ struct snap_counters {
     uint64_t bytes_hashed;
     uint64_t bytes_zero;           /* runs of zeros, not stored */
     uint64_t bytes_skipped;        /* already in the store (deduplicated) */
+    uint64_t bytes_early;          /* stored by an early store of this generation
+                                      (snap_prestore()), not counted as skipped */
     uint64_t bytes_split;          /* left to the other ranks of a split save */
     uint64_t bytes_compressed;     /* encoded size of the new chunks */
     uint64_t bytes_sent;           /* put into the store */
@@ -191,6 +193,9 @@ size_t snap_foreign(const struct snap *s, const struct store_entry **ret);
 
 /* The line that says why unauthentic generation g is refused. */
 void snap_refusal(const struct snap *s, const struct snap_gen *g, char *buf, size_t size);
+
+/* The chunk size this snap cuts files at. */
+uint32_t snap_chunk_size(const struct snap *s);
 
 /* The id of the key this snap signs and checks with; NULL: none. */
 const char *snap_key_id(const struct snap *s);

@@ -27,6 +27,7 @@ struct task;
 struct slot {
     uint8_t key[CHUNK_HASH_LEN];
     uint8_t state;
+    bool early;                  /* s->stored: by snap_prestore() */
     struct task *waiters;        /* SLOT_STORING: tasks of the same chunk */
 };
 

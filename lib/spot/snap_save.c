@@ -862,7 +862,10 @@ static void task_done(struct pool_job *job)
     sv->c->bytes_hashed += t->len;
     slot = hset_find(&s->stored, t->hash);
     if (hset_find(&s->known, t->hash) || (slot && slot->state == SLOT_KNOWN)) {
-        sv->c->bytes_skipped += t->len;
+        if (slot && slot->early && !sv->pre_rel && !hset_find(&s->known, t->hash))
+            sv->c->bytes_early += t->len;
+        else
+            sv->c->bytes_skipped += t->len;
         sv->c->chunks_skipped++;
         task_end(t, 0, "");
         return;
@@ -884,10 +887,11 @@ static void task_done(struct pool_job *job)
         slot->waiters = t;
         return;
     }
-    if (!hset_add(&s->stored, t->hash, SLOT_STORING)) {
+    if (!(slot = hset_add(&s->stored, t->hash, SLOT_STORING))) {
         task_end(t, -ENOMEM, "out of memory");
         return;
     }
+    slot->early = sv->pre_rel != NULL;
     t->stage = 2;
     pool_submit(s->pool, &t->job);
 }
@@ -927,6 +931,7 @@ static void settle(struct task *t, int err, const char *msg)
     struct snap *s = t->sv->s;
     struct slot *slot = hset_find(&s->stored, t->hash);
     struct task *w = slot ? slot->waiters : NULL;
+    bool early = slot && slot->early;
 
     if (slot) {
         slot->waiters = NULL;
@@ -943,7 +948,10 @@ static void settle(struct task *t, int err, const char *msg)
         struct task *next = w->next_waiter;
 
         if (!err) {
-            w->sv->c->bytes_skipped += w->len;
+            if (early && !w->sv->pre_rel)
+                w->sv->c->bytes_early += w->len;
+            else
+                w->sv->c->bytes_skipped += w->len;
             w->sv->c->chunks_skipped++;
         }
         task_end(w, err, msg);

@@ -53,6 +53,8 @@ class Spotd(threading.Thread):
                     continue
                 line = f.readline()
                 msg = strictjson.loads(line)
+                while msg.get("type") == "progress":    # once a second, between any two
+                    msg = strictjson.loads(f.readline())
                 self.heard.append(msg)
                 if msg.get("v") != 1 or msg.get("type") != step[1]:
                     self.error = "expected %s, heard %r" % (step[1], msg)
@@ -85,6 +87,7 @@ def main():
            {ck.step(s) for s in range(1000)})
     expect("inert: no resume", (None, -1), (ck.resume_dir, ck.resume_step))
     ck.request_save()
+    ck.file_done("state.bin")
     try:
         ck.saved(3)
         check("inert: saved without a save is a state error", False, "no error")
@@ -100,6 +103,7 @@ def main():
         ("hear", "step", {"id": 1, "step": 701}),
         ("say", '{"v":1,"type":"checkpoint","id":2,"gen":8,"step":705,"dir":"/ck/g8/w3",'
                 '"deadline":null,"future":"ignored"}'),
+        ("hear", "file_done", {"path": 'sub/"\u00e9".bin'}),
         ("hear", "saved", {"id": 2, "step": 705}),
         ("hear", "request", {"step": 710}),
         ("say", '{"v":1,"type":"checkpoint","id":3,"gen":9,"step":null,"dir":"/ck/\\u00e9",'
@@ -123,6 +127,13 @@ def main():
         check("a step with a save open is a state error", False, "no error")
     except libckpt.CkptError as e:
         expect("a step with a save open is a state error", libckpt.E_STATE, e.code)
+    ck.file_done(b'sub/"\xc3\xa9".bin')
+    for bad in (b"bad\xff", "", None, "\udcff"):
+        try:
+            ck.file_done(bad)
+            check("file_done(%r) is refused" % (bad,), False, "no error")
+        except libckpt.CkptError as e:
+            expect("file_done(%r) is refused" % (bad,), libckpt.E_INVAL, e.code)
     ck.saved(705)
     expect("no save open after saved", None, ck.save_dir)
     expect("training goes on", libckpt.CONTINUE, ck.step(710))

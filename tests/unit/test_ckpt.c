@@ -40,6 +40,8 @@ TEST(ckpt_inert)
     CHECK(ckpt_save_dir(c) == NULL);
     CHECK_INT(ckpt_saved(c, 5), CKPT_E_STATE);
     CHECK_INT(ckpt_request_save(c), 0);
+    CHECK_INT(ckpt_file_done(c, "state.bin"), 0);
+    CHECK_INT(ckpt_file_done(NULL, "state.bin"), CKPT_E_INVAL);
     CHECK_INT(ckpt_fd(c), -1);
     CHECK_INT(ckpt_step(c, -1), CKPT_E_INVAL);
     CHECK_INT(ckpt_open_at("/nonexistent/spotd.sock", &c), CKPT_E_CONNECT);
@@ -48,7 +50,10 @@ TEST(ckpt_inert)
 }
 
 /* The spotd side of one scripted conversation, in a child process: exits
- * 0 when every line from the trainer was the one expected. */
+ * 0 when every line from the trainer was the one expected.  heard_path:
+ * the "path" of the last line heard, when it had one. */
+static char heard_path[256];
+
 static int script_line(FILE *in, const char *type, const char *key, long long want)
 {
     char line[4096];
@@ -63,6 +68,8 @@ static int script_line(FILE *in, const char *type, const char *key, long long wa
     if (jsonl_parse(line, strlen(line) - 1, &m) < 0 || !jsonl_type(&m) ||
         strcmp(jsonl_type(&m), type) != 0)
         return 2;
+    if ((v = jsonl_get(&m, "path")) && v->type == JSONL_STRING)
+        snprintf(heard_path, sizeof(heard_path), "%s", v->str);
     if (key && (!(v = jsonl_get(&m, key)) || v->type != JSONL_INT || v->num != want))
         return 3;
     return 0;
@@ -84,6 +91,8 @@ static int fake_spotd(int lfd)
     HEAR("step", "step", 701);
     SAY("{\"v\":1,\"type\":\"checkpoint\",\"id\":2,\"gen\":8,\"step\":705,\"dir\":\"/ck/g8/w3\","
         "\"deadline\":null,\"future\":\"ignored\"}");
+    HEAR("file_done", NULL, 0);
+    r = r ? r : strcmp(heard_path, "sub/\"a\".bin") != 0 ? 12 : 0;
     HEAR("saved", "step", 705);
     HEAR("saved", "id", 0);
     HEAR("request", "step", 710);
@@ -148,6 +157,11 @@ TEST(ckpt_conversation)
         CHECK_INT(ckpt_step(c, 705), CKPT_SAVE);
         CHECK_STR(ckpt_save_dir(c), "/ck/g8/w3");
         CHECK_INT(ckpt_step(c, 706), CKPT_E_STATE);
+        /* A finished file is said, its name escaped; one that is not
+         * UTF-8 cannot be, and nothing goes. */
+        CHECK_INT(ckpt_file_done(c, "sub/\"a\".bin"), 0);
+        CHECK_INT(ckpt_file_done(c, "bad\xff"), CKPT_E_INVAL);
+        CHECK_INT(ckpt_file_done(c, ""), CKPT_E_INVAL);
         CHECK_INT(ckpt_saved(c, 705), 0);
         CHECK(ckpt_save_dir(c) == NULL);
         /* No save open, connected: the signal method's report (id 0). */

@@ -883,7 +883,7 @@ static int prestore(struct snap *s, struct event_base *base, const char *dir, co
  * to the file as it ended, not as it was stored early. */
 TEST(snap_prestore)
 {
-    char root[] = "/tmp/spotd-unit-pre.XXXXXX", url[128], dir[256], path[300], dest[300];
+    char root[] = "/tmp/spotd-unit-pre.XXXXXX", url[128], dir[256], path[400], dest[300];
     struct event_base *base = event_base_new();
     struct pool *pool = pool_new(base, 2);
     struct store_ctx sc = { .base = base, .pool = pool };
@@ -943,6 +943,9 @@ TEST(snap_prestore)
     CHECK_INT((int)late.chunks, 6);
     CHECK_INT((int)late.chunks_sent, 1);
     CHECK_INT((int)late.chunks_skipped, 5);
+    /* found stored early, which is no deduplication */
+    CHECK_INT((int)late.bytes_early, (int)(size - CHUNK));
+    CHECK_INT((int)late.bytes_skipped, 0);
     {
         struct commit_rank cr = { .rank = 0, .bytes = saved.bytes };
         struct commit c = { .job = "j", .gen = 1, .step = 10, .world_size = 1,

@@ -1,0 +1,68 @@
+"""A trainer for t-early.sh, on lib/python/libckpt.py: at each save it
+writes state.bin (MIB MiB, the content a function of the step) slowly, a
+MiB at a time, so that spotd stores it while it is being written; then,
+with EARLY_REWRITE=1, it seeks back and rewrites 100 KiB inside the first
+chunk, which spotd stored already.  EARLY_DONE=1 calls ck.file_done()
+before the rewrite (the worst case: a file said finished, then changed).
+Prints "saved STEP SHA256" for each save, the sha256 of state.bin as it
+was when ck.saved() was called.
+
+    python3 early_writer.py MIB
+"""
+
+import hashlib
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "lib", "python"))
+import libckpt  # noqa: E402
+
+MIB = 1 << 20
+
+
+def piece(step, i):
+    return hashlib.sha256(b"%d.%d" % (step, i)).digest() * (MIB // 32)
+
+
+def save(ck, path, step, mib):
+    h = hashlib.sha256()
+    with open(path, "wb") as f:
+        for i in range(mib):
+            f.write(piece(step, i))
+            f.flush()
+            time.sleep(0.01)
+    if os.environ.get("EARLY_DONE") == "1":
+        ck.file_done("state.bin")
+    if os.environ.get("EARLY_REWRITE") == "1":
+        time.sleep(0.2)                 # long enough for spotd to have stored it
+        with open(path, "r+b") as f:
+            f.seek(MIB + MIB // 2)
+            f.write(b"\x5a" * (100 * 1024))
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(MIB), b""):
+            h.update(b)
+    print("saved %d %s" % (step, h.hexdigest()), flush=True)
+
+
+def main():
+    mib = int(sys.argv[1])
+    ck = libckpt.open()
+    step = ck.resume_step + 1 if ck.resume_dir else 0
+    while True:
+        a = ck.step(step)
+        if a == libckpt.SAVE:
+            save(ck, os.path.join(ck.save_dir, "state.bin"), step, mib)
+            ck.saved(step)
+            a = ck.step(step)
+        if a == libckpt.STOP:
+            print("stopped at step %d" % step, flush=True)
+            ck.close()
+            return 75
+        time.sleep(0.02)
+        step += 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
