@@ -5,10 +5,11 @@
  * is a struct file: how far it is stored (upto, a chunk boundary), whether
  * an early store of it is in flight (busy; at most one per file, so they
  * go in order), and whether it is finished (closed after writing, or
- * named by the trainer).  A file open for writing is looked at on every
- * event and every FOLLOW_POLL_MS; each look that finds a whole chunk past
- * upto starts an early store of the whole chunks written, and the look
- * after the end stores the rest.  A follow frees itself once stopped and
+ * named by the trainer).  A file being written is looked at every
+ * FOLLOW_POLL_MS (not at each of its events: a writer of small pieces
+ * makes one of each), a finished one at once; each look that finds a
+ * whole chunk past upto starts an early store of the whole chunks
+ * written, and the look after the end stores the rest.  A follow frees itself once stopped and
  * idle; follow_live() says how many have not (spotd waits for them before
  * it frees the snap). */
 #include "follow.h"
@@ -70,6 +71,7 @@ static void watch_dir(struct follow *f, const char *rel);
 static void watch_tree(struct follow *f, const char *rel, int depth);
 static struct file *file_of(struct follow *f, const char *rel);
 static void look(struct follow *f, struct file *fi);
+static void arm_poll(struct follow *f);
 static void on_stored(void *arg, int err, const char *msg, const struct snap_saved *s);
 static void maybe_free(struct follow *f);
 
@@ -175,13 +177,25 @@ static void on_inotify(evutil_socket_t fd, short what, void *arg)
             }
             if (!(fi = file_of(f, rel)))
                 continue;
-            if (ie->mask & (IN_CLOSE_WRITE | IN_MOVED_TO))
+            if (ie->mask & (IN_CLOSE_WRITE | IN_MOVED_TO)) {
                 fi->writing = false, fi->finished = true;
-            else
+                look(f, fi);
+            } else {
+                /* Looked at by the poll: a writer of small pieces makes
+                 * an event of each. */
                 fi->writing = true, fi->finished = false, fi->stored_all = false;
-            look(f, fi);
+                arm_poll(f);
+            }
         }
     }
+}
+
+static void arm_poll(struct follow *f)
+{
+    struct timeval tv = { 0, FOLLOW_POLL_MS * 1000 };
+
+    if (!event_pending(f->poll, EV_TIMEOUT, NULL))
+        event_add(f->poll, &tv);
 }
 
 /* A file open for writing says nothing while one long write() runs. */
@@ -257,10 +271,6 @@ static void look(struct follow *f, struct file *fi)
 
     if (fi->busy || fi->failed || fi->stored_all || f->stopped)
         return;
-    if (fi->writing && !event_pending(f->poll, EV_TIMEOUT, NULL)) {
-        struct timeval tv = { 0, FOLLOW_POLL_MS * 1000 };
-        event_add(f->poll, &tv);
-    }
     if ((size_t)snprintf(path, sizeof(path), "%s/%s", f->dir, fi->rel) >= sizeof(path) ||
         lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
         return;

@@ -31,6 +31,12 @@
 #   commit     commit "commit_ms": the commit record
 #   total      commit "total_ms": checkpoint_begin -> commit
 #   n->commit  the commit record's ts minus the notice record's ts
+#   overlap    upload_done "bytes_early" / "bytes": the share stored while
+#              the trainer was still writing (supervisord/follow.c)
+#   baseline   what a user scripts without spotd on the same machine and
+#              store: the trainer's write (the write column) plus a copy
+#              of state.bin into the store, cp + sync for file, aws s3 cp
+#              for s3 ("-" without the AWS CLI); compare with n->commit
 #
 # wait and write need the file system to keep birth times (statx;
 # ext4, xfs, btrfs do) and spotd to leave the saved files in its state
@@ -159,8 +165,33 @@ print("\t".join(str(x) for x in (
     c["commit_ms"], c["total_ms"], "%d" % (ms(c["ts"]) - ms(n["ts"])),
     # the wait in training steps, at the rate the trainer reported
     "%.1f" % (max(0, bt - t_begin) * b["steps_per_s"] / 1000)
-    if split and b.get("steps_per_s") else "-")))
+    if split and b.get("steps_per_s") else "-",
+    # the share stored while the trainer wrote
+    "%d" % (100 * u.get("bytes_early", 0) / u["bytes"]) if u["bytes"] else "-")))
 PY
+}
+
+# baseline STORE STATE_DIR WRITE_MS: what a user scripts without spotd, on
+# the same machine and store: the trainer's own write (the run's write
+# column), then a copy of what it wrote into the store: cp and sync for
+# the file store, aws s3 cp for S3.  "-" when the write is not known or
+# the AWS CLI is not installed.
+baseline() {
+    local f t0 t1
+    f=$(find "$2/work" -name state.bin 2>/dev/null | head -n 1)
+    case $3 in '' | *[!0-9]*) echo -; return ;; esac
+    [ -n "$f" ] || { echo -; return; }
+    t0=${EPOCHREALTIME/./}
+    if [ "$1" = file ]; then
+        cp "$f" "$tmp/store/baseline.bin" && sync -f "$tmp/store/baseline.bin" || { echo -; return; }
+    else
+        command -v aws >/dev/null 2>&1 &&
+            aws --endpoint-url "$S3_ENDPOINT" s3 cp --only-show-errors "$f" \
+                s3://bench-notice/baseline/state.bin \
+                >>"$tmp/log/aws.log" 2>&1 || { echo -; return; }
+    fi
+    t1=${EPOCHREALTIME/./}
+    echo $(( $3 + (t1 - t0) / 1000 ))
 }
 
 # run_one STORE SIZE_MIB URL: one notice, one checkpoint; a line of results.
@@ -198,7 +229,8 @@ run_one() {
     else
         line=$(row "$base.events" "$tmp/node")
         case $line in
-        ok*) record "$store" "$size" "$line" ;;
+        ok*) record "$store" "$size" "$line" \
+                "$(baseline "$store" "$tmp/node" "$(echo "$line" | cut -f5)")" ;;
         *) record "$store" "$size" "failed ($line)"; failed=1 ;;
         esac
     fi
@@ -255,14 +287,14 @@ echo "notice.sh: terminating notice (drill) to committed checkpoint, examples/c-
 echo "store: file = a directory under $(dirname "$tmp"), s3 = Swift + s3api on 127.0.0.1; times in ms"
 awk -F'\t' '
 BEGIN {
-    fmt = "%-5s %6s %5s %7s %7s %6s %7s %8s %6s %6s %7s %7s %7s %10s\n"
+    fmt = "%-5s %6s %5s %7s %7s %6s %7s %8s %6s %6s %7s %7s %7s %10s %8s %9s\n"
     printf fmt, "store", "MiB", "step", "save", "wait", "steps", "write", "upload", "MB/s",
-        "hash", "encode", "commit", "total", "n->commit"
+        "hash", "encode", "commit", "total", "n->commit", "overlap", "baseline"
 }
 $3 != "ok" { printf "%-5s %6s  %s\n", $1, $2, $3; next }
 {
     printf fmt, $1, $2, $4, $5, $6, $15, $7, $8, ($8 > 0 ? sprintf("%.0f", $9 / $8 / 1000) : "-"),
-        $10, $11, $12, $13, $14
+        $10, $11, $12, $13, $14, $16 "%", $17
 }' "$results"
 [ -f "$tmp/notes" ] && sed 's/^/note: /' "$tmp/notes"
 [ -n "$s3_na" ] && echo "note: s3 rows n/a: $s3_na"
