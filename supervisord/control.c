@@ -602,11 +602,20 @@ static int msg_request(struct worker *w, const struct said *s)
 static int msg_file_done(struct worker *w, const struct said *s)
 {
     const struct jsonl_value *path = jsonl_get(s->m, "path");
+    char dir[PATH_MAX], full[2 * PATH_MAX];
 
     if (!path || path->type != JSONL_STRING)
         return -1;
-    if (w->c->o.on_file_done && strlen(path->str) < PATH_MAX)
-        w->c->o.on_file_done(w->c->o.arg, path->str);
+    if (!w->c->o.on_file_done || strlen(path->str) >= PATH_MAX)
+        return 0;
+    /* Relative to the folder this worker was given to save in. */
+    if (path->str[0] != '/' && w->in_ck && w->c->phase != IDLE) {
+        worker_dir(w, w->c->dir, dir, sizeof(dir));
+        snprintf(full, sizeof(full), "%s/%s", dir, path->str);
+        w->c->o.on_file_done(w->c->o.arg, full);
+        return 0;
+    }
+    w->c->o.on_file_done(w->c->o.arg, path->str);
     return 0;
 }
 

@@ -49,7 +49,8 @@ struct control_opts {
      * (id 0: the signal method's ckpt_saved()). */
     void (*on_saved)(void *arg, int64_t step);
     /* A trainer says a file of the save it is writing is finished
-     * (ckpt_file_done(): path as it sent it, unchecked, at most PATH_MAX). */
+     * (ckpt_file_done()): path as it sent it, unchecked, under PATH_MAX
+     * bytes, made absolute when relative to the folder of its open save. */
     void (*on_file_done)(void *arg, const char *path);
     /* A command from spotctl ({"type":"command","cmd":...}): write the
      * answer, one JSON object without the newline, into reply. */

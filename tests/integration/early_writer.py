@@ -1,9 +1,12 @@
 """A trainer for t-early.sh, on lib/python/libckpt.py: at each save it
-writes state.bin (MIB MiB, the content a function of the step) slowly, a
-MiB at a time, so that spotd stores it while it is being written; then,
+writes state.bin (MIB MiB and 1000 bytes, the content a function of the
+step) slowly, a MiB at a time, so that spotd stores it while it is being
+written; then,
 with EARLY_REWRITE=1, it seeks back and rewrites 100 KiB inside the first
 chunk, which spotd stored already.  EARLY_DONE=1 calls ck.file_done()
 before the rewrite (the worst case: a file said finished, then changed).
+EARLY_OPEN=1 keeps the file open until after ck.saved(): spotd learns that
+its last piece is written from ck.file_done() alone.
 Prints "saved STEP SHA256" for each save, the sha256 of state.bin as it
 was when ck.saved() was called.
 
@@ -28,22 +31,27 @@ def piece(step, i):
 
 def save(ck, path, step, mib):
     h = hashlib.sha256()
-    with open(path, "wb") as f:
-        for i in range(mib):
-            f.write(piece(step, i))
-            f.flush()
-            time.sleep(0.01)
+    f = open(path, "wb")
+    for i in range(mib):
+        f.write(piece(step, i))
+        f.flush()
+        time.sleep(0.01)
+    f.write(piece(step, mib)[:1000])
+    f.flush()
+    if os.environ.get("EARLY_OPEN") != "1":
+        f.close()
     if os.environ.get("EARLY_DONE") == "1":
         ck.file_done("state.bin")
     if os.environ.get("EARLY_REWRITE") == "1":
         time.sleep(0.2)                 # long enough for spotd to have stored it
-        with open(path, "r+b") as f:
-            f.seek(MIB + MIB // 2)
-            f.write(b"\x5a" * (100 * 1024))
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(MIB), b""):
+        with open(path, "r+b") as w:
+            w.seek(MIB + MIB // 2)
+            w.write(b"\x5a" * (100 * 1024))
+    with open(path, "rb") as r:
+        for b in iter(lambda: r.read(MIB), b""):
             h.update(b)
     print("saved %d %s" % (step, h.hexdigest()), flush=True)
+    return f
 
 
 def main():
@@ -53,8 +61,9 @@ def main():
     while True:
         a = ck.step(step)
         if a == libckpt.SAVE:
-            save(ck, os.path.join(ck.save_dir, "state.bin"), step, mib)
+            f = save(ck, os.path.join(ck.save_dir, "state.bin"), step, mib)
             ck.saved(step)
+            f.close()
             a = ck.step(step)
         if a == libckpt.STOP:
             print("stopped at step %d" % step, flush=True)

@@ -35,5 +35,10 @@ early() {
 
 early closed
 early done EARLY_DONE=1
+# Kept open: only ck.file_done() says that the last piece is written, and
+# with it the whole file is stored early, relative path and all.
+early done-open EARLY_DONE=1 EARLY_OPEN=1
+check "early (done-open): all of state.bin was stored early" \
+    test "$(jget "$(ev "$T/done-open.ev" upload_done | tail -n 1)" bytes_early)" = $((64 * 1048576 + 1000))
 early rewrite EARLY_REWRITE=1
 early done-rewrite EARLY_DONE=1 EARLY_REWRITE=1
