@@ -56,7 +56,8 @@ struct follow {
     bool stopped;
 };
 
-struct early {
+/* One early store in flight: its file, by index (files moves). */
+struct ahead {
     struct follow *f;
     size_t file;
     uint64_t from;
@@ -265,7 +266,7 @@ static struct file *file_of(struct follow *f, const char *rel)
 static void look(struct follow *f, struct file *fi)
 {
     char path[PATH_MAX];
-    struct early *e;
+    struct ahead *e;
     struct stat st;
     uint64_t whole, from;
 
@@ -305,7 +306,7 @@ static void look(struct follow *f, struct file *fi)
 
 static void on_stored(void *arg, int err, const char *msg, const struct snap_saved *s)
 {
-    struct early *e = arg;
+    struct ahead *e = arg;
     struct follow *f = e->f;
     struct file *fi = &f->files[e->file];
 
