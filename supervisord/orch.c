@@ -115,6 +115,8 @@ struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
                  strerror(-e));
         return orch_free(r);
     }
+    if (orch_stage_open(r, err, errlen) < 0)
+        return orch_free(r);
     orch_figures_load(r);
     r->tick = event_new(o->base, -1, EV_PERSIST, on_tick, r);
     r->retry = evtimer_new(o->base, orch_on_retry, r);
@@ -182,6 +184,7 @@ struct orch *orch_free(struct orch *r)
     r->hooks = hooks_free(r->hooks);
     r->control = control_free(r->control);
     r->snap = snap_free(r->snap);
+    orch_stage_close(r);
     r->store = store_close(r->store);
     r->pool = pool_free(r->pool);
     free(r->job);
@@ -596,8 +599,7 @@ static void go_checkpoint(struct orch *r)
         r->claimed = 0;
         if (r->gen > r->newest_gen)
             r->newest_gen = r->gen;
-        snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
-                 (unsigned long long)r->gen);
+        orch_work_dir(r);
     }
     e = log_event_new("checkpoint_begin");
     cJSON_AddNumberToObject(e, "gen", (double)r->gen);
@@ -611,6 +613,8 @@ static void go_checkpoint(struct orch *r)
         cJSON_AddNumberToObject(e, "steps_per_s", control_rate(r->control));
     if (r->world)
         cJSON_AddNumberToObject(e, "rank", world_rank(r->world));
+    if (r->staged)
+        cJSON_AddBoolToObject(e, "staged", 1);
     log_event(LOGL_INFO, e, "checkpoint of generation %llu begins (%s)",
               (unsigned long long)r->gen, r->reason);
     hook_env_now(r, &he, NULL);
@@ -688,6 +692,7 @@ static void nothing_new(struct orch *r)
                       why[0] ? why : "the trainer has written none yet");
         }
         orch_remove_tree(r->dir);
+        r->staged = false;
         /* Its number holds nothing: given back at exit (no incomplete
          * generation is left), unless a later checkpoint claims anew. */
         if (!r->world && !r->claimed)
@@ -936,6 +941,7 @@ static void record(struct orch *r)
     cJSON *e;
 
     r->newest_gen = r->gen;
+    r->stage_failed = false;
     orch_add_own(r, r->gen);
     if (orch_signal_save(r, r->told_last))
         r->fig.signal_save_ms = r->t_saved - r->t_begin;
@@ -995,6 +1001,7 @@ void orch_fail(struct orch *r, int err, const char *msg)
 static void finish(struct orch *r, enum orch_state from, int err, const char *msg)
 {
     struct hook_env he;
+    char *gone;
     cJSON *e;
 
     if (r->world)
@@ -1017,7 +1024,10 @@ static void finish(struct orch *r, enum orch_state from, int err, const char *ms
                   (unsigned long long)r->resume_gen);
     }
     hook_env_now(r, &he, err ? "failed" : "committed");
-    hooks_run(r->hooks, "post-checkpoint", &he, NULL, NULL);
+    /* A staged folder is freed once the hook, which is told it, ended. */
+    gone = orch_unstage_take(r, err);
+    if (hooks_run(r->hooks, "post-checkpoint", &he, gone ? orch_unstage : NULL, gone) < 0)
+        orch_unstage(gone, -1, "");
 }
 
 void orch_after(struct orch *r, unsigned acts)

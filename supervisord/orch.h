@@ -55,6 +55,7 @@ struct orch_opts {
     const char *job;
     const char *store;             /* URL */
     const char *state_dir;         /* created when missing */
+    const char *stage_dir;         /* app, criu: checkpoints written in memory; NULL: none */
     uint64_t grace_ms, margin_ms;
     uint64_t interval_ms;          /* periodic checkpoints; 0: none */
     const char *method;            /* "app", "signal", "dir" */

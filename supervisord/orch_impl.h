@@ -143,6 +143,10 @@ struct orch {
     struct snap_split *split;      /* the upload waits for the world's split */
     bool split_upload;             /* the round's prepare said split */
     struct follow *follow;         /* the trainers' files, stored as written */
+    char *stage;                   /* --stage-dir's STAGE/spotd-H; NULL: none */
+    bool staged;                   /* dir is in it: freed once the checkpoint ends */
+    uint64_t stage_need;           /* bytes of the generation resumed from */
+    bool stage_failed;             /* the last staged checkpoint failed; a commit clears it */
     char master_addr[64];
     unsigned master_port;
     char **argv;                   /* the command, substituted */
@@ -196,6 +200,24 @@ void orch_stop_command(struct orch *r, bool saved);
 /* This node goes, with code, its command not running (A_END): now, once a
  * pause's stop has ended the command, or instead of starting it. */
 void orch_end(struct orch *r, int code);
+
+/* ---- orch_stage.c ---- */
+
+/* --stage-dir: its folder for this state directory, made empty.  0, or
+ * -errno with the reason in err. */
+int orch_stage_open(struct orch *r, char *err, size_t errlen);
+/* Remove it and all in it (spotd ends). */
+void orch_stage_close(struct orch *r);
+/* The checkpoint's folder into r->dir: in the stage when it has room
+ * (r->staged), else STATE/work/gen-N. */
+void orch_work_dir(struct orch *r);
+/* What the stage's room is measured against, from the files of dir. */
+void orch_stage_measure(struct orch *r, const char *dir);
+/* The staged folder of the checkpoint that ended with err (malloc'ed;
+ * NULL: none), for orch_unstage(): r->dir is no longer the stage's. */
+char *orch_unstage_take(struct orch *r, int err);
+/* A hook_done_fn: remove folder arg and free the string. */
+void orch_unstage(void *arg, int code, const char *msg);
 
 /* ---- orch_resume.c ---- */
 

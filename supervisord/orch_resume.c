@@ -412,6 +412,7 @@ static void resumed(struct orch *r)
                   (unsigned long long)r->resume_gen, (long long)r->resume_step);
     }
     if (r->resume_gen) {
+        orch_stage_measure(r, r->resume_dir);
         he = (struct hook_env){ .job = r->job, .dir = r->resume_dir, .gen = r->resume_gen,
                                 .step = r->resume_step, .reason = "resume" };
         hooks_run(r->hooks, "post-restore", &he, NULL, NULL);
@@ -529,6 +530,13 @@ void orch_own_copy(struct orch *r, char *buf, size_t size)
     if (r->world) {
         size_t len = strlen(buf);
         snprintf(buf + len, size - len, "%u", r->restore_rank);
+    }
+    if (r->staged) {
+        /* In memory, freed once committed: none is kept. */
+        log_msg(LOGL_INFO, "no local copy of generation %llu (staged in '%s', freed once "
+                "committed); a restart restores it from the store", (unsigned long long)r->gen,
+                r->stage);
+        return;
     }
     snprintf(work, sizeof(work), "%s/restore", r->state_dir);
     orch_make_dirs(work);

@@ -116,8 +116,7 @@ static void w_query(void *arg, uint64_t gen, int64_t deadline_ms, bool terminati
     r->deadline_ms = deadline_ms > 0 ? deadline_ms : notice_now_ms() + SAVE_LIMIT_MS;
     if (strcmp(r->why, "notice") != 0 || !r->want_stop)
         snprintf(r->reason, sizeof(r->reason), "%s", reason);
-    snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
-             (unsigned long long)r->gen);
+    orch_work_dir(r);
     if (acts & A_START)
         orch_start_checkpoint(r);
 }

@@ -792,6 +792,7 @@ static int build_orch(struct run *run)
                              .interval_ms = config_str(cfg, OPT_INTERVAL)
                                                 ? config_num(cfg, OPT_INTERVAL)
                                                 : 0,
+                             .stage_dir = config_str(cfg, OPT_STAGE_DIR),
                              .method = config_str(cfg, OPT_METHOD),
                              .ckpt_dir = config_str(cfg, OPT_CKPT_DIR),
                              .ckpt_signal = ckpt_signal(cfg),

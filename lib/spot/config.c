@@ -85,6 +85,10 @@ const struct config_option config_options[OPT__COUNT] = {
                        "whose new checkpoint folders are uploaded" },
     [OPT_STATE_DIR] = { "state_dir", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                         "spotd's own state: sockets, local store, figures" },
+    [OPT_STAGE_DIR] = { "stage_dir", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
+                        "app and criu methods: a memory file system (tmpfs such as /dev/shm) "
+                        "where each checkpoint is written, uploaded from and freed; a save "
+                        "for which it has no room goes to the state directory" },
     [OPT_INTERVAL] = { "interval", CONFIG_DURATION, NULL, NULL, 0, 0, false, NULL,
                        "time between periodic checkpoints" },
     [OPT_CKPT_SIGNAL] = { "ckpt_signal", CONFIG_SIGNAL, "USR1", NULL, 0, 0, false, NULL,

@@ -44,6 +44,7 @@ enum config_id {
     OPT_METHOD,
     OPT_CKPT_DIR,
     OPT_STATE_DIR,
+    OPT_STAGE_DIR,
     OPT_INTERVAL,
     OPT_CKPT_SIGNAL,
     OPT_SETTLE,

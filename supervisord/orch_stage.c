@@ -1,0 +1,189 @@
+/* orch_stage: --stage-dir, a memory file system (tmpfs: /dev/shm) where
+ * the trainers write a checkpoint at the speed of memory.  The trainer is
+ * blocked for its write alone (libckpt's ckpt_saved() does not wait for
+ * the upload), so with the folder in memory a periodic checkpoint costs it
+ * about a copy of its state; spotd uploads from there as from the state
+ * directory, and frees the folder once the generation is committed or has
+ * failed (and the post-checkpoint hook, which is told the folder, ended).
+ *
+ * The folder is STAGE/spotd-H, H a hash of the state directory's real
+ * path: two spotds on one node (a world's nodes in tests, two jobs) keep
+ * apart, and a spotd that died leaves memory that the next one on the
+ * same state directory frees at its start.  A save goes to the state
+ * directory instead when the file system has less room than the last
+ * checkpoint of this node and an eighth more (a full tmpfs would fail the
+ * trainer's write, and with it a notice's checkpoint), and the one after a
+ * staged checkpoint that failed: with the job's first checkpoint its size
+ * is not known yet, and a folder too small fails that one. */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <sys/vfs.h>
+
+#include "orch_impl.h"
+#include "spot/linktree.h"
+#include "spot/log.h"
+
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+#ifndef RAMFS_MAGIC
+#define RAMFS_MAGIC 0x858458f6
+#endif
+
+/* FNV-1a: a name, not a secret. */
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return h;
+}
+
+int orch_stage_open(struct orch *r, char *err, size_t errlen)
+{
+    const char *top = r->o.stage_dir;
+    char real[PATH_MAX], path[4200];
+    struct statfs fs;
+    struct stat st;
+    int e;
+
+    if (!top || !*top)
+        return 0;
+    if (strcmp(r->o.method, "app") != 0 && strcmp(r->o.method, "criu") != 0) {
+        snprintf(err, errlen, "--stage-dir is for the app and criu methods, whose folder spotd "
+                 "picks; the %s method's trainer writes into its own --ckpt-dir: put that on "
+                 "the memory file system instead", r->o.method);
+        return -EINVAL;
+    }
+    if (stat(top, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        e = stat(top, &st) < 0 ? errno : ENOTDIR;
+        snprintf(err, errlen, "--stage-dir '%s': %s", top, strerror(e));
+        return -e;
+    }
+    if (!realpath(r->state_dir, real))
+        snprintf(real, sizeof(real), "%s", r->state_dir);
+    e = snprintf(path, sizeof(path), "%s/spotd-%016" PRIx64, top, fnv1a(real));
+    if (e < 0 || (size_t)e >= sizeof(path) || !(r->stage = strdup(path))) {
+        snprintf(err, errlen, "--stage-dir '%s': path too long", top);
+        return -ENAMETOOLONG;
+    }
+    /* What a spotd that died here left is memory no one else frees. */
+    linktree_remove(r->stage);
+    if (mkdir(r->stage, 0700) < 0) {
+        e = -errno;
+        snprintf(err, errlen, "--stage-dir: cannot create '%s': %s", r->stage, strerror(-e));
+        return e;
+    }
+    if (statfs(top, &fs) == 0 && fs.f_type != TMPFS_MAGIC && fs.f_type != RAMFS_MAGIC)
+        log_msg(LOGL_WARN, "--stage-dir '%s' is not a memory file system (tmpfs, ramfs): "
+                "checkpoints are written there no faster than to a disk", top);
+    return 0;
+}
+
+void orch_stage_close(struct orch *r)
+{
+    if (!r->stage)
+        return;
+    linktree_remove(r->stage);
+    free(r->stage);
+    r->stage = NULL;
+}
+
+static int add_blocks(const char *path, uint64_t *sum, int depth)
+{
+    char sub[4200];
+    struct stat st;
+    DIR *d;
+    struct dirent *de;
+
+    if (lstat(path, &st) < 0)
+        return -errno;
+    *sum += (uint64_t)st.st_blocks * 512;
+    if (!S_ISDIR(st.st_mode) || depth > 16 || !(d = opendir(path)))
+        return 0;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0 &&
+            snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name) < (int)sizeof(sub))
+            add_blocks(sub, sum, depth + 1);
+    closedir(d);
+    return 0;
+}
+
+void orch_stage_measure(struct orch *r, const char *dir)
+{
+    uint64_t sum = 0;
+
+    if (r->stage && dir && *dir && add_blocks(dir, &sum, 0) == 0)
+        r->stage_need = sum;
+}
+
+/* Room for the next checkpoint: this node's last one, an eighth more
+ * (they grow).  Unknown (the job's first): any room at all. */
+static bool room(struct orch *r, uint64_t *ret_free, uint64_t *ret_need)
+{
+    struct statvfs vs;
+    uint64_t last = r->fig.bytes > r->stage_need ? r->fig.bytes : r->stage_need;
+
+    *ret_need = last + last / 8;
+    if (statvfs(r->o.stage_dir, &vs) < 0) {
+        *ret_free = 0;
+        return false;
+    }
+    *ret_free = (uint64_t)vs.f_bavail * vs.f_frsize;
+    return *ret_free > *ret_need;
+}
+
+void orch_work_dir(struct orch *r)
+{
+    uint64_t avail = 0, need = 0;
+
+    r->staged = false;
+    if (r->stage && r->stage_failed) {
+        /* Full, as a rule: a commit and its size decide again. */
+        log_msg(LOGL_WARN, "the last checkpoint written in --stage-dir '%s' failed: "
+                "generation %llu is written to the state directory", r->o.stage_dir,
+                (unsigned long long)r->gen);
+    } else if (r->stage && room(r, &avail, &need)) {
+        snprintf(r->dir, sizeof(r->dir), "%s/gen-%08llu", r->stage, (unsigned long long)r->gen);
+        r->staged = true;
+        return;
+    }
+    snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
+             (unsigned long long)r->gen);
+    if (r->stage && !r->stage_failed)
+        log_msg(LOGL_WARN, "--stage-dir '%s' has %llu MiB free, generation %llu needs about "
+                "%llu MiB (this node's last checkpoint and an eighth): it is written to the "
+                "state directory instead", r->o.stage_dir, (unsigned long long)(avail >> 20),
+                (unsigned long long)r->gen, (unsigned long long)(need >> 20));
+}
+
+char *orch_unstage_take(struct orch *r, int err)
+{
+    if (err && r->staged)
+        r->stage_failed = true;
+    char *dir = r->staged ? strdup(r->dir) : NULL;
+
+    r->staged = false;
+    return dir;
+}
+
+void orch_unstage(void *arg, int code, const char *msg)
+{
+    char *dir = arg;
+
+    (void)code, (void)msg;
+    if (!dir)
+        return;
+    linktree_remove(dir);
+    log_msg(LOGL_DEBUG, "'%s' freed", dir);
+    free(dir);
+}
