@@ -61,13 +61,20 @@ check "criu: together the two runs printed every step once" \
     eval '[ $((ran + $(grep -c "^step " "$T/stdout"))) = $((STEPS / 500)) ]'
 
 # ---- 2. a Python process ----------------------------------------------------------
+# Its dumps are staged in memory (--stage-dir, orch_stage.c): the drill's
+# is written there, uploaded, freed; the restart below has no local copy
+# left and restores from the store.
+SHM=$(mktemp -d /dev/shm/spotd-t-criu.XXXXXX)
+trap 'rm -rf "$SHM"; cleanup' EXIT
 PY=/usr/bin/python3
 pyref=$(ZDTM_STEP_US=500 "$PY" "$TOP/tests/criu/zdtm.py" 4000 | tail -n 1)
 ZDTM_STEP_US=500 start_spotd run --job p --store "file://$T/store" --state-dir "$T/p1" \
     --method criu --criu "$CRIU" --cloud none --drill-after 1500ms --events "$T/evp1" \
-    -- "$PY" "$TOP/tests/criu/zdtm.py" 4000
+    --stage-dir "$SHM" -- "$PY" "$TOP/tests/criu/zdtm.py" 4000
 wait_exit "$SPOTD_PID" 30
 expect_eq "criu python: the drill's dump, then exit 75" 75 "$RC"
+check "criu python: ... dumped into the stage, freed once committed" \
+    eval 'ev "$T/evp1" checkpoint_saved | grep -q "\"dir\":\"$SHM/spotd-" && [ -z "$(ls -A "$SHM")" ]'
 # The operator's way this time: spotctl resume runs spotd with the criu
 # method for a CRIU generation (the rest from SPOTD_* as spotd reads them).
 ZDTM_STEP_US=500 SPOTD_CRIU="$CRIU" SPOTD_CLOUD=none SPOTD_EVENTS="$T/evp2" \
@@ -84,11 +91,12 @@ expect_eq "criu python: ... with the uninterrupted hash" "$pyref" "$(tail -n 1 "
 # The Python process crashes once, at step 2500, after periodic dumps (it
 # waits there for the first commit: a loaded machine may not have made one
 # by then): --restart on-failure brings it back from the newest one, not
-# afresh, and it ends with the uninterrupted hash.
+# afresh, and it ends with the uninterrupted hash.  Staged, the dumps leave
+# no local copy: the restart restores the newest from the store.
 ZDTM_STEP_US=500 ZDTM_CRASH_AT=2500 ZDTM_CRASH_FLAG="$T/crashed" \
     ZDTM_CRASH_AFTER="$T/r-committed" start_spotd run --job r \
     --store "file://$T/store" --state-dir "$T/r1" --method criu --criu "$CRIU" --cloud none \
-    --interval 500ms --restart on-failure --events "$T/evr" \
+    --interval 500ms --restart on-failure --events "$T/evr" --stage-dir "$SHM" \
     -- "$PY" "$TOP/tests/criu/zdtm.py" 4000
 wait_for 60 has '"event":"commit"' "$T/evr" && touch "$T/r-committed"
 wait_exit "$SPOTD_PID" 60
@@ -98,6 +106,8 @@ check "criu restart: it crashed once" grep -q "^crashing at step 2500$" "$T/stdo
 check "criu restart: the restart restored the newest dump" \
     eval 'grep -q "spotd-init restore" "$T/stderr" && ! grep -q "^step 0$" <(sed -n "/^crashing/,\$p" "$T/stdout")'
 expect_eq "criu restart: ... and ends with the uninterrupted hash" "$pyref" "$(tail -n 1 "$T/stdout")"
+check "criu restart: ... which was staged, and so restored from the store" \
+    grep -q "no local copy of generation [0-9]* (staged in" "$T/stderr"
 
 # ---- the namespace never outlives spotd-init ------------------------------------------
 # The outer spotd-init killed outright: its lifeline closes, and the
