@@ -32,7 +32,8 @@
  * TRAINER_CRASH_WAIT=FILE waits at step TRAINER_CRASH_AT until FILE
  * exists before it crashes (a test does something first); TRAINER_IGNORE_SAVE=1
  * never answers a save request; TRAINER_SAVE_SLEEP_MS=N takes N ms more
- * over each libckpt save; TRAINER_IGNORE_STOP=1 trains on when told to
+ * over each libckpt save; TRAINER_TIMES=1 reports how long each libckpt
+ * save took, beside a memcpy of the state; TRAINER_IGNORE_STOP=1 trains on when told to
  * stop; TRAINER_STEP_US=N sleeps N us more per step.  A step sleeps 2.5 ns
  * a word of state by default (the pace of a step on the GPU), TRAINER_PACE=0
  * not at all (a reference run: as fast as the CPU goes). */
@@ -46,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -172,6 +174,43 @@ static void maybe_save_crash(const char *dir)
     _exit(4);
 }
 
+static double now_ms(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* TRAINER_TIMES=1: how long a save blocked it, beside what a memcpy of
+ * the state takes, into memory touched before (warm) and into memory just
+ * allocated (fresh: its page faults too), for tests/bench/stage.sh. */
+static void report_times(long long step, double save_ms)
+{
+    size_t len = words * sizeof(*state);
+    static char *warm;
+    double t0, warm_ms, fresh_ms;
+    char *fresh;
+
+    if (!warm && (warm = malloc(len)))
+        memset(warm, 1, len);
+    fresh = malloc(len);
+    if (!warm || !fresh) {
+        free(fresh);
+        return;
+    }
+    t0 = now_ms();
+    memcpy(warm, state, len);
+    warm_ms = now_ms() - t0;
+    t0 = now_ms();
+    memcpy(fresh, state, len);
+    fresh_ms = now_ms() - t0;
+    /* Used, so that neither copy is optimised away. */
+    fprintf(stderr, "trainer: times: step %lld save_ms %.1f memcpy_ms %.1f fresh_ms %.1f (%d)\n",
+            step, save_ms, warm_ms, fresh_ms, warm[len - 1] + fresh[len / 2]);
+    free(fresh);
+}
+
 /* TRAINER_METHOD=signal: save when SIGUSR1 came, then the marker (or
  * ckpt_saved()). */
 static void signal_save(struct ckpt *c, long long step)
@@ -248,6 +287,7 @@ int main(int argc, char **argv)
     bool app = strcmp(method, "app") == 0;
     long long every = env_ll("TRAINER_SAVE_EVERY", 500), sleep_us = env_ll("TRAINER_STEP_US", 0);
     struct ckpt *c;
+    double t0;
     int r;
 
     if (steps <= 0 || mib <= 0 || mib > 65536) {
@@ -310,12 +350,15 @@ int main(int argc, char **argv)
             if (env_ll("TRAINER_SAVE_SLEEP_MS", 0) > 0)
                 usleep((useconds_t)env_ll("TRAINER_SAVE_SLEEP_MS", 0) * 1000);
             /* The state as it is before this step: steps 0..step-1 ran. */
+            t0 = now_ms();
             if (save(ckpt_save_dir(c), step - 1) == 0)
                 r = ckpt_saved(c, step - 1);
             else
                 r = ckpt_failed(c, strerror(errno));
             if (r < 0)
                 fprintf(stderr, "trainer: libckpt: %s\n", ckpt_strerror(r));
+            if (getenv("TRAINER_TIMES"))
+                report_times(step - 1, now_ms() - t0);
             a = ckpt_step(c, step);
         }
         if (a == CKPT_STOP && getenv("TRAINER_IGNORE_STOP"))
