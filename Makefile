@@ -94,7 +94,7 @@ CKPT_SRC   := lib/libckpt/ckpt.c lib/libckpt/jsonl.c
 CKPT_OBJ   := $(CKPT_SRC:%.c=$(O)/pic/%.o)
 SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supervisord/watch.c \
               supervisord/control.c supervisord/orch_decide.c supervisord/orch.c supervisord/orch_plan.c \
-              supervisord/orch_resume.c supervisord/orch_stage.c supervisord/orch_world.c supervisord/hooks.c supervisord/peer.c \
+              supervisord/orch_resume.c supervisord/orch_dirs.c supervisord/orch_world.c supervisord/hooks.c supervisord/peer.c \
               supervisord/world.c supervisord/world_decide.c supervisord/rendezvous.c supervisord/metrics.c supervisord/timeline.c \
               supervisord/method.c supervisord/method_app.c supervisord/method_signal.c supervisord/method_dir.c supervisord/follow.c \
               supervisord/method_criu.c supervisord/cuda.c supervisord/nvml.c \

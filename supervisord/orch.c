@@ -25,7 +25,6 @@
 #include "follow.h"
 #include "hooks.h"
 #include "method.h"
-#include "spot/linktree.h"
 #include "spot/log.h"
 #include "spot/parse.h"
 #include "spot/pool.h"
@@ -1166,17 +1165,6 @@ static void hook_env_now(const struct orch *r, struct hook_env *e, const char *r
     };
 }
 
-/* "notice: aws terminate", "notice: drill" */
-void orch_notice_reason(const struct notice *n, char *buf, size_t size)
-{
-    const char *kind = notice_kind_name(n->kind);
-
-    if (strcmp(n->source, kind) == 0)
-        snprintf(buf, size, "notice: %s", kind);
-    else
-        snprintf(buf, size, "notice: %s %s", n->source, kind);
-}
-
 /* Is the snapshot engine still working for us? */
 static bool busy(const struct orch *r)
 {
@@ -1201,39 +1189,4 @@ void orch_set_state(struct orch *r, enum orch_state s)
         log_msg(LOGL_DEBUG, "orchestrator: %s -> %s", orch_state_str(r->state),
                 orch_state_str(s));
     r->state = s;
-}
-
-/* mkdir -p */
-int orch_make_dirs(const char *path)
-{
-    char buf[4096];
-
-    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
-        return -ENAMETOOLONG;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
-/* rm -rf path */
-void orch_remove_tree(const char *path)
-{
-    linktree_remove(path);
-}
-
-/* Remove the entries "gen-*" of STATE/sub except keep (a path or NULL). */
-void orch_prune_local(struct orch *r, const char *sub, const char *keep)
-{
-    char dir[4200];
-
-    snprintf(dir, sizeof(dir), "%s/%s", r->state_dir, sub);
-    linktree_prune_gens(dir, keep);
 }

@@ -162,14 +162,6 @@ unsigned orch_event(struct orch *r, enum orch_event ev, enum orch_state *from);
 bool orch_trainers(const struct orch *r);
 /* r's state becomes s (a debug line when it changes). */
 void orch_set_state(struct orch *r, enum orch_state s);
-/* mkdir -p path; 0 or -errno. */
-int orch_make_dirs(const char *path);
-/* rm -rf path. */
-void orch_remove_tree(const char *path);
-/* Remove the entries "gen-*" of STATE/sub except keep (a path or NULL). */
-void orch_prune_local(struct orch *r, const char *sub, const char *keep);
-/* "notice: aws terminate", "notice: drill" into buf. */
-void orch_notice_reason(const struct notice *n, char *buf, size_t size);
 /* Notice n is decided: when it came, or when it is due (held). */
 void orch_act_on(struct orch *r, const struct notice *n);
 /* The resume is done (EV_RESUMED): start the command from what was resumed
@@ -201,8 +193,14 @@ void orch_stop_command(struct orch *r, bool saved);
  * pause's stop has ended the command, or instead of starting it. */
 void orch_end(struct orch *r, int code);
 
-/* ---- orch_stage.c ---- */
+/* ---- orch_dirs.c ---- */
 
+/* mkdir -p path; 0 or -errno. */
+int orch_make_dirs(const char *path);
+/* rm -rf path. */
+void orch_remove_tree(const char *path);
+/* Remove the entries "gen-*" of STATE/sub except keep (a path or NULL). */
+void orch_prune_local(struct orch *r, const char *sub, const char *keep);
 /* --stage-dir: its folder for this state directory, made empty.  0, or
  * -errno with the reason in err. */
 int orch_stage_open(struct orch *r, char *err, size_t errlen);
@@ -267,6 +265,8 @@ extern const struct rendezvous_ops orch_rv_ops;
 
 /* ---- orch_plan.c ---- */
 
+/* "notice: aws terminate", "notice: drill" into buf. */
+void orch_notice_reason(const struct notice *n, char *buf, size_t size);
 /* Read STATE/figures.json when there is one (anything odd in it is ignored). */
 void orch_figures_load(struct orch *r);
 /* Write r->fig to STATE/figures.json. */

@@ -432,3 +432,14 @@ void orch_on_command(void *arg, const char *cmd, const struct jsonl_msg *m, char
     }
     reply_json(o, reply, len);
 }
+
+/* "notice: aws terminate", "notice: drill" */
+void orch_notice_reason(const struct notice *n, char *buf, size_t size)
+{
+    const char *kind = notice_kind_name(n->kind);
+
+    if (strcmp(n->source, kind) == 0)
+        snprintf(buf, size, "notice: %s", kind);
+    else
+        snprintf(buf, size, "notice: %s %s", n->source, kind);
+}

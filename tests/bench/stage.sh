@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How long a periodic checkpoint blocks the trainer, with and without
-# --stage-dir (supervisord/orch_stage.c), beside a memcpy of its state.
+# --stage-dir (supervisord/orch_dirs.c), beside a memcpy of its state.
 # A report, not a test.  See README.md.
 #
 #   tests/bench/stage.sh                       # about 2 minutes

@@ -61,7 +61,7 @@ check "criu: together the two runs printed every step once" \
     eval '[ $((ran + $(grep -c "^step " "$T/stdout"))) = $((STEPS / 500)) ]'
 
 # ---- 2. a Python process ----------------------------------------------------------
-# Its dumps are staged in memory (--stage-dir, orch_stage.c): the drill's
+# Its dumps are staged in memory (--stage-dir, orch_dirs.c): the drill's
 # is written there, uploaded, freed; the restart below has no local copy
 # left and restores from the store.
 SHM=$(mktemp -d /dev/shm/spotd-t-criu.XXXXXX)

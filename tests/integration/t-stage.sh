@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --stage-dir (supervisord/orch_stage.c): checkpoints written in a memory
+# --stage-dir (supervisord/orch_dirs.c): checkpoints written in a memory
 # file system, uploaded from there and freed.  A tmpfs of our own where
 # the test may mount one (root: CI), else /dev/shm.
 #

@@ -1,5 +1,6 @@
-/* orch_stage: --stage-dir, a memory file system (tmpfs: /dev/shm) where
- * the trainers write a checkpoint at the speed of memory.  The trainer is
+/* orch_dirs: the folders a checkpoint's files are in: STATE_DIR/work/gen-N,
+ * or, with --stage-dir, a memory file system (tmpfs: /dev/shm) where the
+ * trainers write a checkpoint at the speed of memory.  The trainer is
  * blocked for its write alone (libckpt's ckpt_saved() does not wait for
  * the upload), so with the folder in memory a periodic checkpoint costs it
  * about a copy of its state; spotd uploads from there as from the state
@@ -186,4 +187,39 @@ void orch_unstage(void *arg, int code, const char *msg)
     linktree_remove(dir);
     log_msg(LOGL_DEBUG, "'%s' freed", dir);
     free(dir);
+}
+
+/* mkdir -p */
+int orch_make_dirs(const char *path)
+{
+    char buf[4096];
+
+    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+        return -ENAMETOOLONG;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/* rm -rf path */
+void orch_remove_tree(const char *path)
+{
+    linktree_remove(path);
+}
+
+/* Remove the entries "gen-*" of STATE/sub except keep (a path or NULL). */
+void orch_prune_local(struct orch *r, const char *sub, const char *keep)
+{
+    char dir[4200];
+
+    snprintf(dir, sizeof(dir), "%s/%s", r->state_dir, sub);
+    linktree_prune_gens(dir, keep);
 }
