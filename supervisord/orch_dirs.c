@@ -14,8 +14,9 @@
  * directory instead when the file system has less room than the last
  * checkpoint of this node and an eighth more (a full tmpfs would fail the
  * trainer's write, and with it a notice's checkpoint), and the one after a
- * staged checkpoint that failed: with the job's first checkpoint its size
- * is not known yet, and a folder too small fails that one. */
+ * staged checkpoint that failed.  Before the first commit (or resume) the
+ * size is not known: a periodic checkpoint is staged, since one that does
+ * not fit costs only a retry, a notice's never. */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -127,52 +128,61 @@ void orch_stage_measure(struct orch *r, const char *dir)
         r->stage_need = sum;
 }
 
-/* Room for the next checkpoint: this node's last one, an eighth more
- * (they grow).  Unknown (the job's first): any room at all. */
-static bool room(struct orch *r, uint64_t *ret_free, uint64_t *ret_need)
+/* This node's last checkpoint (or the one it resumed from); 0: unknown. */
+static uint64_t last_size(const struct orch *r)
 {
-    struct statvfs vs;
-    uint64_t last = r->fig.bytes > r->stage_need ? r->fig.bytes : r->stage_need;
+    return r->fig.bytes > r->stage_need ? r->fig.bytes : r->stage_need;
+}
 
-    *ret_need = last + last / 8;
-    if (statvfs(r->o.stage_dir, &vs) < 0) {
-        *ret_free = 0;
-        return false;
+/* Why the checkpoint under way is not staged, into why; "" when it is. */
+static void why_not(const struct orch *r, char *why, size_t size)
+{
+    uint64_t last = last_size(r), need = last + last / 8, avail;
+    struct statvfs vs;
+
+    why[0] = '\0';
+    if (r->stage_failed) {
+        /* Full, as a rule: a commit and its size decide again. */
+        snprintf(why, size, "the last checkpoint written there failed");
+    } else if (last == 0 && (r->terminating || r->round_last)) {
+        /* A periodic one that does not fit costs a retry, a notice's the
+         * notice: it is staged only when it is known to fit. */
+        snprintf(why, size, "this node's checkpoints are of a size not known yet, and a "
+                 "notice's is not risked on it");
+    } else if (statvfs(r->o.stage_dir, &vs) < 0) {
+        snprintf(why, size, "its room cannot be read: %s", strerror(errno));
+    } else if ((avail = (uint64_t)vs.f_bavail * vs.f_frsize) <= need) {
+        snprintf(why, size, "it has %llu MiB free, and this checkpoint needs about %llu MiB "
+                 "(this node's last and an eighth)", (unsigned long long)(avail >> 20),
+                 (unsigned long long)(need >> 20));
     }
-    *ret_free = (uint64_t)vs.f_bavail * vs.f_frsize;
-    return *ret_free > *ret_need;
 }
 
 void orch_work_dir(struct orch *r)
 {
-    uint64_t avail = 0, need = 0;
+    char why[256] = "";
 
     r->staged = false;
-    if (r->stage && r->stage_failed) {
-        /* Full, as a rule: a commit and its size decide again. */
-        log_msg(LOGL_WARN, "the last checkpoint written in --stage-dir '%s' failed: "
-                "generation %llu is written to the state directory", r->o.stage_dir,
-                (unsigned long long)r->gen);
-    } else if (r->stage && room(r, &avail, &need)) {
+    if (r->stage)
+        why_not(r, why, sizeof(why));
+    if (r->stage && !why[0]) {
         snprintf(r->dir, sizeof(r->dir), "%s/gen-%08llu", r->stage, (unsigned long long)r->gen);
         r->staged = true;
         return;
     }
     snprintf(r->dir, sizeof(r->dir), "%s/work/gen-%08llu", r->state_dir,
              (unsigned long long)r->gen);
-    if (r->stage && !r->stage_failed)
-        log_msg(LOGL_WARN, "--stage-dir '%s' has %llu MiB free, generation %llu needs about "
-                "%llu MiB (this node's last checkpoint and an eighth): it is written to the "
-                "state directory instead", r->o.stage_dir, (unsigned long long)(avail >> 20),
-                (unsigned long long)r->gen, (unsigned long long)(need >> 20));
+    if (r->stage)
+        log_msg(LOGL_WARN, "generation %llu is written to the state directory, not to "
+                "--stage-dir '%s': %s", (unsigned long long)r->gen, r->o.stage_dir, why);
 }
 
 char *orch_unstage_take(struct orch *r, int err)
 {
-    if (err && r->staged)
-        r->stage_failed = true;
     char *dir = r->staged ? strdup(r->dir) : NULL;
 
+    if (err && r->staged)
+        r->stage_failed = true;
     r->staged = false;
     return dir;
 }

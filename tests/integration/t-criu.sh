@@ -61,20 +61,20 @@ check "criu: together the two runs printed every step once" \
     eval '[ $((ran + $(grep -c "^step " "$T/stdout"))) = $((STEPS / 500)) ]'
 
 # ---- 2. a Python process ----------------------------------------------------------
-# Its dumps are staged in memory (--stage-dir, orch_dirs.c): the drill's
-# is written there, uploaded, freed; the restart below has no local copy
-# left and restores from the store.
+# Its dumps are staged in memory (--stage-dir, orch_dirs.c): periodic ones,
+# whose size the drill's then goes by, written there, uploaded, freed; the
+# restart below has no local copy left and restores from the store.
 SHM=$(mktemp -d /dev/shm/spotd-t-criu.XXXXXX)
 trap 'rm -rf "$SHM"; cleanup' EXIT
 PY=/usr/bin/python3
 pyref=$(ZDTM_STEP_US=500 "$PY" "$TOP/tests/criu/zdtm.py" 4000 | tail -n 1)
 ZDTM_STEP_US=500 start_spotd run --job p --store "file://$T/store" --state-dir "$T/p1" \
     --method criu --criu "$CRIU" --cloud none --drill-after 1500ms --events "$T/evp1" \
-    --stage-dir "$SHM" -- "$PY" "$TOP/tests/criu/zdtm.py" 4000
+    --interval 500ms --stage-dir "$SHM" -- "$PY" "$TOP/tests/criu/zdtm.py" 4000
 wait_exit "$SPOTD_PID" 30
 expect_eq "criu python: the drill's dump, then exit 75" 75 "$RC"
 check "criu python: ... dumped into the stage, freed once committed" \
-    eval 'ev "$T/evp1" checkpoint_saved | grep -q "\"dir\":\"$SHM/spotd-" && [ -z "$(ls -A "$SHM")" ]'
+    eval 'ev "$T/evp1" checkpoint_saved | tail -n 1 | grep -q "\"dir\":\"$SHM/spotd-" && [ -z "$(ls -A "$SHM")" ]'
 # The operator's way this time: spotctl resume runs spotd with the criu
 # method for a CRIU generation (the rest from SPOTD_* as spotd reads them).
 ZDTM_STEP_US=500 SPOTD_CRIU="$CRIU" SPOTD_CLOUD=none SPOTD_EVENTS="$T/evp2" \

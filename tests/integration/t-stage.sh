@@ -9,9 +9,10 @@
 #      by then, nothing is left once spotd exits; a replacement node
 #      resumes and ends with the hash of an uninterrupted run
 #   2. a stage with too little room: a job whose size is known (resumed)
-#      writes to the state directory at once; a job whose first checkpoint
-#      does not fit has that one fail and the next written to the state
-#      directory, and committed
+#      writes to the state directory at once; a job whose first (periodic)
+#      checkpoint does not fit has that one fail and the next written to the
+#      state directory, and committed; a job whose first checkpoint is a
+#      notice's writes it to the state directory
 #   3. what a spotd that died left in its stage is freed at the next start
 #   4. two nodes of a world, staged, rank 1 preempted: its replacement
 #      restores its shard, rank 0 its own, and both end with the
@@ -102,7 +103,7 @@ if [ "$mounted" = 1 ] && mkdir -p "$T/small" && mount -t tmpfs -o size=2m tmpfs 
     expect_eq "stage (small): the notice's checkpoint is committed" 75 "$?"
     check "stage (small): a generation as big as the one resumed goes to the state directory" \
         eval 'ev "$T/b.ev" checkpoint_saved | tail -n 1 | grep -q "\"dir\":\"$T/b/work/gen-"'
-    check "stage (small): spotd says why" grep -q "has [0-9]* MiB free, generation [0-9]* needs about 4 MiB" "$T/b.err"
+    check "stage (small): spotd says why" grep -q "not to --stage-dir .*: it has [0-9]* MiB free, and this checkpoint needs about 4 MiB" "$T/b.err"
     check "stage (small): nothing failed" test "$(event_count "$T/b.ev" checkpoint_failed)" = 0
     # A new job: its first checkpoint is staged, fails (the trainer's
     # write meets a full folder), the next is written to the disk.
@@ -114,8 +115,17 @@ if [ "$mounted" = 1 ] && mkdir -p "$T/small" && mount -t tmpfs -o size=2m tmpfs 
         "$(event_count "$T/c.ev" checkpoint_failed)"
     check "stage (first): the next was written to the state directory and committed" \
         eval 'ev "$T/c.ev" commit | head -n 1 | grep -q "\"gen\":2,"'
-    check "stage (first): spotd says why" grep -q "the last checkpoint written in --stage-dir .* failed" "$T/c.err"
+    check "stage (first): spotd says why" grep -q "not to --stage-dir .*: the last checkpoint written there failed" "$T/c.err"
     expect_eq "stage (first): the small stage is empty again" "" "$(ls -A "$T/small")"
+    # A new job's first checkpoint is a notice's: not risked on the stage.
+    timeout -k 2 60 "$SPOTD" run --cloud none --job st-n --store "$S" --state-dir "$T/n" \
+        --stage-dir "$T/small" --drill-after 1500ms --events "$T/n.ev" \
+        -- "$TRAINER" 3000 4 >"$T/n.out" 2>"$T/n.err"
+    expect_eq "stage (notice first): the notice's checkpoint is committed" 75 "$?"
+    check "stage (notice first): ... written to the state directory, nothing failed" \
+        eval 'ev "$T/n.ev" checkpoint_saved | grep -q "\"dir\":\"$T/n/work/gen-" &&
+              [ "$(event_count "$T/n.ev" checkpoint_failed)" = 0 ]'
+    check "stage (notice first): spotd says why" grep -q "size not known yet" "$T/n.err"
 else
     echo "SKIP: stage (small): no tmpfs can be mounted here (not root)"
 fi
