@@ -9,6 +9,8 @@
 #
 #   tests/bench/criu.sh                        # about a minute and a half
 #   BENCH_SIZES="64" tests/bench/criu.sh
+#   BENCH_STAGE=/dev/shm tests/bench/criu.sh    # spotd's dumps in memory
+#                                              # (--stage-dir, docs/methods.md)
 #
 # CPU is user + system time from /proc: of `criu` and of `tar | zstd` by
 # hand (bash's time), of spotd and the criu it waited for (utime, stime,
@@ -21,6 +23,9 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 O=${O:-build}
 SIZES=${BENCH_SIZES:-256 1024}
 CHANGE=${BENCH_CHANGE:-10}
+# BENCH_STAGE: spotd's dumps go there (--stage-dir), not to its state directory.
+stage=()
+[ -n "${BENCH_STAGE:-}" ] && stage=(--stage-dir "$BENCH_STAGE")
 # shellcheck source=tests/bench/lib.sh
 . "$root/tests/bench/lib.sh"
 
@@ -80,7 +85,7 @@ timed() {
 mb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1e6 }'; }
 per_gb() { awk -v c="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", c / (b / 1e9); else print "-" }'; }
 
-say "$(nproc) cores, CRIU $("$CRIU" --version | sed -n 's/^Version: //p'), a file store on local disk, $CHANGE % of the memory changed before the second snapshot"
+say "$(nproc) cores, CRIU $("$CRIU" --version | sed -n 's/^Version: //p'), a file store on local disk, $CHANGE % of the memory changed before the second snapshot${BENCH_STAGE:+, the dumps of spotd in $BENCH_STAGE}"
 printf '%-5s %9s | %-27s | %-35s | %-38s | %8s\n' "" "" "CRIU by hand" "spotd: first snapshot" \
     "spotd: second snapshot" ""
 printf '%-5s %9s | %6s %6s %6s %6s | %6s %6s %6s %6s %6s | %6s %6s %6s %9s %7s | %8s\n' \
@@ -121,7 +126,7 @@ for mib in $SIZES; do
     rm -rf "$d/img" "$d/pre" "$d/img.tar.zst"
 
     # spotd: a snapshot, CHANGE % of the memory rewritten, another one.
-    "$SPOTD" run --job b --store "file://$d/store" --state-dir "$d/n1" --method criu \
+    "$SPOTD" run --job b --store "file://$d/store" --state-dir "$d/n1" --method criu "${stage[@]}" \
         --criu "$CRIU" --cloud none --events "$d/ev1" \
         -- "$tmp/criu_mem" "$mib" "$d/rewrite" "$CHANGE" >"$d/n1.out" 2>"$d/n1.err" &
     pid=$!
@@ -153,7 +158,7 @@ for mib in $SIZES; do
 
     # A new node restores the second snapshot.
     t0=$(now)
-    "$SPOTD" run --job b --store "file://$d/store" --state-dir "$d/n2" --method criu \
+    "$SPOTD" run --job b --store "file://$d/store" --state-dir "$d/n2" --method criu "${stage[@]}" \
         --criu "$CRIU" --cloud none --events "$d/ev2" \
         -- "$tmp/criu_mem" "$mib" "$d/rewrite" "$CHANGE" >"$d/n2.out" 2>"$d/n2.err" &
     pid=$!
