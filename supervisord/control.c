@@ -63,6 +63,8 @@
 #define QUIET_MS 60000
 #define GONE_MS 60000
 #define SILENT_LOG_MS 60000        /* closed silent connections: a line a minute */
+#define HOLD_MIN_MS 500            /* a terminating notice's hold at the answered step */
+#define HOLD_MAX_MS 5000
 
 /* DECIDE: every worker answered; the step is the caller's (ask). */
 enum phase { IDLE, QUERY, DECIDE, SAVE };
@@ -83,6 +85,7 @@ struct worker {
     char line[JSONL_LINE_MAX];
     /* the checkpoint under way */
     bool in_ck, answered, saved;
+    bool held;                     /* it waits at the step it answered */
     long long step;
 };
 
@@ -118,6 +121,9 @@ struct control {
     long long id;
     uint64_t gen;
     char *dir;
+    bool hold_next;                /* control_hold_next() */
+    int64_t hold_ms;               /* the query's hold; 0: none */
+    long long target;              /* the step asked for (SAVE) */
     control_step_fn ask;
     control_saved_fn done;
     void *arg;
@@ -254,14 +260,18 @@ static void worker_dir(const struct worker *w, const char *base, char *out, size
     snprintf(out, size, "%s/w%lld", base, w->local_rank >= 0 ? w->local_rank : 0);
 }
 
-/* The largest step the workers of the checkpoint answered. */
-static long long largest_step(const struct control *c)
+/* The smallest step every worker of the checkpoint can still reach: the
+ * step it answered where it waits there (a hold), else the one after. */
+static long long reach(const struct control *c)
 {
     long long step = 0;
 
-    for (unsigned i = 0; i < c->n; i++)
-        if (c->w[i]->in_ck && c->w[i]->step > step)
-            step = c->w[i]->step;
+    for (unsigned i = 0; i < c->n; i++) {
+        const struct worker *w = c->w[i];
+
+        if (w->in_ck && w->step + !w->held > step)
+            step = w->step + !w->held;
+    }
     return step;
 }
 
@@ -299,6 +309,7 @@ static void start_save(struct control *c, long long target)
     char err[4200];
 
     c->phase = SAVE;
+    c->target = target;
     for (unsigned i = 0; i < c->n; i++) {
         struct worker *w = c->w[i];
         int r;
@@ -430,9 +441,9 @@ static void check_progress(struct control *c)
         return;
     if (c->phase == QUERY && c->ask) {
         c->phase = DECIDE;
-        c->ask(c->arg, largest_step(c));
+        c->ask(c->arg, reach(c) - 1);
     } else if (c->phase == QUERY)
-        start_save(c, largest_step(c) + 1);
+        start_save(c, reach(c));
     else
         end_checkpoint(c, 0, step, "%s", "");
 }
@@ -446,19 +457,26 @@ static unsigned hellos(const struct control *c)
     return n;
 }
 
+/* Ask w its step; in a hold's checkpoint, to wait at it. */
+static int send_query(struct worker *w)
+{
+    struct jsonl_kv q[] = { JSONL_STR("type", "query"), JSONL_INT("id", w->c->id),
+                            JSONL_INT("hold_ms", (long long)w->c->hold_ms) };
+
+    return send_kv(w, q, w->c->hold_ms > 0 ? 3 : 2);
+}
+
 /* A worker that comes (or counts again) while the others are asked for
  * their step takes part in the checkpoint.  Returns 0, or -1 when it
  * cannot be written to. */
 static int join(struct worker *w)
 {
     struct control *c = w->c;
-    struct jsonl_kv q[] = { JSONL_STR("type", "query"), JSONL_INT("id", c->id) };
-
     if (c->phase != QUERY || w->in_ck)
         return 0;
     w->in_ck = true;
-    w->answered = w->saved = false;
-    return send_kv(w, q, 2);
+    w->answered = w->saved = w->held = false;
+    return send_query(w);
 }
 
 /* A message, with what the checks every message shares took from it for
@@ -637,11 +655,40 @@ static int answer(struct worker *w, const struct said *s, bool saved)
     if (!of_checkpoint(w, s->id))
         return 0;
     w->step = s->step;
-    if (saved)
+    if (saved) {
         w->saved = true;
-    else
+    } else {
+        const struct jsonl_value *hold = jsonl_get(s->m, "hold_ms");
+
         w->answered = true;
+        w->held = c->hold_ms > 0 && hold && hold->type == JSONL_INT && hold->num > 0;
+    }
     check_progress(c);
+    return 0;
+}
+
+/* A worker that held at the step it answered heard no step to save at in
+ * time and trains on (another worker may have needed its next step to
+ * reach its own): the step it can reach is the next.  Once asked for, the
+ * caller hears the new answer; once the checkpoint named this step, the
+ * worker cannot save it. */
+static int msg_released(struct worker *w, const struct said *s)
+{
+    struct control *c = w->c;
+    long long was;
+
+    if (!of_checkpoint(w, s->id) || !w->held || w->saved)
+        return 0;
+    was = reach(c);
+    w->held = false;
+    log_msg(LOGL_INFO, "trainer pid %lld (local rank %lld) held at step %lld (up to %lld ms) "
+            "and heard no step to save at: it trains on to the next", w->pid, w->local_rank,
+            w->step, (long long)c->hold_ms);
+    if (c->phase == DECIDE && reach(c) > was)
+        c->ask(c->arg, reach(c) - 1);
+    else if (c->phase == SAVE && c->target <= w->step)
+        end_checkpoint(c, -ERANGE, -1, "trainer pid %lld (local rank %lld) trained on from step "
+                       "%lld before it heard to save it", w->pid, w->local_rank, w->step);
     return 0;
 }
 
@@ -690,6 +737,7 @@ static const struct kind {
     { "file_done", true, 0, msg_file_done },
     { "step", true, NEED_ID | NEED_STEP | STEPS, msg_step },
     { "saved", true, NEED_ID | NEED_STEP | STEPS, msg_saved },
+    { "released", true, NEED_ID | NEED_STEP | STEPS, msg_released },
     { "failed", true, NEED_ID, msg_failed },
 };
 
@@ -923,11 +971,36 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
                                "with libckpt (or libckpt.py), and run under spotd?");
 }
 
+/* How long a terminating notice's trainers wait at the step they answer
+ * for the step to save at: the others' answers come within a step (theirs
+ * at most one ahead), and the round trip is short beside it.  A hold that
+ * runs out costs its length, once (a collective that needed this worker's
+ * next step); a quarter of the time left at most. */
+static int64_t hold_for(const struct control *c, int64_t deadline_ms)
+{
+    double rate = control_rate(c);
+    int64_t step_ms = rate > 0 ? (int64_t)(1000.0 / rate) : 1000;
+    int64_t hold = 2 * step_ms + 250, quarter = (deadline_ms - notice_now_ms()) / 4;
+
+    if (hold < HOLD_MIN_MS)
+        hold = HOLD_MIN_MS;
+    if (hold > HOLD_MAX_MS)
+        hold = HOLD_MAX_MS;
+    return hold < quarter ? hold : quarter > 0 ? quarter : 0;
+}
+
+void control_hold_next(struct control *c)
+{
+    c->hold_next = true;
+}
+
 int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t deadline_ms,
                        control_step_fn ask, control_saved_fn done, void *arg)
 {
     struct worker *one;
+    bool hold = c->hold_next;
 
+    c->hold_next = false;
     if (c->phase != IDLE)
         return -EBUSY;
     if (deadline_ms <= 0)
@@ -940,10 +1013,11 @@ int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t
     c->done = done;
     c->arg = arg;
     c->phase = QUERY;
+    c->hold_ms = hold ? hold_for(c, deadline_ms) : 0;
     for (unsigned i = 0; i < c->n; i++)
         if (counts(c->w[i])) {
             c->w[i]->in_ck = true;
-            c->w[i]->answered = c->w[i]->saved = false;
+            c->w[i]->answered = c->w[i]->saved = c->w[i]->held = false;
         }
     if ((one = at_once(c))) {
         char err[4200];
@@ -960,11 +1034,9 @@ int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t
         }
         c->phase = SAVE;
     } else {
-        struct jsonl_kv kv[] = { JSONL_STR("type", "query"), JSONL_INT("id", c->id) };
-
         for (unsigned i = 0; i < c->n; i++)
             if (c->w[i]->in_ck)
-                send_kv(c->w[i], kv, 2);
+                send_query(c->w[i]);
     }
     {
         /* the deadline is a cloud's: wall-clock time */
@@ -980,7 +1052,7 @@ int control_save_at(struct control *c, int64_t step)
 {
     if (c->phase != DECIDE)
         return -EINVAL;
-    if (step <= largest_step(c))
+    if (step < reach(c))
         return -ERANGE;
     start_save(c, step);
     return 0;

@@ -70,15 +70,19 @@ struct control *control_free(struct control *c);
 /* Workers that count: connected, hello answered, not gone quiet. */
 unsigned control_workers(const struct control *c);
 
-/* Every worker answered: step is the largest step reported. */
+/* Every worker answered: step is one less than the smallest step every
+ * worker can still reach (the largest answered, less one where the
+ * workers hold at it).  Said again, larger, when a worker that held trains
+ * on before control_save_at(). */
 typedef void (*control_step_fn)(void *arg, int64_t step);
 
 /* Checkpoint generation gen into dir (which exists) before deadline_ms
  * (CLOCK_REALTIME ms, since it comes from a cloud's notice; -EINVAL when
  * 0).  Waits for the local workers it expects (struct control_opts.expect,
  * else as many as count, or as a hello's local_world_size says, at least
- * one) until the deadline.  The workers save at the step after the
- * largest they report; with ask non-NULL the step is the caller's instead
+ * one) until the deadline.  The workers save at the smallest step each can
+ * still reach (the step after the largest they report, or that step where
+ * they hold at it); with ask non-NULL the step is the caller's instead
  * (a world's): ask gets the largest, and the checkpoint waits for
  * control_save_at().  Without ask, one worker that is expected alone and
  * has reported a step is not asked: it saves at the next step it reaches.  One at a time: -EBUSY when one is under way.
@@ -86,9 +90,14 @@ typedef void (*control_step_fn)(void *arg, int64_t step);
 int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t deadline_ms,
                        control_step_fn ask, control_saved_fn done, void *arg);
 
-/* After ask: save at step, above every step reported (-ERANGE otherwise;
- * -EINVAL when no checkpoint waits for one). */
+/* After ask: save at step, one every worker can still reach (-ERANGE
+ * otherwise; -EINVAL when no checkpoint waits for one). */
 int control_save_at(struct control *c, int64_t step);
+
+/* The next control_checkpoint() is a terminating notice's: its workers
+ * wait at the step they answer (a hold, up to two steps and at most 5 s)
+ * so that they save that step, not the next. */
+void control_hold_next(struct control *c);
 
 /* Give up the checkpoint under way (the workers are told to cancel); done
  * gets -ECANCELED with reason.  Nothing when none is. */

@@ -89,6 +89,7 @@ struct world {
     enum world_phase phase;
     uint64_t gen;
     int64_t step;                  /* prepared */
+    bool prepared;                 /* coordinator: the step is chosen */
     int64_t deadline_ms;           /* wall clock: a cloud's, or sent to every node */
     bool terminating;              /* a terminating notice's: the trainers stop once saved */
     char reason[128];
@@ -253,6 +254,7 @@ static void send_query(struct world *w)
     struct peermsg q = { .type = PEERMSG_QUERY, .step = -1 };
 
     w->phase = WORLD_QUERY;
+    w->prepared = false;
     log_msg(LOGL_INFO, "world: round for generation %llu begins (%s), %lld ms to the deadline",
             (unsigned long long)w->gen, w->reason,
             (long long)(w->deadline_ms - notice_now_ms()));
@@ -308,6 +310,8 @@ static void maybe_prepare(struct world *w)
     struct peermsg p = { .type = PEERMSG_PREPARE, .gen = w->gen, .step = 0,
                          .deadline_ms = w->deadline_ms };
 
+    if (w->prepared)
+        return; /* a revised answer after the step was chosen */
     for (uint32_t r = 0; r < w->o.world_size; r++) {
         if (!w->m[r].in)
             continue;
@@ -320,6 +324,7 @@ static void maybe_prepare(struct world *w)
     p.split = w->o.split;
     log_msg(LOGL_INFO, "world: every rank answered; generation %llu saves at step %lld",
             (unsigned long long)w->gen, (long long)p.step);
+    w->prepared = true;
     broadcast(w, &p);
 }
 

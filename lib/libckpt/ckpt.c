@@ -62,6 +62,9 @@ CKPT_API const char *ckpt_version(void)
 /* After answering a query, how long the next ckpt_step() waits for the
  * checkpoint it announces (the other workers answer meanwhile). */
 #define AWAIT_MS 10000
+/* The longest hold a query may ask for (a terminating notice's: the
+ * trainer waits at the step it answers, so that it saves that step). */
+#define HOLD_MAX_MS 60000
 
 struct ckpt {
     int fd;                       /* -1: inert */
@@ -73,6 +76,7 @@ struct ckpt {
     bool stop;
     bool query;                   /* spotd asked for the step: answer it */
     long long query_id;
+    long long query_hold;         /* ms to wait at the answered step; 0: none */
     bool awaiting;                /* answered: the checkpoint (or cancel) is coming */
     /* the checkpoint spotd asked for, and whether the trainer is on it */
     bool pending, saving;
@@ -164,8 +168,13 @@ static int handle(struct ckpt *c, const struct jsonl_msg *m)
         return CKPT_E_PROTOCOL;
     if (strcmp(type, "query") == 0) {
         /* Answered at the next ckpt_step(), with the step it is given. */
-        if (!get_int(m, "id", false, &c->query_id))
+        if (!get_int(m, "id", false, &c->query_id) ||
+            !get_int(m, "hold_ms", true, &c->query_hold))
             return CKPT_E_PROTOCOL;
+        if (c->query_hold < 0)
+            c->query_hold = 0;
+        if (c->query_hold > HOLD_MAX_MS)
+            c->query_hold = HOLD_MAX_MS;
         c->query = true;
         return 0;
     }
@@ -408,26 +417,59 @@ static long long coarse_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The step was answered one ckpt_step() ago, and spotd announces the step
- * to save at (the largest answer plus one) once every worker has answered.
- * A fast trainer would run past it: wait here, up to AWAIT_MS, for the
- * checkpoint (or a cancel, or a stop).  Returns 0 or a CKPT_E_*. */
-static int await_checkpoint(struct ckpt *c)
+/* The step was answered: spotd announces the step to save at once every
+ * worker has answered.  A fast trainer would run past it: wait here, up to
+ * ms, for the checkpoint (or a cancel, or a stop).  c->awaiting is still
+ * set when none came.  Returns 0 or a CKPT_E_*. */
+static int await_checkpoint(struct ckpt *c, long long ms)
 {
-    long long until = coarse_ms() + AWAIT_MS;
+    long long until = coarse_ms() + ms;
     int r = 0;
 
     while (r == 0 && c->awaiting) {
         long long left = until - coarse_ms();
 
-        if (left <= 0)
-            break;
-        r = fill(c, (int)left);
+        /* At the end, what has arrived still counts. */
+        r = fill(c, left > 0 ? (int)left : 0);
         if (r == 0)
             r = handle_all(c);
+        if (left <= 0)
+            break;
     }
-    c->awaiting = false;
     return r == CKPT_E_TIMEOUT ? 0 : r;
+}
+
+/* Answer the query at step.  A terminating notice's query holds the
+ * trainer here, so that the step it saves is this one, not the next: the
+ * hold ends with the checkpoint (saved at once when it names this step),
+ * or after query_hold ms, when the trainer says it trains on ("released":
+ * another worker may need this one's next step to reach its own, a
+ * collective) and waits again at the next step, as without a hold. */
+static int answer_query(struct ckpt *c, long long step)
+{
+    struct jsonl_kv kv[] = {
+        JSONL_STR("type", "step"),
+        JSONL_INT("id", c->query_id),
+        JSONL_INT("step", step),
+        JSONL_INT("hold_ms", c->query_hold),
+    };
+    int r;
+
+    c->query = false;
+    r = send_msg(c, kv, c->query_hold > 0 ? 4 : 3);
+    c->awaiting = r == 0;
+    if (r == 0 && c->query_hold > 0)
+        r = await_checkpoint(c, c->query_hold);
+    if (r == 0 && c->awaiting) {
+        struct jsonl_kv rel[] = {
+            JSONL_STR("type", "released"),
+            JSONL_INT("id", c->query_id),
+            JSONL_INT("step", step),
+        };
+        if (c->query_hold > 0)
+            r = send_msg(c, rel, 3);
+    }
+    return r;
 }
 
 CKPT_API int ckpt_step(struct ckpt *c, long long step)
@@ -446,18 +488,12 @@ CKPT_API int ckpt_step(struct ckpt *c, long long step)
     r = fill(c, 0);
     if (r == 0)
         r = handle_all(c);
-    if (r == 0 && c->awaiting)
-        r = await_checkpoint(c);
-    if (r == 0 && c->query) {
-        struct jsonl_kv kv[] = {
-            JSONL_STR("type", "step"),
-            JSONL_INT("id", c->query_id),
-            JSONL_INT("step", step),
-        };
-        c->query = false;
-        r = send_msg(c, kv, 3);
-        c->awaiting = r == 0;
+    if (r == 0 && c->awaiting) {
+        r = await_checkpoint(c, AWAIT_MS);
+        c->awaiting = false;
     }
+    if (r == 0 && c->query)
+        r = answer_query(c, step);
     if (r == 0) {
         /* The coarse clock costs a few ns (vDSO): progress goes at most
          * once per PROGRESS_MS, for spotctl status and the step rate. */

@@ -56,6 +56,7 @@ LINE_MAX = 65536
 WELCOME_TIMEOUT = 10.0
 PROGRESS_S = 1.0                       # between two progress reports of step()
 AWAIT_S = 10.0                         # after a query's answer: wait for its checkpoint
+HOLD_MAX_MS = 60000                    # the longest hold a query may ask for
 _VERSION = "0.1.0"
 
 
@@ -190,7 +191,8 @@ class Ckpt:
                 return
             t = msg["type"]
             if t == "query":
-                self._query = _int(msg, "id")
+                hold = _int(msg, "hold_ms", True)
+                self._query = (_int(msg, "id"), min(max(hold, 0), HOLD_MAX_MS))
             elif t == "checkpoint":
                 d = msg.get("dir")
                 if type(d) is not str or not d or self._saving:
@@ -207,21 +209,37 @@ class Ckpt:
             else:
                 raise CkptError(E_PROTOCOL, "unknown message %r" % t)
 
-    def _await_checkpoint(self):
-        """The step was answered one step() ago; spotd announces the step to
-        save at once every worker has answered.  A fast trainer would run
-        past it: wait, up to AWAIT_S, for the checkpoint, a cancel or a stop."""
-        until = time.monotonic() + AWAIT_S
+    def _await_checkpoint(self, seconds):
+        """The step was answered: spotd announces the step to save at once
+        every worker has answered.  A fast trainer would run past it: wait,
+        up to seconds, for the checkpoint, a cancel or a stop.  _awaiting
+        is still set when none came."""
+        until = time.monotonic() + seconds
         while self._awaiting:
             left = until - time.monotonic()
-            if left <= 0:
+            ready, _, _ = select.select([self._sock], [], [], max(left, 0))
+            if ready:
+                self._fill()
+                self._handle_all()
+            if not ready or left <= 0:
                 break
-            ready, _, _ = select.select([self._sock], [], [], left)
-            if not ready:
-                break
-            self._fill()
-            self._handle_all()
-        self._awaiting = False
+
+    def _answer(self, step):
+        """Answer the query at step.  A terminating notice's query holds the
+        trainer here, so that the step it saves is this one: the hold ends
+        with the checkpoint, or after hold_ms, when the trainer says it
+        trains on ("released": another worker may need its next step, a
+        collective) and waits again at the next step, as without a hold."""
+        (q, hold), self._query = self._query, None
+        if hold > 0:
+            self._send(type="step", id=q, step=step, hold_ms=hold)
+        else:
+            self._send(type="step", id=q, step=step)
+        self._awaiting = True
+        if hold > 0:
+            self._await_checkpoint(hold / 1000.0)
+            if self._awaiting:
+                self._send(type="released", id=q, step=step)
 
     # ---- the calls ----
 
@@ -250,11 +268,10 @@ class Ckpt:
             self._fill()
             self._handle_all()
             if self._awaiting:
-                self._await_checkpoint()
+                self._await_checkpoint(AWAIT_S)
+                self._awaiting = False
             if self._query is not None:
-                q, self._query = self._query, None
-                self._send(type="step", id=q, step=step)
-                self._awaiting = True
+                self._answer(step)
             now = time.monotonic()
             if now - self._progress >= PROGRESS_S:
                 self._progress = now

@@ -31,8 +31,8 @@ def expect(name, want, got):
 
 
 class Spotd(threading.Thread):
-    """Accepts one client and plays script: ("say", line) or ("hear", type,
-    {key: value}).  self.error says what went wrong, None when all went."""
+    """Accepts one client and plays script: ("say", line), ("hear", type,
+    {key: value}) or ("sleep", seconds).  self.error says what went wrong, None when all went."""
 
     def __init__(self, path, script):
         super().__init__(daemon=True)
@@ -50,6 +50,9 @@ class Spotd(threading.Thread):
             for step in self.script:
                 if step[0] == "say":
                     conn.sendall(step[1].encode() + b"\n")
+                    continue
+                if step[0] == "sleep":
+                    time.sleep(step[1])
                     continue
                 line = f.readline()
                 msg = strictjson.loads(line)
@@ -145,6 +148,41 @@ def main():
     ck.close()
     spotd.join(5)
     expect("the scripted spotd heard what it expected", None, spotd.error)
+    os.unlink(path) if os.path.exists(path) else None
+
+    # A terminating notice's query: held at the answered step until the
+    # checkpoint names it; after a hold that ran out, the trainer says it
+    # trains on and waits at its next step.
+    spotd = Spotd(path, [
+        ("hear", "hello", {}),
+        ("say", '{"v":1,"type":"welcome","resume_dir":null,"resume_step":null,"gen":null}\n'
+                '{"v":1,"type":"query","id":1,"hold_ms":20000}'),
+        ("hear", "step", {"id": 1, "step": 10, "hold_ms": 20000}),
+        ("sleep", 0.2),
+        ("say", '{"v":1,"type":"checkpoint","id":1,"gen":1,"step":10,"dir":"/ck/g1/w0",'
+                '"deadline":null}'),
+        ("hear", "saved", {"id": 1, "step": 10}),
+        ("say", '{"v":1,"type":"query","id":2,"hold_ms":300}'),
+        ("hear", "step", {"id": 2, "step": 11, "hold_ms": 300}),
+        ("hear", "released", {"id": 2, "step": 11}),
+        ("say", '{"v":1,"type":"checkpoint","id":2,"gen":2,"step":12,"dir":"/ck/g2/w0",'
+                '"deadline":null}'),
+        ("hear", "saved", {"id": 2, "step": 12}),
+        ("say", '{"v":1,"type":"stop","reason":"notice"}'),
+    ])
+    spotd.start()
+    ck = libckpt.open(path)
+    expect("held at the answered step: it saves that step", libckpt.SAVE, ck.step(10))
+    ck.saved(10)
+    expect("a hold that runs out: training goes on", libckpt.CONTINUE,
+           until(ck, 11, None, 1.0))
+    expect("... and the next step waits for its checkpoint", libckpt.SAVE, ck.step(12))
+    expect("... into its directory", "/ck/g2/w0", ck.save_dir)
+    ck.saved(12)
+    expect("stop after the hold", libckpt.STOP, until(ck, 13, libckpt.STOP))
+    ck.close()
+    spotd.join(5)
+    expect("the holding spotd heard what it expected", None, spotd.error)
     os.unlink(path) if os.path.exists(path) else None
 
     for name, answer, code in (

@@ -187,6 +187,81 @@ TEST(ckpt_conversation)
     rmdir(dir);
 }
 
+/* A terminating notice's query: the trainer holds at the step it answers
+ * until the checkpoint comes (and saves that step), or says it trains on
+ * once the hold ran out, and then waits at its next step as after any
+ * answer. */
+static int fake_holding_spotd(int lfd)
+{
+    int fd = accept(lfd, NULL, NULL);
+    FILE *in = fd >= 0 ? fdopen(dup(fd), "r") : NULL;
+    int r = 0;
+
+#define SAY(s) (r = r ? r : (write(fd, s "\n", sizeof(s)) == (ssize_t)sizeof(s) ? 0 : 9))
+#define HEAR(t, k, v) (r = r ? r : script_line(in, t, k, v))
+    if (!in)
+        return 10;
+    HEAR("hello", NULL, 0);
+    SAY("{\"v\":1,\"type\":\"welcome\",\"resume_dir\":null,\"resume_step\":null,\"gen\":null}"
+        "\n{\"v\":1,\"type\":\"query\",\"id\":1,\"hold_ms\":20000}");
+    HEAR("step", "step", 10);
+    usleep(200 * 1000);
+    SAY("{\"v\":1,\"type\":\"checkpoint\",\"id\":1,\"gen\":1,\"step\":10,\"dir\":\"/ck/g1/w0\","
+        "\"deadline\":null}");
+    HEAR("saved", "step", 10);
+    SAY("{\"v\":1,\"type\":\"query\",\"id\":2,\"hold_ms\":300}");
+    HEAR("step", "hold_ms", 300);
+    HEAR("released", "step", 11);
+    SAY("{\"v\":1,\"type\":\"checkpoint\",\"id\":2,\"gen\":2,\"step\":12,\"dir\":\"/ck/g2/w0\","
+        "\"deadline\":null}");
+    HEAR("saved", "step", 12);
+    SAY("{\"v\":1,\"type\":\"stop\",\"reason\":\"notice\"}");
+    if (!r && fgetc(in) != EOF)
+        r = 11;
+    fclose(in);
+    close(fd);
+    return r;
+#undef SAY
+#undef HEAR
+}
+
+TEST(ckpt_hold)
+{
+    char dir[] = "/tmp/spotd-ckpt.XXXXXX", path[64];
+    struct ckpt *c = NULL;
+    int lfd = listen_in(dir, path), status = -1, a;
+    pid_t pid;
+
+    pid = fork();
+    if (pid == 0)
+        _exit(fake_holding_spotd(lfd));
+    CHECK_INT(ckpt_open_at(path, &c), 0);
+    if (c) {
+        /* Held at 10 until the checkpoint named 10: saved at once. */
+        CHECK_INT(ckpt_step(c, 10), CKPT_SAVE);
+        CHECK_STR(ckpt_save_dir(c), "/ck/g1/w0");
+        CHECK_INT(ckpt_saved(c, 10), 0);
+        /* Held at 11 for 300 ms, nothing came: it trains on, and 12 waits
+         * for the checkpoint that follows. */
+        for (int n = 0; (a = ckpt_step(c, 11)) == CKPT_CONTINUE && n < 2000; n++)
+            usleep(1000);
+        CHECK_INT(a, CKPT_CONTINUE);
+        CHECK_INT(ckpt_step(c, 12), CKPT_SAVE);
+        CHECK_STR(ckpt_save_dir(c), "/ck/g2/w0");
+        CHECK_INT(ckpt_saved(c, 12), 0);
+        for (int n = 0; (a = ckpt_step(c, 13)) == CKPT_CONTINUE && n < 2000; n++)
+            usleep(1000);
+        CHECK_INT(a, CKPT_STOP);
+        ckpt_close(c);
+    }
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK_INT(WEXITSTATUS(status), 0);
+    close(lfd);
+    unlink(path);
+    rmdir(dir);
+}
+
 TEST(ckpt_bad_peer)
 {
     /* A peer that speaks another version, or garbage, is refused. */

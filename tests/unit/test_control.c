@@ -625,3 +625,205 @@ TEST(control_at_once)
 
     teardown(base, dir);
 }
+
+/* ---- a terminating notice's hold -------------------------------------------------------- */
+
+enum hold_kind {
+    HOLDS,                         /* answers with hold_ms: it waits at its step */
+    OLD,                           /* answers without (an older libckpt) */
+    RELEASES,                      /* holds; trains on once the test writes to go[1] */
+    RELEASES_LATE,                 /* holds; trains on once the checkpoint came */
+    NO_HOLD,                       /* expects a query without hold_ms */
+};
+
+/* A line from fd into buf (up to the newline, which is cut); exits 13 at
+ * the end of the stream. */
+static void read_line(int fd, char *buf, size_t size)
+{
+    size_t len = 0;
+
+    while (len + 1 < size) {
+        if (read(fd, buf + len, 1) != 1)
+            _exit(13);
+        if (buf[len] == '\n')
+            break;
+        len++;
+    }
+    buf[len] = '\0';
+}
+
+static long long member(const char *line, const char *key)
+{
+    const char *p = strstr(line, key);
+
+    return p ? atoll(p + strlen(key)) : -1;
+}
+
+/* A worker by hand, in a child process: hello as local rank rank, a
+ * progress report, then the answer to the query (step 7) as kind says;
+ * its exit: 40 plus the step of the checkpoint less 7, 50 a cancel, 30 a
+ * query with no hold_ms where one was due, 31 one where none was. */
+static int go[2];
+
+static pid_t spawn_holder(const char *path, int rank, enum hold_kind kind)
+{
+    static const char progress[] = "{\"v\":1,\"type\":\"progress\",\"step\":6}\n";
+    pid_t pid = fork();
+    char line[4096], out[256];
+    long long id;
+    int fd, n;
+
+    if (pid != 0)
+        return pid;
+    fd = hello_by_hand(path, rank, "");
+    if (write(fd, progress, sizeof(progress) - 1) != (ssize_t)sizeof(progress) - 1)
+        _exit(12);
+    read_line(fd, line, sizeof(line)); /* the welcome */
+    read_line(fd, line, sizeof(line));
+    if (!strstr(line, "\"type\":\"query\""))
+        _exit(22);
+    if (kind == NO_HOLD ? strstr(line, "hold_ms") != NULL : member(line, "\"hold_ms\":") <= 0)
+        _exit(kind == NO_HOLD ? 31 : 30);
+    id = member(line, "\"id\":");
+    n = snprintf(out, sizeof(out), "{\"v\":1,\"type\":\"step\",\"id\":%lld,\"step\":7%s}\n", id,
+                 kind == OLD || kind == NO_HOLD ? "" : ",\"hold_ms\":1000");
+    if (write(fd, out, (size_t)n) != n)
+        _exit(12);
+    n = snprintf(out, sizeof(out), "{\"v\":1,\"type\":\"released\",\"id\":%lld,\"step\":7}\n", id);
+    if (kind == RELEASES && (read(go[0], line, 1) != 1 || write(fd, out, (size_t)n) != n))
+        _exit(12);
+    read_line(fd, line, sizeof(line));
+    if (kind == RELEASES_LATE) {
+        if (write(fd, out, (size_t)n) != n)
+            _exit(12);
+        read_line(fd, line, sizeof(line));
+    }
+    if (strstr(line, "\"type\":\"cancel\""))
+        _exit(50);
+    if (!strstr(line, "\"type\":\"checkpoint\""))
+        _exit(22);
+    _exit((int)(40 + member(line, "\"step\":") - 7));
+}
+
+static long long asked[4];
+static int n_asked;
+
+static void on_asked(void *arg, int64_t step)
+{
+    if (n_asked < 4)
+        asked[n_asked] = step;
+    n_asked++;
+}
+
+static int asked_n(void *arg)
+{
+    return n_asked >= *(int *)arg;
+}
+
+/* Two workers started by hand for a checkpoint (gen) that holds, or not. */
+static void two_holders(struct event_base *base, const char *path, enum hold_kind ka,
+                        enum hold_kind kb, pid_t *a, pid_t *b)
+{
+    *a = spawn_holder(path, 0, ka);
+    *b = spawn_holder(path, 1, kb);
+    want_workers = 2;
+    run_until(base, enough_workers, NULL);
+    CHECK_INT(control_workers(ctl), 2);
+}
+
+/* At a terminating notice (control_hold_next()) the workers wait at the
+ * step they answer, so that the checkpoint names that step, not the next;
+ * a worker that does not hold (an older libckpt), or that trains on, moves
+ * the step to the next; one that trains on after the step was named fails
+ * the checkpoint. */
+TEST(control_hold)
+{
+    char dir[] = "/tmp/spotd-control.XXXXXX", path[64], ck[64];
+    struct event_base *base = event_base_new();
+    struct control_opts o = { .base = base, .gone_ms = 1 };
+    struct result r = { .base = base };
+    int two = 2, one = 1;
+    pid_t a, b;
+
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/ctl.sock", dir);
+    snprintf(ck, sizeof(ck), "%s/g1", dir);
+    mkdir(ck, 0700);
+
+    /* Both hold at 7: they save 7. */
+    if (!(ctl = new_control(&o, path)))
+        return;
+    two_holders(base, path, HOLDS, HOLDS, &a, &b);
+    control_hold_next(ctl);
+    checkpoint_now(&r, base, 1, ck, 20000);
+    CHECK_INT(wait_child(base, a), 40);
+    CHECK_INT(wait_child(base, b), 40);
+    ctl = control_free(ctl);
+
+    /* One holds, one cannot: 8, which both reach. */
+    if (!(ctl = new_control(&o, path)))
+        return;
+    two_holders(base, path, HOLDS, OLD, &a, &b);
+    control_hold_next(ctl);
+    checkpoint_now(&r, base, 2, ck, 20000);
+    CHECK_INT(wait_child(base, a), 41);
+    CHECK_INT(wait_child(base, b), 41);
+    ctl = control_free(ctl);
+
+    /* Without the notice no one holds (the hold is the next checkpoint's
+     * only). */
+    if (!(ctl = new_control(&o, path)))
+        return;
+    control_hold_next(ctl);
+    CHECK_INT(control_checkpoint(ctl, 3, ck, 0, NULL, on_saved, &r), -EINVAL);
+    two_holders(base, path, NO_HOLD, NO_HOLD, &a, &b);
+    checkpoint_now(&r, base, 3, ck, 20000);
+    CHECK_INT(wait_child(base, a), 41);
+    CHECK_INT(wait_child(base, b), 41);
+    ctl = control_free(ctl);
+
+    /* A world's: the caller hears 6 (it adds one); a worker that trains
+     * on makes it 7, and 7 can no longer be saved. */
+    if (!(ctl = new_control(&o, path)))
+        return;
+    CHECK_INT(pipe(go), 0);
+    two_holders(base, path, HOLDS, RELEASES, &a, &b);
+    memset(&r, 0, sizeof(r));
+    r.base = base;
+    n_asked = 0;
+    control_hold_next(ctl);
+    CHECK_INT(control_checkpoint(ctl, 4, ck, notice_now_ms() + 20000, on_asked, on_saved, &r), 0);
+    run_until(base, asked_n, &one);
+    CHECK_INT(write(go[1], "x", 1), 1);
+    run_until(base, asked_n, &two);
+    close(go[0]);
+    close(go[1]);
+    CHECK_INT(n_asked, 2);
+    CHECK_INT(asked[0], 6);
+    CHECK_INT(asked[1], 7);
+    CHECK_INT(control_save_at(ctl, 7), -ERANGE);
+    CHECK_INT(control_save_at(ctl, 8), 0);
+    CHECK_INT(wait_child(base, a), 41);
+    CHECK_INT(wait_child(base, b), 41);
+    ctl = control_free(ctl);
+
+    /* One trains on once 7 was named: the checkpoint fails, with why. */
+    if (!(ctl = new_control(&o, path)))
+        return;
+    two_holders(base, path, HOLDS, RELEASES_LATE, &a, &b);
+    memset(&r, 0, sizeof(r));
+    r.base = base;
+    n_asked = 0;
+    control_hold_next(ctl);
+    CHECK_INT(control_checkpoint(ctl, 5, ck, notice_now_ms() + 20000, on_asked, on_saved, &r), 0);
+    run_until(base, asked_n, &one);
+    CHECK_INT(asked[0], 6);
+    CHECK_INT(control_save_at(ctl, 7), 0);
+    run_until(base, got_result, &r);
+    CHECK_INT(r.err, -ERANGE);
+    CHECK_HAS(r.msg, "trained on from step 7");
+    CHECK_INT(wait_child(base, a), 40);
+    CHECK_INT(wait_child(base, b), 50);
+
+    teardown(base, dir);
+}
