@@ -103,8 +103,11 @@ long long ckpt_resume_step(const struct ckpt *c);
  * It blocks only when a checkpoint begins: the call after the one that
  * told spotd its step waits (at most 10 s) for the step to save at, which
  * spotd sends once every worker of the node has told its own; otherwise a
- * fast trainer could run past it.  At most once a second it sends its step
- * to spotd (spotctl status, the training rate). */
+ * fast trainer could run past it.  At a terminating notice the call that
+ * tells the step waits instead (a hold: up to 5 s, two steps as a rule),
+ * so that the step saved is that one; a hold that runs out trains on, and
+ * the next call waits.  At most once a second it sends its step to spotd
+ * (spotctl status, the training rate). */
 int ckpt_step(struct ckpt *c, long long step);
 
 /* Where to write after CKPT_SAVE: a directory spotd created for this

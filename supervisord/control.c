@@ -275,6 +275,14 @@ static long long reach(const struct control *c)
     return step;
 }
 
+static bool held_all(const struct control *c)
+{
+    for (unsigned i = 0; i < c->n; i++)
+        if (c->w[i]->in_ck && !c->w[i]->held)
+            return false;
+    return true;
+}
+
 /* Ask w to save at target (-1: at the next step it reaches) into its own
  * directory.  Returns 0, -EPIPE when it cannot be written to, or -errno
  * with the reason in err when its directory cannot be made. */
@@ -439,6 +447,11 @@ static void check_progress(struct control *c)
     }
     if (!all || c->phase == DECIDE)
         return;
+    if (c->phase == QUERY && c->hold_ms > 0)
+        log_msg(LOGL_INFO, "checkpoint %llu: the trainers answered; the smallest step each can "
+                "still reach is %lld (%s)", (unsigned long long)c->gen, reach(c),
+                held_all(c) ? "each holds at the step it answered" :
+                "one of them does not hold at its answer: the step after");
     if (c->phase == QUERY && c->ask) {
         c->phase = DECIDE;
         c->ask(c->arg, reach(c) - 1);
