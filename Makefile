@@ -245,6 +245,7 @@ bench: all
 	@O=$(O) tests/bench/detect.sh
 	@O=$(O) tests/bench/step.sh
 	@O=$(O) BENCH_STEP=0 tests/bench/notice.sh
+	@O=$(O) tests/bench/hold.sh
 	@O=$(O) tests/bench/stage.sh
 	@O=$(O) tests/bench/world.sh
 	@O=$(O) tests/bench/criu.sh

@@ -333,8 +333,6 @@ int main(int argc, char **argv)
         int a = ckpt_step(c, step);
 
         maybe_crash(step);
-        if (sleep_us > 0)
-            usleep((useconds_t)sleep_us);
         if (save_asked) {
             save_asked = 0;
             signal_save(c, step - 1);
@@ -372,6 +370,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "trainer: libckpt: %s\n", ckpt_strerror(a));
         if (step == request_at && (r = ckpt_request_save(c)) < 0)
             fprintf(stderr, "trainer: libckpt: %s\n", ckpt_strerror(r));
+        /* The step's own time, after any save: a save asked for at this
+         * step holds the state before it. */
+        if (sleep_us > 0)
+            usleep((useconds_t)sleep_us);
         train(step);
     }
     printf("done %lld hash %016" PRIx64 "\n", steps, hash());
