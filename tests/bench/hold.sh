@@ -103,8 +103,9 @@ for x in s:
 print(",".join("127.0.0.1:%d" % x.getsockname()[1] for x in s))'
 }
 
-# wait_of EVENTS STATE: ms from checkpoint_begin to state.bin's birth.
-wait_of() {
+# times EVENTS STATE: "WAIT N_COMMIT" in ms: checkpoint_begin to state.bin's
+# birth, and the notice record to the commit record ("-" where unknown).
+times() {
     local f bt
     f=$(find "$2/work" -name state.bin 2>/dev/null | head -n 1)
     [ -n "$f" ] && bt=$(stat -c %.3W "$f" 2>/dev/null)
@@ -120,33 +121,15 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     ev.setdefault(r.get("event"), r)
-b, bt = ev.get("checkpoint_begin"), float(sys.argv[2]) * 1000
-print("%d" % max(0, bt - ms(b["ts"])) if b and bt > 0 else "-")
-PY
-}
-
-# n_commit EVENTS: ms from the notice record to the commit record.
-n_commit() {
-    /usr/bin/python3 - "$1" <<'PY'
-import json, sys
-from datetime import datetime, timezone
-def ms(ts):
-    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp() * 1000
-ev = {}
-for line in open(sys.argv[1]):
-    try:
-        r = json.loads(line)
-    except ValueError:
-        continue
-    ev.setdefault(r.get("event"), r)
-n, c = ev.get("notice"), ev.get("commit")
-print("%d" % (ms(c["ts"]) - ms(n["ts"])) if n and c else "-")
+b, n, c, bt = ev.get("checkpoint_begin"), ev.get("notice"), ev.get("commit"), float(sys.argv[2]) * 1000
+print("%d" % max(0, bt - ms(b["ts"])) if b and bt > 0 else "-",
+      "%d" % (ms(c["ts"]) - ms(n["ts"])) if n and c else "-")
 PY
 }
 
 # run_one VERSION STEP_MS I: one world, one notice; a line of results.
 run_one() {
-    local v=$1 step=$2 i=$3 d=$tmp/run P drill w0 w1 rc
+    local v=$1 step=$2 i=$3 d=$tmp/run P drill w0 w1 nc rc
     rm -rf "$d"
     mkdir -p "$d/store"
     P=$(free_ports)
@@ -168,9 +151,13 @@ run_one() {
         echo "$v $step failed"
         return
     fi
-    w0=$(wait_of "$d/n0.ev" "$d/n0") w1=$(wait_of "$d/n1.ev" "$d/n1")
-    [ "$w0" = - ] || [ "$w1" = - ] && { echo "$v $step - - $(n_commit "$d/n1.ev")"; return; }
-    echo "$v $step $(( w0 > w1 ? w0 : w1 )) $(n_commit "$d/n1.ev")"
+    read -r w0 _ < <(times "$d/n0.ev" "$d/n0")
+    read -r w1 nc < <(times "$d/n1.ev" "$d/n1")
+    if [ "$w0" = - ] || [ "$w1" = - ]; then
+        echo "$v $step - $nc"
+    else
+        echo "$v $step $((w0 > w1 ? w0 : w1)) $nc"
+    fi
 }
 
 # wait_exit_ PID SECONDS: its exit status, or 124 (killed) after SECONDS.
