@@ -121,7 +121,7 @@ struct control {
     long long id;
     uint64_t gen;
     char *dir;
-    bool hold_next;                /* control_hold_next() */
+    uint64_t hold_gen;             /* control_hold_next()'s; 0: none */
     int64_t hold_ms;               /* the query's hold; 0: none */
     long long target;              /* the step asked for (SAVE) */
     control_step_fn ask;
@@ -485,6 +485,7 @@ static int send_query(struct worker *w)
 static int join(struct worker *w)
 {
     struct control *c = w->c;
+
     if (c->phase != QUERY || w->in_ck)
         return 0;
     w->in_ck = true;
@@ -1002,18 +1003,16 @@ static int64_t hold_for(const struct control *c, int64_t deadline_ms)
     return hold < quarter ? hold : quarter > 0 ? quarter : 0;
 }
 
-void control_hold_next(struct control *c)
+void control_hold_next(struct control *c, uint64_t gen)
 {
-    c->hold_next = true;
+    c->hold_gen = gen;
 }
 
 int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t deadline_ms,
                        control_step_fn ask, control_saved_fn done, void *arg)
 {
     struct worker *one;
-    bool hold = c->hold_next;
 
-    c->hold_next = false;
     if (c->phase != IDLE)
         return -EBUSY;
     if (deadline_ms <= 0)
@@ -1026,7 +1025,7 @@ int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t
     c->done = done;
     c->arg = arg;
     c->phase = QUERY;
-    c->hold_ms = hold ? hold_for(c, deadline_ms) : 0;
+    c->hold_ms = gen && gen == c->hold_gen ? hold_for(c, deadline_ms) : 0;
     for (unsigned i = 0; i < c->n; i++)
         if (counts(c->w[i])) {
             c->w[i]->in_ck = true;

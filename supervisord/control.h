@@ -94,10 +94,10 @@ int control_checkpoint(struct control *c, uint64_t gen, const char *dir, int64_t
  * otherwise; -EINVAL when no checkpoint waits for one). */
 int control_save_at(struct control *c, int64_t step);
 
-/* The next control_checkpoint() is a terminating notice's: its workers
- * wait at the step they answer (a hold, up to two steps and at most 5 s)
- * so that they save that step, not the next. */
-void control_hold_next(struct control *c);
+/* The checkpoint of generation gen is a terminating notice's: its
+ * workers wait at the step they answer (a hold, up to two steps and at
+ * most 5 s) so that they save that step, not the next. */
+void control_hold_next(struct control *c, uint64_t gen);
 
 /* Give up the checkpoint under way (the workers are told to cancel); done
  * gets -ECANCELED with reason.  Nothing when none is. */

@@ -656,7 +656,7 @@ static void ask_method(struct orch *r)
         r->told_last = true;
     }
     if (err == 0 && r->terminating && r->control)
-        control_hold_next(r->control); /* several trainers: each saves the step it is at */
+        control_hold_next(r->control, r->gen); /* several trainers: each saves the step it is at */
     if (err == 0)
         err = r->mops->save(r->method, r->gen, r->dir, r->deadline_ms, orch_on_method_saved, r);
     if (err == 0)
@@ -718,7 +718,7 @@ static void ask_world(struct orch *r)
     if (err == 0 && r->mops->query) {
         r->saving = SV_METHOD;
         if (r->round_last && r->control)
-            control_hold_next(r->control); /* the world saves the step it is at */
+            control_hold_next(r->control, r->gen); /* the world saves the step it is at */
         err = r->mops->query(r->method, r->gen, r->dir, r->deadline_ms, on_ask,
                              orch_on_method_saved, r);
     } else if (err == 0) {

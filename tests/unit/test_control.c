@@ -754,7 +754,7 @@ TEST(control_hold)
     if (!(ctl = new_control(&o, path)))
         return;
     two_holders(base, path, HOLDS, HOLDS, &a, &b);
-    control_hold_next(ctl);
+    control_hold_next(ctl, 1);
     checkpoint_now(&r, base, 1, ck, 20000);
     CHECK_INT(wait_child(base, a), 40);
     CHECK_INT(wait_child(base, b), 40);
@@ -764,18 +764,17 @@ TEST(control_hold)
     if (!(ctl = new_control(&o, path)))
         return;
     two_holders(base, path, HOLDS, OLD, &a, &b);
-    control_hold_next(ctl);
+    control_hold_next(ctl, 2);
     checkpoint_now(&r, base, 2, ck, 20000);
     CHECK_INT(wait_child(base, a), 41);
     CHECK_INT(wait_child(base, b), 41);
     ctl = control_free(ctl);
 
-    /* Without the notice no one holds (the hold is the next checkpoint's
+    /* Without the notice no one holds (the hold is its generation's
      * only). */
     if (!(ctl = new_control(&o, path)))
         return;
-    control_hold_next(ctl);
-    CHECK_INT(control_checkpoint(ctl, 3, ck, 0, NULL, on_saved, &r), -EINVAL);
+    control_hold_next(ctl, 2);
     two_holders(base, path, NO_HOLD, NO_HOLD, &a, &b);
     checkpoint_now(&r, base, 3, ck, 20000);
     CHECK_INT(wait_child(base, a), 41);
@@ -791,7 +790,7 @@ TEST(control_hold)
     memset(&r, 0, sizeof(r));
     r.base = base;
     n_asked = 0;
-    control_hold_next(ctl);
+    control_hold_next(ctl, 4);
     CHECK_INT(control_checkpoint(ctl, 4, ck, notice_now_ms() + 20000, on_asked, on_saved, &r), 0);
     run_until(base, asked_n, &one);
     CHECK_INT(write(go[1], "x", 1), 1);
@@ -814,7 +813,7 @@ TEST(control_hold)
     memset(&r, 0, sizeof(r));
     r.base = base;
     n_asked = 0;
-    control_hold_next(ctl);
+    control_hold_next(ctl, 5);
     CHECK_INT(control_checkpoint(ctl, 5, ck, notice_now_ms() + 20000, on_asked, on_saved, &r), 0);
     run_until(base, asked_n, &one);
     CHECK_INT(asked[0], 6);
