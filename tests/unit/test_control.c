@@ -630,6 +630,7 @@ TEST(control_at_once)
 
 enum hold_kind {
     HOLDS,                         /* answers with hold_ms: it waits at its step */
+    HOLDS_ON,                      /* so, and stays until the checkpoint's cancel */
     OLD,                           /* answers without (an older libckpt) */
     RELEASES,                      /* holds; trains on once the test writes to go[1] */
     RELEASES_LATE,                 /* holds; trains on once the checkpoint came */
@@ -662,7 +663,8 @@ static long long member(const char *line, const char *key)
 /* A worker by hand, in a child process: hello as local rank rank, a
  * progress report, then the answer to the query (step 7) as kind says;
  * its exit: 40 plus the step of the checkpoint less 7, 50 a cancel, 30 a
- * query with no hold_ms where one was due, 31 one where none was. */
+ * query with no hold_ms where one was due, 31 one where none was, 23 no
+ * cancel after the checkpoint (HOLDS_ON). */
 static int go[2];
 
 static pid_t spawn_holder(const char *path, int rank, enum hold_kind kind)
@@ -702,7 +704,10 @@ static pid_t spawn_holder(const char *path, int rank, enum hold_kind kind)
         _exit(50);
     if (!strstr(line, "\"type\":\"checkpoint\""))
         _exit(22);
-    _exit((int)(40 + member(line, "\"step\":") - 7));
+    n = (int)(40 + member(line, "\"step\":") - 7);
+    if (kind == HOLDS_ON)
+        read_line(fd, line, sizeof(line));
+    _exit(kind == HOLDS_ON && !strstr(line, "\"type\":\"cancel\"") ? 23 : n);
 }
 
 static long long asked[4];
@@ -809,7 +814,7 @@ TEST(control_hold)
     /* One trains on once 7 was named: the checkpoint fails, with why. */
     if (!(ctl = new_control(&o, path)))
         return;
-    two_holders(base, path, HOLDS, RELEASES_LATE, &a, &b);
+    two_holders(base, path, HOLDS_ON, RELEASES_LATE, &a, &b);
     memset(&r, 0, sizeof(r));
     r.base = base;
     n_asked = 0;
