@@ -453,20 +453,19 @@ static int answer_query(struct ckpt *c, long long step)
         JSONL_INT("step", step),
         JSONL_INT("hold_ms", c->query_hold),
     };
+    struct jsonl_kv rel[] = {
+        JSONL_STR("type", "released"),
+        JSONL_INT("id", c->query_id),
+        JSONL_INT("step", step),
+    };
     int r;
 
     c->query = false;
     r = send_msg(c, kv, c->query_hold > 0 ? 4 : 3);
     c->awaiting = r == 0;
-    if (r == 0 && c->query_hold > 0)
+    if (r == 0 && c->query_hold > 0) {
         r = await_checkpoint(c, c->query_hold);
-    if (r == 0 && c->awaiting) {
-        struct jsonl_kv rel[] = {
-            JSONL_STR("type", "released"),
-            JSONL_INT("id", c->query_id),
-            JSONL_INT("step", step),
-        };
-        if (c->query_hold > 0)
+        if (r == 0 && c->awaiting)
             r = send_msg(c, rel, 3);
     }
     return r;

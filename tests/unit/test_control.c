@@ -725,15 +725,37 @@ static int asked_n(void *arg)
     return n_asked >= *(int *)arg;
 }
 
-/* Two workers started by hand for a checkpoint (gen) that holds, or not. */
-static void two_holders(struct event_base *base, const char *path, enum hold_kind ka,
-                        enum hold_kind kb, pid_t *a, pid_t *b)
+/* A control at path with two workers started by hand (ka, kb); the
+ * checkpoint of generation hold_gen holds.  false when it cannot open. */
+static bool two_holders(struct control_opts *o, const char *path, uint64_t hold_gen,
+                        enum hold_kind ka, enum hold_kind kb, pid_t *a, pid_t *b)
 {
+    if (!(ctl = new_control(o, path)))
+        return false;
+    control_hold_next(ctl, hold_gen);
     *a = spawn_holder(path, 0, ka);
     *b = spawn_holder(path, 1, kb);
     want_workers = 2;
-    run_until(base, enough_workers, NULL);
+    run_until(o->base, enough_workers, NULL);
     CHECK_INT(control_workers(ctl), 2);
+    return true;
+}
+
+/* A checkpoint of gen without a caller's step, the workers ka and kb, the
+ * hold for hold_gen: both must say they were asked for 7 + want. */
+static void hold_case(struct control_opts *o, const char *path, const char *ck,
+                      uint64_t hold_gen, uint64_t gen, enum hold_kind ka, enum hold_kind kb,
+                      int want)
+{
+    struct result r;
+    pid_t a, b;
+
+    if (!two_holders(o, path, hold_gen, ka, kb, &a, &b))
+        return;
+    checkpoint_now(&r, o->base, gen, ck, 20000);
+    CHECK_INT(wait_child(o->base, a), 40 + want);
+    CHECK_INT(wait_child(o->base, b), 40 + want);
+    ctl = control_free(ctl);
 }
 
 /* At a terminating notice (control_hold_next()) the workers wait at the
@@ -755,47 +777,21 @@ TEST(control_hold)
     snprintf(ck, sizeof(ck), "%s/g1", dir);
     mkdir(ck, 0700);
 
-    /* Both hold at 7: they save 7. */
-    if (!(ctl = new_control(&o, path)))
-        return;
-    two_holders(base, path, HOLDS, HOLDS, &a, &b);
-    control_hold_next(ctl, 1);
-    checkpoint_now(&r, base, 1, ck, 20000);
-    CHECK_INT(wait_child(base, a), 40);
-    CHECK_INT(wait_child(base, b), 40);
-    ctl = control_free(ctl);
-
-    /* One holds, one cannot: 8, which both reach. */
-    if (!(ctl = new_control(&o, path)))
-        return;
-    two_holders(base, path, HOLDS, OLD, &a, &b);
-    control_hold_next(ctl, 2);
-    checkpoint_now(&r, base, 2, ck, 20000);
-    CHECK_INT(wait_child(base, a), 41);
-    CHECK_INT(wait_child(base, b), 41);
-    ctl = control_free(ctl);
-
-    /* Without the notice no one holds (the hold is its generation's
-     * only). */
-    if (!(ctl = new_control(&o, path)))
-        return;
-    control_hold_next(ctl, 2);
-    two_holders(base, path, NO_HOLD, NO_HOLD, &a, &b);
-    checkpoint_now(&r, base, 3, ck, 20000);
-    CHECK_INT(wait_child(base, a), 41);
-    CHECK_INT(wait_child(base, b), 41);
-    ctl = control_free(ctl);
+    /* Both hold at 7: they save 7.  One holds, one cannot: 8, which both
+     * reach.  Without the notice no one holds (the hold is its
+     * generation's only). */
+    hold_case(&o, path, ck, 1, 1, HOLDS, HOLDS, 0);
+    hold_case(&o, path, ck, 2, 2, HOLDS, OLD, 1);
+    hold_case(&o, path, ck, 2, 3, NO_HOLD, NO_HOLD, 1);
 
     /* A world's: the caller hears 6 (it adds one); a worker that trains
      * on makes it 7, and 7 can no longer be saved. */
-    if (!(ctl = new_control(&o, path)))
-        return;
     CHECK_INT(pipe(go), 0);
-    two_holders(base, path, HOLDS, RELEASES, &a, &b);
+    if (!two_holders(&o, path, 4, HOLDS, RELEASES, &a, &b))
+        return;
     memset(&r, 0, sizeof(r));
     r.base = base;
     n_asked = 0;
-    control_hold_next(ctl, 4);
     CHECK_INT(control_checkpoint(ctl, 4, ck, notice_now_ms() + 20000, on_asked, on_saved, &r), 0);
     run_until(base, asked_n, &one);
     CHECK_INT(write(go[1], "x", 1), 1);
@@ -812,13 +808,11 @@ TEST(control_hold)
     ctl = control_free(ctl);
 
     /* One trains on once 7 was named: the checkpoint fails, with why. */
-    if (!(ctl = new_control(&o, path)))
+    if (!two_holders(&o, path, 5, HOLDS_ON, RELEASES_LATE, &a, &b))
         return;
-    two_holders(base, path, HOLDS_ON, RELEASES_LATE, &a, &b);
     memset(&r, 0, sizeof(r));
     r.base = base;
     n_asked = 0;
-    control_hold_next(ctl, 5);
     CHECK_INT(control_checkpoint(ctl, 5, ck, notice_now_ms() + 20000, on_asked, on_saved, &r), 0);
     run_until(base, asked_n, &one);
     CHECK_INT(asked[0], 6);
