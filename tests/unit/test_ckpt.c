@@ -75,16 +75,32 @@ static int script_line(FILE *in, const char *type, const char *key, long long wa
     return 0;
 }
 
-static int fake_spotd(int lfd)
+/* One conversation on lfd's first connection: script (which returns 0
+ * when all went as written), then the trainer's close.  Its exit code. */
+static int converse(int lfd, int (*script)(int fd, FILE *in))
 {
     int fd = accept(lfd, NULL, NULL);
     FILE *in = fd >= 0 ? fdopen(dup(fd), "r") : NULL;
-    int r = 0;
+    int r;
+
+    if (!in)
+        return 10;
+    r = script(fd, in);
+    /* Wait for the trainer to close, then end. */
+    if (!r && fgetc(in) != EOF)
+        r = 11;
+    fclose(in);
+    close(fd);
+    return r;
+}
 
 #define SAY(s) (r = r ? r : (write(fd, s "\n", sizeof(s)) == (ssize_t)sizeof(s) ? 0 : 9))
 #define HEAR(t, k, v) (r = r ? r : script_line(in, t, k, v))
-    if (!in)
-        return 10;
+
+static int conversation(int fd, FILE *in)
+{
+    int r = 0;
+
     HEAR("hello", "local_rank", 3);
     SAY("{\"v\":1,\"type\":\"welcome\",\"resume_dir\":\"/ck/g7\",\"resume_step\":700,\"gen\":7}"
         "\n{\"v\":1,\"type\":\"query\",\"id\":1}");
@@ -100,14 +116,7 @@ static int fake_spotd(int lfd)
         "\"deadline\":\"2026-11-30T10:00:00Z\"}");
     HEAR("failed", "id", 3);
     SAY("{\"v\":1,\"type\":\"stop\",\"reason\":\"notice\"}");
-    /* Wait for the trainer to close, then end. */
-    if (!r && fgetc(in) != EOF)
-        r = 11;
-    fclose(in);
-    close(fd);
     return r;
-#undef SAY
-#undef HEAR
 }
 
 /* A listening socket at dir/ctl.sock, dir made from its template; path
@@ -134,7 +143,7 @@ TEST(ckpt_conversation)
 
     pid = fork();
     if (pid == 0)
-        _exit(fake_spotd(lfd));
+        _exit(converse(lfd, conversation));
     setenv("LOCAL_RANK", "3", 1);
     setenv("SPOT_SOCKET", path, 1);
     CHECK_INT(ckpt_open(&c), 0);
@@ -191,16 +200,10 @@ TEST(ckpt_conversation)
  * until the checkpoint comes (and saves that step), or says it trains on
  * once the hold ran out, and then waits at its next step as after any
  * answer. */
-static int fake_holding_spotd(int lfd)
+static int holding_conversation(int fd, FILE *in)
 {
-    int fd = accept(lfd, NULL, NULL);
-    FILE *in = fd >= 0 ? fdopen(dup(fd), "r") : NULL;
     int r = 0;
 
-#define SAY(s) (r = r ? r : (write(fd, s "\n", sizeof(s)) == (ssize_t)sizeof(s) ? 0 : 9))
-#define HEAR(t, k, v) (r = r ? r : script_line(in, t, k, v))
-    if (!in)
-        return 10;
     HEAR("hello", NULL, 0);
     SAY("{\"v\":1,\"type\":\"welcome\",\"resume_dir\":null,\"resume_step\":null,\"gen\":null}"
         "\n{\"v\":1,\"type\":\"query\",\"id\":1,\"hold_ms\":20000}");
@@ -216,14 +219,10 @@ static int fake_holding_spotd(int lfd)
         "\"deadline\":null}");
     HEAR("saved", "step", 12);
     SAY("{\"v\":1,\"type\":\"stop\",\"reason\":\"notice\"}");
-    if (!r && fgetc(in) != EOF)
-        r = 11;
-    fclose(in);
-    close(fd);
     return r;
+}
 #undef SAY
 #undef HEAR
-}
 
 TEST(ckpt_hold)
 {
@@ -234,7 +233,7 @@ TEST(ckpt_hold)
 
     pid = fork();
     if (pid == 0)
-        _exit(fake_holding_spotd(lfd));
+        _exit(converse(lfd, holding_conversation));
     CHECK_INT(ckpt_open_at(path, &c), 0);
     if (c) {
         /* Held at 10 until the checkpoint named 10: saved at once. */
