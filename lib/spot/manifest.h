@@ -58,6 +58,8 @@ struct mf_file {
     char *target;                /* MF_SYMLINK */
     struct mf_chunk *chunks;
     size_t n_chunks;
+    bool streamed;               /* snap_save(): stored by snap_put_chunk(),
+                                    not read from the directory */
 };
 
 struct manifest {

@@ -231,6 +231,15 @@ struct snap_save_req {
     uint32_t share_index, share_count;
     void (*split)(void *arg, struct snap_split *sp, const uint8_t fingerprint[32]);
     void *split_arg;
+    /* Files that are not in dir: their bytes came as a stream (CRIU's
+     * pages through spotd's image streamer) and every chunk of them was
+     * stored with snap_put_chunk() for gen.  They join the manifest as
+     * given (path, mode, mtime, chunks; size the chunks' sum): a chunk
+     * that is neither zero nor stored for gen nor in the newest committed
+     * generation fails the save, and so does a file of the same name in
+     * dir.  Copied; not read from anywhere. */
+    const struct mf_file *streamed;
+    size_t n_streamed;
 };
 void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_counters *c,
                snap_saved_fn done, void *arg);
@@ -250,6 +259,25 @@ void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_coun
  * fields are zero.  c may be NULL. */
 void snap_prestore(struct snap *s, uint64_t gen, const char *dir, const char *rel, uint64_t from,
                    bool final, struct snap_counters *c, snap_saved_fn done, void *arg);
+
+/* A chunk buffer for snap_put_chunk(): the chunk size and the room the
+ * engine needs behind it.  snap_chunk_buf_put() takes back one that was
+ * not put.  NULL: out of memory. */
+uint8_t *snap_chunk_buf(struct snap *s);
+void snap_chunk_buf_put(struct snap *s, uint8_t *buf);
+
+/* c: the chunk's hash, length and whether it is all zeros; NULL on error. */
+typedef void (*snap_chunk_fn)(void *arg, int err, const char *msg, const struct mf_chunk *c);
+
+/* Store the len bytes in buf (a buffer from snap_chunk_buf(), len at most
+ * the chunk size; taken, whatever the outcome) as a chunk of a later save
+ * of gen, which names it in req->streamed: checked for zeros, hashed,
+ * deduplicated against the newest committed generation and the chunks
+ * stored for gen, and stored, on the pool like a save's own.  Nothing is
+ * read from disk: bytes that arrive through a pipe are hashed once, where
+ * they are.  name (the stream's) is for messages.  c may be NULL. */
+void snap_put_chunk(struct snap *s, uint64_t gen, const char *name, uint8_t *buf, uint32_t len,
+                    struct snap_counters *c, snap_chunk_fn done, void *arg);
 
 /* After a split save's split(): go on (see struct snap_save_req). */
 void snap_save_split(struct snap_split *sp, bool rest);

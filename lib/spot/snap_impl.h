@@ -142,6 +142,7 @@ struct snap {
     struct hset known;           /* chunks of generation known_gen */
     uint64_t known_gen;
     bool known_loading;
+    uint64_t known_for;          /* the generation the last load was for */
     struct save *known_waiters;  /* saves waiting for known to load */
     struct hset stored;          /* chunks stored for generation stored_gen */
     uint64_t stored_gen;
@@ -219,6 +220,7 @@ union snap_cb {
     snap_gc_fn gc;
     snap_manifests_fn shown;
     snap_newest_fn newest;
+    snap_chunk_fn chunk;
 };
 
 struct early {

@@ -95,6 +95,11 @@ struct save {
     char *pre_rel;
     uint64_t pre_from;
     bool pre_final;
+    /* snap_put_chunk(): one chunk of pre_rel's stream, in put_buf (taken
+     * by its task), reported to put_done */
+    uint8_t *put_buf;
+    uint32_t put_len;
+    snap_chunk_fn put_done;
 };
 
 struct scan_state {
@@ -114,6 +119,8 @@ static int scan_dir(struct scan_state *st, int dirfd, const char *rel, int depth
 static int scan_add(struct scan_state *st, const char *rel, const struct stat *stp,
                     enum mf_type type, const char *target, int fd);
 static int plan_chunks(const struct snap *s, struct mf_file *f, int fd);
+static int add_streamed(struct save *sv);
+static void check_streamed(struct save *sv);
 static ssize_t fd_read(void *ctx, void *buf, size_t len, uint64_t off);
 static int cmp_file(const void *a, const void *b);
 static void scan_done(struct pool_job *job);
@@ -198,6 +205,51 @@ void snap_prestore(struct snap *s, uint64_t gen, const char *dir, const char *re
     save_start(sv);
 }
 
+uint8_t *snap_chunk_buf(struct snap *s)
+{
+    return buf_get(s);
+}
+
+void snap_chunk_buf_put(struct snap *s, uint8_t *buf)
+{
+    buf_put(s, buf);
+}
+
+static void put_early(struct early *e)
+{
+    e->cb.chunk(e->arg, e->err, e->msg, NULL);
+}
+
+void snap_put_chunk(struct snap *s, uint64_t gen, const char *name, uint8_t *buf, uint32_t len,
+                    struct snap_counters *c, snap_chunk_fn done, void *arg)
+{
+    struct save *sv;
+
+    if (gen == 0 || gen > GEN_MAX || !name || !buf || len == 0 || len > s->chunk_size) {
+        buf_put(s, buf);
+        snap_early(s, put_early, (union snap_cb){ .chunk = done }, arg, -EINVAL,
+                   "invalid chunk (generation 1..%llu, 1 to %u bytes)", GEN_MAX, s->chunk_size);
+        return;
+    }
+    sv = calloc(1, sizeof(*sv));
+    if (!sv || !(sv->pre_rel = strdup(name)) || !(sv->method = strdup("app"))) {
+        if (sv)
+            free(sv->pre_rel);
+        free(sv);
+        buf_put(s, buf);
+        snap_early(s, put_early, (union snap_cb){ .chunk = done }, arg, -ENOMEM, "out of memory");
+        return;
+    }
+    sv->s = s;
+    sv->req.gen = gen;
+    sv->put_buf = buf;
+    sv->put_len = len;
+    sv->put_done = done;
+    sv->c = c ? c : &sv->own;
+    sv->arg = arg;
+    save_start(sv);
+}
+
 /* Scan once the chunks that the store already holds are known. */
 static void save_start(struct save *sv)
 {
@@ -212,11 +264,19 @@ static void save_start(struct save *sv)
         hset_clear(&s->stored);
         s->stored_gen = sv->req.gen;
     }
+    /* A stream's chunks come one by one: the newest generation is looked
+     * up once for the generation they are for, not for each. */
+    if (sv->put_done && !s->known_loading && s->known_for == sv->req.gen) {
+        scan_work(&sv->scan);
+        scan_done(&sv->scan);
+        return;
+    }
     sv->next_waiter = s->known_waiters;
     s->known_waiters = sv;
     if (s->known_loading)
         return;
     s->known_loading = true;
+    s->known_for = sv->req.gen;
     /* The newest through <job>/LATEST: a few requests, not one per
      * generation the job keeps (snap_latest.c). */
     g = snap_gens_op_newest(s, on_known_gens, NULL);
@@ -265,7 +325,9 @@ static void save_fail(struct save *sv, int err, const char *fmt, ...)
 
 static void save_report(struct save *sv)
 {
-    if (sv->err)
+    if (sv->put_done)
+        sv->put_done(sv->arg, sv->err, sv->msg, sv->err ? NULL : &sv->m.files[0].chunks[0]);
+    else if (sv->err)
         sv->done(sv->arg, sv->err, sv->msg, NULL);
     else
         sv->done(sv->arg, 0, "", &sv->result);
@@ -275,6 +337,7 @@ static void save_report(struct save *sv)
     free(sv->pre_rel);
     free(sv->dir);
     free(sv->method);
+    buf_put(sv->s, sv->put_buf);
     free(sv);
 }
 
@@ -354,9 +417,28 @@ static void scan_work(struct pool_job *job)
 {
     struct save *sv = (struct save *)((char *)job - offsetof(struct save, scan));
     struct scan_state st = { .sv = sv };
-    int fd = open(sv->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd;
 
-    if (fd < 0) {
+    if (sv->put_done) {
+        /* One chunk, from no file. */
+        struct mf_file *f = calloc(1, sizeof(*f));
+
+        if (!f || !(f->path = strdup(sv->pre_rel)) || !(f->chunks = calloc(1, sizeof(*f->chunks)))) {
+            if (f)
+                free(f->path);
+            free(f);
+            save_fail(sv, -ENOMEM, "out of memory");
+            return;
+        }
+        f->type = MF_FILE;
+        f->size = sv->put_len;
+        f->chunks[0].len = sv->put_len;
+        f->n_chunks = 1;
+        sv->m.files = f;
+        sv->m.n_files = 1;
+        return;
+    }
+    if ((fd = open(sv->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
         save_fail(sv, -errno, "cannot open the checkpoint directory '%s': %s", sv->dir,
                   strerror(errno));
         return;
@@ -365,8 +447,90 @@ static void scan_work(struct pool_job *job)
         scan_one(sv, fd);
         return;
     }
-    if (scan_dir(&st, fd, "", 0) == 0 && sv->m.n_files)
+    if (scan_dir(&st, fd, "", 0) == 0 && add_streamed(sv) == 0 && sv->m.n_files) {
         qsort(sv->m.files, sv->m.n_files, sizeof(*sv->m.files), cmp_file);
+        for (size_t i = 1; i < sv->m.n_files; i++)
+            if (strcmp(sv->m.files[i - 1].path, sv->m.files[i].path) == 0) {
+                save_fail(sv, -EEXIST, "'%s/%s' is in the directory and came as a stream "
+                          "too", sv->dir, sv->m.files[i].path);
+                break;
+            }
+    }
+}
+
+/* The request's streamed files, copied into the manifest (the pool). */
+static int add_streamed(struct save *sv)
+{
+    struct manifest *m = &sv->m;
+    size_t n = sv->req.n_streamed;
+    struct mf_file *nf;
+
+    if (!n)
+        return 0;
+    if (!(nf = realloc(m->files, (m->n_files + n) * sizeof(*nf)))) {
+        save_fail(sv, -ENOMEM, "out of memory");
+        return -ENOMEM;
+    }
+    m->files = nf;
+    for (size_t i = 0; i < n; i++) {
+        const struct mf_file *g = &sv->req.streamed[i];
+        struct mf_file *f = &m->files[m->n_files];
+
+        if (g->type != MF_FILE || !manifest_path_valid(g->path)) {
+            save_fail(sv, -EINVAL, "invalid streamed file '%s'", g->path);
+            return -EINVAL;
+        }
+        memset(f, 0, sizeof(*f));
+        if (!(f->path = strdup(g->path)) ||
+            (g->n_chunks && !(f->chunks = malloc(g->n_chunks * sizeof(*f->chunks))))) {
+            free(f->path);
+            save_fail(sv, -ENOMEM, "out of memory");
+            return -ENOMEM;
+        }
+        m->n_files++;
+        f->type = MF_FILE;
+        f->mode = g->mode & 07777;
+        f->mtime_s = g->mtime_s;
+        f->mtime_ns = g->mtime_ns;
+        f->streamed = true;
+        if (g->n_chunks)
+            memcpy(f->chunks, g->chunks, g->n_chunks * sizeof(*f->chunks));
+        f->n_chunks = g->n_chunks;
+        for (size_t c = 0; c < g->n_chunks; c++)
+            f->size += g->chunks[c].len;
+    }
+    return 0;
+}
+
+/* Every chunk of a streamed file is zero, or stored: snap_put_chunk()
+ * said so for this generation, or the newest committed one holds it (on
+ * the loop, where s->stored changes). */
+static void check_streamed(struct save *sv)
+{
+    struct snap *s = sv->s;
+
+    for (size_t i = 0; !sv->err && i < sv->m.n_files; i++) {
+        const struct mf_file *f = &sv->m.files[i];
+
+        for (size_t c = 0; f->streamed && c < f->n_chunks; c++) {
+            const struct mf_chunk *mc = &f->chunks[c];
+            struct slot *slot;
+
+            if (mc->zero) {
+                sv->c->bytes_zero += mc->len;
+                continue;
+            }
+            slot = s->stored_gen == sv->req.gen ? hset_find(&s->stored, mc->hash) : NULL;
+            if ((!slot || slot->state != SLOT_KNOWN) && !hset_find(&s->known, mc->hash)) {
+                save_fail(sv, -ENOENT, "chunk %zu of the streamed '%s' was not stored: the "
+                          "stream's upload failed", c, f->path);
+                break;
+            }
+            sv->c->bytes_early += mc->len;
+            sv->c->chunks++;
+            sv->c->chunks_skipped++;
+        }
+    }
 }
 
 /* snap_prestore()'s one file: what is written of it so far. */
@@ -586,6 +750,7 @@ static void scan_done(struct pool_job *job)
     if (job->cancelled)
         save_fail(sv, -ECANCELED, "cancelled");
     sv->scanned = true;
+    check_streamed(sv);
     if (sv->pre_rel && sv->m.n_files == 1) {
         const struct mf_file *f = &sv->m.files[0];
 
@@ -641,7 +806,7 @@ static void save_pump(struct save *sv)
             goto submit;
         }
         f = &sv->m.files[sv->next_file];
-        if (f->type != MF_FILE || sv->next_chunk >= f->n_chunks) {
+        if (f->type != MF_FILE || f->streamed || sv->next_chunk >= f->n_chunks) {
             sv->next_file++;
             sv->next_chunk = 0;
             sv->next_off = 0;
@@ -651,7 +816,12 @@ static void save_pump(struct save *sv)
         if (t) {
             t->off = sv->next_off;
             t->len = f->chunks[sv->next_chunk].len;
-            t->buf = buf_get(s);
+            if (sv->put_buf) {
+                t->buf = sv->put_buf;
+                sv->put_buf = NULL;
+            } else {
+                t->buf = buf_get(s);
+            }
         }
         if (!t || !t->buf) {
             free(t);
@@ -755,6 +925,15 @@ static void task_run(struct task *t)
     struct snap *s = sv->s;
     const struct mf_file *f = &sv->m.files[t->file];
 
+    if (t->stage == 1 && sv->put_done) {
+        /* snap_put_chunk(): the bytes are in buf already. */
+        t->zero = chunk_is_zero(t->buf, t->len);
+        if (!t->zero && chunk_hash_plain(t->buf, t->len, t->hash, s->sign ? &t->hasher : NULL) < 0) {
+            t->err = -EIO;
+            snprintf(t->msg, sizeof(t->msg), "cannot hash a chunk of '%s'", f->path);
+        }
+        return;
+    }
     if (t->stage == 1) {
         char path[PATH_MAX];
         struct stat stt;

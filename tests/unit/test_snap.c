@@ -977,3 +977,170 @@ TEST(snap_prestore)
     snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' '%s'", root, dir, dest);
     CHECK_INT(system(cmd), 0);
 }
+
+/* ---- chunks that come as a stream ------------------------------------------ */
+
+struct puts {
+    struct event_base *base;
+    unsigned left;
+    int err;
+    struct mf_chunk *chunks;     /* by index */
+};
+
+struct put_one {
+    struct puts *p;
+    size_t idx;
+};
+
+static void on_put_chunk(void *arg, int err, const char *msg, const struct mf_chunk *c)
+{
+    struct put_one *one = arg;
+    struct puts *p = one->p;
+
+    if (err && !p->err)
+        p->err = err;
+    if (c)
+        p->chunks[one->idx] = *c;
+    if (--p->left == 0)
+        event_base_loopbreak(p->base);
+}
+
+/* Put data (len bytes) as a stream of gen, all chunks in flight at once;
+ * f gets the streamed file. */
+static int put_stream(struct snap *s, struct event_base *base, uint64_t gen, char *name,
+                      const uint8_t *data, size_t len, struct snap_counters *c, struct mf_file *f)
+{
+    size_t n = (len + CHUNK - 1) / CHUNK;
+    struct put_one *ones = calloc(n, sizeof(*ones));
+    struct puts p = { .base = base, .left = (unsigned)n, .chunks = calloc(n, sizeof(struct mf_chunk)) };
+
+    for (size_t i = 0; i < n; i++) {
+        uint32_t l = (uint32_t)(len - i * CHUNK < CHUNK ? len - i * CHUNK : CHUNK);
+        uint8_t *b = snap_chunk_buf(s);
+
+        memcpy(b, data + i * CHUNK, l);
+        ones[i] = (struct put_one){ &p, i };
+        snap_put_chunk(s, gen, name, b, l, c, on_put_chunk, &ones[i]);
+    }
+    event_base_dispatch(base);
+    free(ones);
+    *f = (struct mf_file){ .path = name, .type = MF_FILE, .mode = 0600,
+                           .mtime_s = 1796045255, .chunks = p.chunks, .n_chunks = n };
+    return p.err;
+}
+
+static int save_streamed(struct snap *s, struct event_base *base, const char *dir, uint64_t gen,
+                         const struct mf_file *f, struct snap_counters *c, struct op *o)
+{
+    o->base = base;
+    snap_save(s, &(struct snap_save_req){ .dir = dir, .gen = gen, .step = gen * 10,
+                                          .method = "criu", .streamed = f, .n_streamed = 1 },
+              c, op_saved, o);
+    event_base_dispatch(base);
+    if (o->err)
+        return o->err;
+    {
+        struct commit_rank cr = { .rank = 0, .bytes = o->saved.bytes };
+        struct commit cm = { .job = "j", .gen = gen, .step = gen * 10, .world_size = 1,
+                             .reason = "manual", .method = "criu", .created_ms = 1796045255000LL,
+                             .version = "test", .ranks = &cr };
+
+        memcpy(cr.sha256, o->saved.sha256, 32);
+        snap_commit(s, &cm, op_done, o);
+        event_base_dispatch(base);
+    }
+    return o->err;
+}
+
+static char s_pages[] = "pages-1.img", s_inv[] = "inventory.img";
+
+/* A file that is never on disk (CRIU's pages through the image streamer):
+ * its chunks stored one by one from buffers, named in the save, restored
+ * whole beside the directory's own file; a second generation of the same
+ * bytes sends none; a chunk that was never stored, or a name the
+ * directory holds too, fails the save. */
+TEST(snap_stream)
+{
+    char root[] = "/tmp/spotd-unit-stream.XXXXXX", url[128], dir[256], path[400], dest[300];
+    struct event_base *base = event_base_new();
+    struct pool *pool = pool_new(base, 2);
+    struct store_ctx sc = { .base = base, .pool = pool };
+    struct store *st = NULL;
+    struct snap_counters c1 = { 0 }, c2 = { 0 }, sv = { 0 };
+    struct restored rs;
+    struct op o = { .base = base };
+    struct mf_file f;
+    struct snap *s;
+    char err[512], cmd[1024];
+    size_t size = 3 * CHUNK + CHUNK / 2, got = 0;
+    uint8_t *data = malloc(size);
+    char *back;
+
+    CHECK(mkdtemp(root) != NULL);
+    snprintf(url, sizeof(url), "file://%s", root);
+    snprintf(dir, sizeof(dir), "%s-w", root);
+    snprintf(dest, sizeof(dest), "%s-r", root);
+    CHECK_INT(mkdir(dir, 0700), 0);
+    snprintf(path, sizeof(path), "%s/inventory.img", dir);
+    spit(path, "small", 5);
+    CHECK_INT(store_open(url, &sc, &st, err, sizeof(err)), 0);
+    s = keyed_snap(base, pool, st, NULL);
+    for (size_t i = 0; i < size; i++)
+        data[i] = (uint8_t)(i * 13 + i / 4001);
+    memset(data + CHUNK, 0, CHUNK); /* chunk 1: a hole */
+
+    CHECK_INT(put_stream(s, base, 1, s_pages, data, size, &c1, &f), 0);
+    CHECK_INT((int)c1.chunks, 4);
+    CHECK_INT((int)c1.chunks_sent, 3);
+    CHECK_INT((int)c1.bytes_zero, CHUNK);
+    CHECK(f.chunks[1].zero && !f.chunks[0].zero && f.chunks[3].len == CHUNK / 2);
+    CHECK_INT(save_streamed(s, base, dir, 1, &f, &sv, &o), 0);
+    CHECK_INT((int)o.saved.bytes, (int)(size + 5));
+    CHECK_INT((int)sv.bytes_early, (int)(size - CHUNK));
+    CHECK_INT((int)sv.chunks_sent, 1); /* inventory.img, the one read from the directory */
+    CHECK_INT(restore(s, base, 1, dest, &rs), 0);
+    snprintf(path, sizeof(path), "%s/pages-1.img", dest);
+    back = slurp(path, &got);
+    CHECK(back != NULL);
+    CHECK_INT((int)got, (int)size);
+    CHECK(back && memcmp(back, data, size) == 0);
+    CHECK_INT((int)mode_of(dest, "pages-1.img"), 0600);
+    free(back);
+    free(f.chunks);
+
+    /* The same bytes again: found in generation 1, nothing sent. */
+    CHECK_INT(put_stream(s, base, 2, s_pages, data, size, &c2, &f), 0);
+    CHECK_INT((int)c2.chunks_sent, 0);
+    CHECK_INT((int)c2.chunks_skipped, 3);
+    CHECK_INT(save_streamed(s, base, dir, 2, &f, NULL, &o), 0);
+
+    /* A chunk nobody stored, and a name the directory has. */
+    f.chunks[2].hash[0] ^= 1;
+    CHECK_INT(save_streamed(s, base, dir, 3, &f, NULL, &o), -ENOENT);
+    CHECK_HAS(o.msg, "chunk 2 of the streamed 'pages-1.img' was not stored");
+    f.chunks[2].hash[0] ^= 1;
+    f.path = s_inv;
+    CHECK_INT(save_streamed(s, base, dir, 3, &f, NULL, &o), -EEXIST);
+    CHECK_HAS(o.msg, "came as a stream too");
+    free(f.chunks);
+
+    /* A chunk larger than the chunk size is refused, from the loop. */
+    {
+        struct puts p = { .base = base, .left = 1, .chunks = calloc(1, sizeof(struct mf_chunk)) };
+        struct put_one one = { &p, 0 };
+
+        snap_put_chunk(s, 3, "x", snap_chunk_buf(s), CHUNK + 1, NULL, on_put_chunk, &one);
+        CHECK_INT(p.left, 1);
+        event_base_dispatch(base);
+        CHECK_INT(p.err, -EINVAL);
+        free(p.chunks);
+    }
+
+    free(data);
+    s = snap_free(s);
+    st = store_close(st);
+    pool = pool_free(pool);
+    event_base_free(base);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' '%s'", root, dir, dest);
+    CHECK_INT(system(cmd), 0);
+}
