@@ -96,7 +96,7 @@ SPOTD_SRC  := supervisord/spotd.c supervisord/child.c supervisord/notices.c supe
               supervisord/control.c supervisord/orch_decide.c supervisord/orch.c supervisord/orch_plan.c \
               supervisord/orch_resume.c supervisord/orch_dirs.c supervisord/orch_world.c supervisord/hooks.c supervisord/peer.c \
               supervisord/world.c supervisord/world_decide.c supervisord/rendezvous.c supervisord/metrics.c supervisord/timeline.c \
-              supervisord/method.c supervisord/method_app.c supervisord/method_signal.c supervisord/method_dir.c supervisord/follow.c \
+              supervisord/method.c supervisord/method_app.c supervisord/method_signal.c supervisord/method_dir.c supervisord/follow.c supervisord/imgstream.c \
               supervisord/method_criu.c supervisord/cuda.c supervisord/nvml.c \
               supervisord/watch_local.c supervisord/watch_poll.c supervisord/watch_aws.c \
               supervisord/watch_alibaba.c supervisord/watch_tencent.c supervisord/watch_gcp.c \

@@ -20,6 +20,9 @@ struct event_base;
 struct child;
 struct control;
 struct method;
+struct mf_file;
+struct snap;
+struct snap_counters;
 
 struct method_ctx {
     struct event_base *base;
@@ -38,6 +41,8 @@ struct method_ctx {
     char *const *argv;             /* criu: the command line, to wrap (child_set_argv) */
     const char *resume_dir;        /* criu: the restored generation, NULL: none */
     const char *criu;              /* criu: --criu, NULL: "criu" in PATH */
+    int criu_stream;               /* criu: enum config_criu_stream */
+    struct snap *snap;             /* criu: where streamed dumps are chunked (imgstream.h) */
     void *arg;
 };
 
@@ -133,6 +138,11 @@ struct method_ops {
      * upload its files while they are written (follow.h).  NULL, or NULL
      * returned: none. */
     const char *(*writes)(struct method *m);
+    /* The files of the save just made that are not in its dir, their
+     * chunks stored already (snap_save_req.streamed), valid until the
+     * next save; what storing them cost is added into c.  NULL, or NULL
+     * returned: none. */
+    const struct mf_file *(*streamed)(struct method *m, size_t *n, struct snap_counters *c);
     /* Give up the save under way: done gets -ECANCELED.  Nothing when
      * none is. */
     void (*cancel)(struct method *m, const char *reason);

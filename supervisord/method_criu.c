@@ -31,7 +31,9 @@
 
 #include "child.h"
 #include "cuda.h"
+#include "imgstream.h"
 #include "method.h"
+#include "spot/config.h"
 #include "spot/gpuinv.h"
 #include "spot/log.h"
 #include "spot/notice.h"
@@ -59,6 +61,9 @@ struct method {
     int err;                       /* the save's outcome, once the GPUs are back */
     char msg[1200];
     char dir[4200];
+    uint64_t gen;
+    struct imgstream *stream;      /* the dump under way streams its pages (imgstream.h) */
+    int dump_status;               /* criu dump's, while the stream ends */
     method_saved_fn done;
     void *arg;
     struct event *restored;        /* restore: waits for the tree, for its GPUs */
@@ -291,11 +296,9 @@ static void gpu_on(struct method *m)
     }
 }
 
-static void on_dumped(void *arg, int status)
+/* criu dump has exited, and its stream, if any, has ended. */
+static void dumped(struct method *m, int status)
 {
-    struct method *m = arg;
-
-    m->helper = 0;
     if (m->err) {
         m->frozen = false; /* cancelled: CRIU let the tree go */
     } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -313,12 +316,61 @@ static void on_dumped(void *arg, int status)
         finish(m);
 }
 
+static void on_streamed(void *arg, int err, const char *msg)
+{
+    struct method *m = arg;
+
+    if (err && !m->err && WIFEXITED(m->dump_status) && WEXITSTATUS(m->dump_status) == 0) {
+        /* CRIU succeeded, its images did not all arrive: no dump. */
+        m->err = err;
+        m->frozen = false;
+        snprintf(m->msg, sizeof(m->msg), "the dump's image stream failed: %.1100s", msg);
+        log_msg(LOGL_ERROR, "%s", m->msg);
+        if (m->ngpu)
+            gpu_on(m);
+        else
+            finish(m);
+        return;
+    }
+    dumped(m, m->dump_status);
+}
+
+static void on_dumped(void *arg, int status)
+{
+    struct method *m = arg;
+
+    m->helper = 0;
+    if (m->stream) {
+        m->dump_status = status;
+        imgstream_finish(m->stream, on_streamed, m);
+        return;
+    }
+    dumped(m, status);
+}
+
+/* Whether this dump streams its pages into the snap, and through what:
+ * the last one before a stop by default (the tree stays stopped while a
+ * slow store holds the stream back, and nothing waits for it), or every
+ * one (--criu-stream). */
+static void open_stream(struct method *m)
+{
+    char err[600];
+
+    m->stream = imgstream_free(m->stream);
+    if (!m->ctx.snap || m->ctx.criu_stream == CRIU_STREAM_NEVER ||
+        (m->ctx.criu_stream == CRIU_STREAM_LAST && !m->last))
+        return;
+    if (!(m->stream = imgstream_start(m->ctx.base, m->ctx.snap, m->gen, m->dir, err,
+                                      sizeof(err))))
+        log_msg(LOGL_WARN, "%s: this dump goes to files", err);
+}
+
 /* criu dump, on_dumped() next; -errno when it cannot start. */
 static int dump(struct method *m)
 {
     char a_dump[] = "dump", a_t[] = "-t", a_d[] = "-D", a_w[] = "-W", a_o[] = "-o";
     char a_v[] = "-v2", a_log[] = "dump.log", a_stopped[] = "--leave-stopped";
-    char a_running[] = "--leave-running", pidarg[24];
+    char a_running[] = "--leave-running", a_stream[] = "--stream", pidarg[24];
     char *argv[16];
     pid_t init = init_pid(m);
     int r, n = 0;
@@ -337,11 +389,16 @@ static int dump(struct method *m)
     argv[n++] = a_log;
     argv[n++] = a_v;
     argv[n++] = m->last ? a_stopped : a_running;
-    argv[n] = NULL;
     if (init <= 0)
         return -ESRCH;
-    if ((r = spawn(m, argv, "dump.out", on_dumped)) < 0)
+    open_stream(m);
+    if (m->stream)
+        argv[n++] = a_stream;
+    argv[n] = NULL;
+    if ((r = spawn(m, argv, "dump.out", on_dumped)) < 0) {
+        m->stream = imgstream_free(m->stream);
         return r;
+    }
     m->frozen = m->last;
     return 0;
 }
@@ -416,6 +473,7 @@ static int criu_save(struct method *m, uint64_t gen, const char *dir, int64_t de
     if ((init = init_pid(m)) < 0)
         return -ESRCH;
     snprintf(m->dir, sizeof(m->dir), "%s", dir);
+    m->gen = gen;
     if ((r = write_pipes(m, init, dir)) < 0)
         return r;
     if (mkdir(m->work, 0700) < 0 && errno != EEXIST)
@@ -463,8 +521,14 @@ static int criu_save(struct method *m, uint64_t gen, const char *dir, int64_t de
         m->step = S_NONE;
         return r;
     }
-    (void)gen;
     return 0;
+}
+
+static const struct mf_file *criu_streamed(struct method *m, size_t *n,
+                                           struct snap_counters *c)
+{
+    *n = 0;
+    return m->stream ? imgstream_files(m->stream, n, c) : NULL;
 }
 
 static void criu_last(struct method *m)
@@ -561,6 +625,7 @@ static void criu_close(struct method *m)
     }
     if (m->restored)
         event_free(m->restored);
+    imgstream_free(m->stream);
     for (size_t i = 0; m->argv && m->argv[i]; i++)
         free(m->argv[i]);
     free(m->argv);
@@ -803,6 +868,7 @@ const struct method_ops method_criu = {
     .save = criu_save,
     .last = criu_last,
     .stands = criu_stands,
+    .streamed = criu_streamed,
     .committed = criu_committed,
     .cancel = criu_cancel,
     .stop = criu_stop,

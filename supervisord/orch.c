@@ -23,6 +23,7 @@
 #include "child.h"
 #include "control.h"
 #include "follow.h"
+#include "imgstream.h"
 #include "hooks.h"
 #include "method.h"
 #include "spot/log.h"
@@ -180,6 +181,9 @@ struct orch *orch_free(struct orch *r)
     free(r->stop_notice);
     if (r->mops && r->method)
         r->mops->close(r->method);
+    /* A streamed dump's chunks being stored end before the snap goes. */
+    while (imgstream_live() > 0 && event_base_loop(r->o.base, EVLOOP_ONCE) == 0)
+        ;
     r->hooks = hooks_free(r->hooks);
     r->control = control_free(r->control);
     r->snap = snap_free(r->snap);
@@ -293,6 +297,8 @@ void orch_run_command(struct orch *r)
         .argv = r->argv ? r->argv : r->o.argv,
         .resume_dir = r->resume_dir[0] ? r->resume_dir : NULL,
         .criu = r->o.criu,
+        .criu_stream = r->o.criu_stream,
+        .snap = r->snap,
         .arg = r,
     };
     char path[4200], err[512];
@@ -813,6 +819,8 @@ void orch_on_method_saved(void *arg, int err, const char *msg, int64_t step, con
         req.split_arg = r;
     }
     memset(&r->counters, 0, sizeof(r->counters));
+    if (r->mops->streamed)
+        req.streamed = r->mops->streamed(r->method, &req.n_streamed, &r->counters);
     snap_save(r->snap, &req, &r->counters, on_uploaded, r);
 }
 

@@ -90,6 +90,7 @@ struct orch_opts {
     const struct frame_key *job_key; /* signs and checks commit records; NULL: none */
     uint64_t peer_timeout_ms;
     const char *criu;              /* --criu: CRIU's path */
+    int criu_stream;               /* --criu-stream: enum config_criu_stream */
     uint32_t min_nodes;            /* elastic below world_size; 0: not elastic */
     uint64_t join_timeout_ms;
     unsigned master_port;

@@ -826,6 +826,7 @@ static int build_orch(struct run *run)
                              .job_key = run->job_keyed ? &run->job_key : NULL,
                              .peer_timeout_ms = config_num(cfg, OPT_PEER_TIMEOUT),
                              .criu = config_str(cfg, OPT_CRIU),
+                             .criu_stream = (int)config_num(cfg, OPT_CRIU_STREAM),
                              .min_nodes = wc->min_nodes,
                              .join_timeout_ms = config_num(cfg, OPT_JOIN_TIMEOUT),
                              .master_port = (unsigned)config_num(cfg, OPT_MASTER_PORT),

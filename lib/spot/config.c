@@ -27,6 +27,8 @@ static const char *const layout_choices[] = { "auto", "folders", "files", "fixed
 static const char *const saved_when_choices[] = { "auto", "marker", "exit", NULL };
 /* As enum config_ckpt_ranks. */
 static const char *const ckpt_ranks_choices[] = { "all", "rank0", NULL };
+/* As enum config_criu_stream. */
+static const char *const criu_stream_choices[] = { "last", "always", "never", NULL };
 static const char *const rendezvous_choices[] = { "static", "store", NULL };
 /* In the order of enum config_unrestorable. */
 static const char *const unrestorable_choices[] = { "older", "fresh", "fail", NULL };
@@ -179,6 +181,10 @@ const struct config_option config_options[OPT__COUNT] = {
     [OPT_CRIU] = { "criu", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                    "criu: the criu executable (default: criu in PATH; 4.2 or newer on "
                    "6.x kernels)" },
+    [OPT_CRIU_STREAM] = { "criu_stream", CONFIG_ENUM, "last", criu_stream_choices, 0, 0, false,
+                          NULL, "criu: which dumps stream their pages into the upload instead "
+                          "of files (criu dump --stream): last (the one before a stop), "
+                          "always, never" },
     [OPT_MIN_NODES] = { "min_nodes", CONFIG_UINT, NULL, NULL, 1, 1024, false, NULL,
                         "an elastic world: resume with this many nodes or more once "
                         "join_timeout has passed without the rest (default: world_size, "

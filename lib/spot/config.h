@@ -74,6 +74,7 @@ enum config_id {
     OPT_SPLIT_UPLOAD,
     OPT_RENDEZVOUS,
     OPT_CRIU,
+    OPT_CRIU_STREAM,
     OPT_MIN_NODES,
     OPT_JOIN_TIMEOUT,
     OPT_SOCKET,
@@ -202,6 +203,8 @@ enum config_unrestorable { UNRESTORABLE_OLDER, UNRESTORABLE_FRESH, UNRESTORABLE_
 /* OPT_CKPT_WRITERS, OPT_CKPT_READERS: every node's trainers, or global
  * rank 0's alone. */
 enum config_ckpt_ranks { CKPT_RANKS_ALL, CKPT_RANKS_RANK0 };
+/* OPT_CRIU_STREAM: which dumps go through spotd's image streamer. */
+enum config_criu_stream { CRIU_STREAM_LAST, CRIU_STREAM_ALWAYS, CRIU_STREAM_NEVER };
 /* Methods, in the order of OPT_METHOD's choices. */
 enum config_method {
     CONFIG_METHOD_APP,

@@ -237,7 +237,7 @@ struct snap_save_req {
      * given (path, mode, mtime, chunks; size the chunks' sum): a chunk
      * that is neither zero nor stored for gen nor in the newest committed
      * generation fails the save, and so does a file of the same name in
-     * dir.  Copied; not read from anywhere. */
+     * dir.  Copied at the call; nothing of them is read from dir. */
     const struct mf_file *streamed;
     size_t n_streamed;
 };

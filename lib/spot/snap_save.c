@@ -100,6 +100,9 @@ struct save {
     uint8_t *put_buf;
     uint32_t put_len;
     snap_chunk_fn put_done;
+    /* req->streamed, copied at the call: joins m.files in the scan */
+    struct mf_file *streamed;
+    size_t n_streamed;
 };
 
 struct scan_state {
@@ -119,6 +122,7 @@ static int scan_dir(struct scan_state *st, int dirfd, const char *rel, int depth
 static int scan_add(struct scan_state *st, const char *rel, const struct stat *stp,
                     enum mf_type type, const char *target, int fd);
 static int plan_chunks(const struct snap *s, struct mf_file *f, int fd);
+static int copy_streamed(struct save *sv);
 static int add_streamed(struct save *sv);
 static void check_streamed(struct save *sv);
 static ssize_t fd_read(void *ctx, void *buf, size_t len, uint64_t off);
@@ -169,6 +173,7 @@ void snap_save(struct snap *s, const struct snap_save_req *req, struct snap_coun
     sv->c = c ? c : &sv->own;
     sv->done = done;
     sv->arg = arg;
+    copy_streamed(sv); /* a failure is reported from the loop, at the scan's end */
     save_start(sv);
 }
 
@@ -338,6 +343,11 @@ static void save_report(struct save *sv)
     free(sv->dir);
     free(sv->method);
     buf_put(sv->s, sv->put_buf);
+    for (size_t i = 0; i < sv->n_streamed; i++) {
+        free(sv->streamed[i].path);
+        free(sv->streamed[i].chunks);
+    }
+    free(sv->streamed);
     free(sv);
 }
 
@@ -458,36 +468,35 @@ static void scan_work(struct pool_job *job)
     }
 }
 
-/* The request's streamed files, copied into the manifest (the pool). */
-static int add_streamed(struct save *sv)
+/* The request's streamed files, copied at the call: the caller's may go
+ * before the scan. */
+static int copy_streamed(struct save *sv)
 {
-    struct manifest *m = &sv->m;
+    const struct mf_file *from = sv->req.streamed;
     size_t n = sv->req.n_streamed;
-    struct mf_file *nf;
 
+    sv->req.streamed = NULL;
+    sv->req.n_streamed = 0;
     if (!n)
         return 0;
-    if (!(nf = realloc(m->files, (m->n_files + n) * sizeof(*nf)))) {
+    if (!(sv->streamed = calloc(n, sizeof(*sv->streamed)))) {
         save_fail(sv, -ENOMEM, "out of memory");
         return -ENOMEM;
     }
-    m->files = nf;
     for (size_t i = 0; i < n; i++) {
-        const struct mf_file *g = &sv->req.streamed[i];
-        struct mf_file *f = &m->files[m->n_files];
+        const struct mf_file *g = &from[i];
+        struct mf_file *f = &sv->streamed[i];
 
-        if (g->type != MF_FILE || !manifest_path_valid(g->path)) {
-            save_fail(sv, -EINVAL, "invalid streamed file '%s'", g->path);
+        if (g->type != MF_FILE || !g->path || !manifest_path_valid(g->path)) {
+            save_fail(sv, -EINVAL, "invalid streamed file '%s'", g->path ? g->path : "");
             return -EINVAL;
         }
-        memset(f, 0, sizeof(*f));
+        sv->n_streamed++;
         if (!(f->path = strdup(g->path)) ||
             (g->n_chunks && !(f->chunks = malloc(g->n_chunks * sizeof(*f->chunks))))) {
-            free(f->path);
             save_fail(sv, -ENOMEM, "out of memory");
             return -ENOMEM;
         }
-        m->n_files++;
         f->type = MF_FILE;
         f->mode = g->mode & 07777;
         f->mtime_s = g->mtime_s;
@@ -499,6 +508,27 @@ static int add_streamed(struct save *sv)
         for (size_t c = 0; c < g->n_chunks; c++)
             f->size += g->chunks[c].len;
     }
+    return 0;
+}
+
+/* The streamed files join the manifest (the pool). */
+static int add_streamed(struct save *sv)
+{
+    struct manifest *m = &sv->m;
+    struct mf_file *nf;
+
+    if (sv->err || !sv->n_streamed)
+        return sv->err;
+    if (!(nf = realloc(m->files, (m->n_files + sv->n_streamed) * sizeof(*nf)))) {
+        save_fail(sv, -ENOMEM, "out of memory");
+        return -ENOMEM;
+    }
+    m->files = nf;
+    memcpy(m->files + m->n_files, sv->streamed, sv->n_streamed * sizeof(*nf));
+    m->n_files += sv->n_streamed;
+    free(sv->streamed);
+    sv->streamed = NULL;
+    sv->n_streamed = 0;
     return 0;
 }
 
@@ -526,7 +556,10 @@ static void check_streamed(struct save *sv)
                           "stream's upload failed", c, f->path);
                 break;
             }
-            sv->c->bytes_early += mc->len;
+            if (hset_find(&s->known, mc->hash))
+                sv->c->bytes_skipped += mc->len;
+            else
+                sv->c->bytes_early += mc->len;
             sv->c->chunks++;
             sv->c->chunks_skipped++;
         }
