@@ -306,7 +306,8 @@ static void dumped(struct method *m, int status)
         m->err = -EIO;
         m->frozen = false;
     } else {
-        log_msg(LOGL_INFO, "criu dumped the command's tree into %s%s", m->dir,
+        log_msg(LOGL_INFO, "criu dumped the command's tree into %s%s%s", m->dir,
+                m->stream ? ", its pages streamed to the store, not to files" : "",
                 m->frozen ? "; it stays stopped until the stop" : "");
     }
     /* A tree that goes on needs its GPUs back; a frozen one is ended. */

@@ -27,8 +27,9 @@ check "criu: an uninterrupted run ends with its hash" grep -q "^done $STEPS hash
 # ---- 1. the C program: periodic dumps, a notice, a restore elsewhere ----------
 # Steps of 4 ms here (12 s for all, kept by the restored image): on a loaded
 # machine two dumps can take longer than 2 ms steps leave before the end.
+# Every dump streams its pages into the upload (--criu-stream always).
 ZDTM_STEP_US=4000 start_spotd run --job z --store "file://$T/store" --state-dir "$T/n1" --method criu \
-    --criu "$CRIU" --cloud none --interval 1s --notice-file "$T/notice" --events "$T/ev1" \
+    --criu "$CRIU" --criu-stream always --cloud none --interval 1s --notice-file "$T/notice" --events "$T/ev1" \
     -- "$ZDTM" $STEPS "$T/z.file"
 check "criu: two periodic dumps while it runs" \
     wait_for 20 eval '[ "$(ev "$T/ev1" commit | wc -l)" -ge 2 ]'
@@ -44,6 +45,12 @@ check "criu: the dump left the tree stopped, then ended it" \
     grep -q "it stays stopped until the stop" "$T/stderr"
 check "criu: later generations send only what changed" \
     eval '[ "$(jget "$(ev "$T/ev1" upload_done | sed -n 2p)" bytes_skipped)" -gt 0 ]'
+check "criu: every dump streamed its pages to the store" \
+    eval '[ "$(grep -c "its pages streamed to the store, not to files" "$T/stderr")" = "$(ev "$T/ev1" commit | wc -l)" ]'
+check "criu: ... none of them written to the state directory" \
+    eval '! ls "$T"/n1/work/gen-*/pages-*.img 2>/dev/null && ls "$T"/n1/work/gen-*/pagemap-*.img >/dev/null'
+check "criu: ... each in the generation's manifest" \
+    eval 'for m in "$T"/store/z/gens/*/rank-0.json; do grep -q "\"pages-[0-9]*\.img\"" "$m" || exit 1; done'
 ran=$(grep -c '^step ' "$T/stdout")
 check "criu: it had not finished" test "$(grep -c '^done ' "$T/stdout")" = 0
 cp "$T/stdout" "$T/run1.out"
@@ -70,9 +77,11 @@ PY=/usr/bin/python3
 pyref=$(ZDTM_STEP_US=500 "$PY" "$TOP/tests/criu/zdtm.py" 4000 | tail -n 1)
 ZDTM_STEP_US=500 start_spotd run --job p --store "file://$T/store" --state-dir "$T/p1" \
     --method criu --criu "$CRIU" --cloud none --drill-after 1500ms --events "$T/evp1" \
-    --interval 500ms --stage-dir "$SHM" -- "$PY" "$TOP/tests/criu/zdtm.py" 4000
+    --interval 500ms --stage-dir "$SHM" --criu-stream never -- "$PY" "$TOP/tests/criu/zdtm.py" 4000
 wait_exit "$SPOTD_PID" 30
 expect_eq "criu python: the drill's dump, then exit 75" 75 "$RC"
+check "criu python: with --criu-stream never, no dump streamed" \
+    eval '! grep -q "its pages streamed" "$T/stderr"'
 check "criu python: ... dumped into the stage, freed once committed" \
     eval 'ev "$T/evp1" checkpoint_saved | tail -n 1 | grep -q "\"dir\":\"$SHM/spotd-" && [ -z "$(ls -A "$SHM")" ]'
 # The operator's way this time: spotctl resume runs spotd with the criu
