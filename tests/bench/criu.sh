@@ -11,6 +11,8 @@
 #   BENCH_SIZES="64" tests/bench/criu.sh
 #   BENCH_STAGE=/dev/shm tests/bench/criu.sh    # spotd's dumps in memory
 #                                              # (--stage-dir, docs/methods.md)
+#   BENCH_STREAM=never tests/bench/criu.sh     # spotd's dumps to files, not
+#                                              # streamed (default: always)
 #
 # CPU is user + system time from /proc: of `criu` and of `tar | zstd` by
 # hand (bash's time), of spotd and the criu it waited for (utime, stime,
@@ -26,6 +28,9 @@ CHANGE=${BENCH_CHANGE:-10}
 # BENCH_STAGE: spotd's dumps go there (--stage-dir), not to its state directory.
 stage=()
 [ -n "${BENCH_STAGE:-}" ] && stage=(--stage-dir "$BENCH_STAGE")
+# BENCH_STREAM: which of spotd's dumps stream their pages (--criu-stream);
+# the snapshots here are periodic ones, which stream only with always.
+stage+=(--criu-stream "${BENCH_STREAM:-always}")
 # shellcheck source=tests/bench/lib.sh
 . "$root/tests/bench/lib.sh"
 
@@ -85,7 +90,7 @@ timed() {
 mb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1e6 }'; }
 per_gb() { awk -v c="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", c / (b / 1e9); else print "-" }'; }
 
-say "$(nproc) cores, CRIU $("$CRIU" --version | sed -n 's/^Version: //p'), a file store on local disk, $CHANGE % of the memory changed before the second snapshot${BENCH_STAGE:+, the dumps of spotd in $BENCH_STAGE}"
+say "$(nproc) cores, CRIU $("$CRIU" --version | sed -n 's/^Version: //p'), a file store on local disk, $CHANGE % of the memory changed before the second snapshot${BENCH_STAGE:+, the dumps of spotd in $BENCH_STAGE}, --criu-stream ${BENCH_STREAM:-always}"
 printf '%-5s %9s | %-27s | %-35s | %-38s | %8s\n' "" "" "CRIU by hand" "spotd: first snapshot" \
     "spotd: second snapshot" ""
 printf '%-5s %9s | %6s %6s %6s %6s | %6s %6s %6s %6s %6s | %6s %6s %6s %9s %7s | %8s\n' \
