@@ -12,6 +12,8 @@
 set -euo pipefail
 
 D=${1:?usage: criu.sh DIR}
+# apt takes a relative Dir::Etc::SourceList as relative to /etc/apt.
+D=$(realpath -m "$D")
 # The set that satisfies criu 4.2's libraries (checked with ldd).
 PKGS=(criu libcompel1 libc6 libbsd0 libmd0 libgnutls30t64 libnet9 libnftables1 libnl-3-200
       libprotobuf-c1 libuuid1 libp11-kit0 libidn2-0 libunistring5 libtasn1-6 libnettle8t64
