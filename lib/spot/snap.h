@@ -313,6 +313,17 @@ void snap_commit(struct snap *s, const struct commit *c, snap_done_fn done, void
 void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
                   struct snap_counters *c, snap_done_fn done, void *arg);
 
+/* snap_restore() and snap_check() less the regular files whose path
+ * matches leave (fnmatch(3), FNM_PATHNAME): not written, not compared,
+ * as if the manifest did not list them (a snap_stream() reads one of
+ * them later).  The manifest is still checked whole against the commit
+ * record.  NULL leaves nothing out. */
+void snap_restore_leaving(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
+                          const char *leave, struct snap_counters *c, snap_done_fn done,
+                          void *arg);
+void snap_check_leaving(struct snap *s, uint64_t gen, uint32_t rank, const char *dir,
+                        const char *leave, snap_done_fn done, void *arg);
+
 /* Is dir an exact copy of rank of committed generation gen?  Its manifest
  * is fetched (and checked against the commit record), then dir is read
  * and compared (dircheck.h).  err is -EBADMSG when dir differs, -ENOENT
@@ -325,6 +336,31 @@ void snap_check(struct snap *s, uint64_t gen, uint32_t rank, const char *dir,
  * how much, and what the record's signature says). */
 void snap_verify(struct snap *s, uint64_t gen, struct snap_counters *c, snap_verify_fn done,
                  void *arg);
+
+/* One file of a committed generation, read in order, as a restore reads
+ * it but into no file: CRIU's restore takes its pages through a pipe
+ * (supervisord/imgstream.c).  The chunks are fetched a few ahead, each
+ * checked against its hash (a bad copy fetched again, as a restore does)
+ * before fn sees it; zero runs come as zeros.  fn gets the next len bytes
+ * (valid until snap_stream_next()); then, once, data NULL and len 0 with
+ * err 0 at the end, or err and msg (a chunk missing or corrupt, the
+ * store's error).  fn is called from the loop only, never from inside a
+ * snap_stream call. */
+struct snap_stream;
+typedef void (*snap_stream_fn)(void *arg, int err, const char *msg, const uint8_t *data,
+                               size_t len);
+/* f: a regular file of a manifest that snap_manifests() checked; copied.
+ * c may be NULL.  NULL: out of memory. */
+struct snap_stream *snap_stream_open(struct snap *s, const struct mf_file *f,
+                                     struct snap_counters *c, snap_stream_fn fn, void *arg);
+/* The consumer is done with the bytes fn gave it: the next come. */
+void snap_stream_next(struct snap_stream *ss);
+/* fn is not called again; chunks being fetched end on their own
+ * (snap_streams_live()).  Takes NULL. */
+void snap_stream_free(struct snap_stream *ss);
+/* Streams freed or not whose fetches have not all ended: the snap must
+ * outlive them. */
+unsigned snap_streams_live(void);
 
 /* The commit record and the manifests of every rank of committed
  * generation gen, each manifest checked against

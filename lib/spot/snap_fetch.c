@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <ftw.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -62,6 +63,7 @@ struct fetch {
     uint64_t gen;
     uint32_t rank;                /* restore: the rank; verify: all */
     char *dest, *tmp;
+    char *leave;                  /* snap_restore_leaving(): files not restored */
     int tmpfd;                    /* restore: tmp, once made; every path is below it */
     bool made_tmp;
     struct snap_counters *c, own;
@@ -116,6 +118,8 @@ static void cleanup_work(struct pool_job *job);
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw);
 static void cleanup_done(struct pool_job *job);
 static void fetch_report(struct fetch *fe);
+static bool left_out(const struct fetch *fe, const struct mf_file *f);
+static void leave_out(struct fetch *fe);
 
 static void fetch_fail(struct fetch *fe, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -146,15 +150,25 @@ static const char *shown(const char *s, char buf[SHOWN_MAX])
 void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
                   struct snap_counters *c, snap_done_fn done, void *arg)
 {
+    snap_restore_leaving(s, gen, rank, dest, NULL, c, done, arg);
+}
+
+void snap_restore_leaving(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
+                          const char *leave, struct snap_counters *c, snap_done_fn done,
+                          void *arg)
+{
     struct fetch *fe = fetch_new(s, gen, c);
     size_t len = dest ? strlen(dest) : 0;
 
     while (len > 1 && dest[len - 1] == '/')
         len--;
     if (!fe || !len || len > PATH_MAX - 64 || !(fe->dest = strndup(dest, len)) ||
-        asprintf(&fe->tmp, "%s.spotd-partial.%ld", fe->dest, (long)getpid()) < 0) {
-        if (fe)
+        asprintf(&fe->tmp, "%s.spotd-partial.%ld", fe->dest, (long)getpid()) < 0 ||
+        (leave && !(fe->leave = strdup(leave)))) {
+        if (fe) {
             free(fe->dest);
+            free(fe->tmp);
+        }
         free(fe);
         snap_early(s, snap_early_done, (union snap_cb){ .done = done }, arg,
                    len ? -ENOMEM : -EINVAL, len ? "out of memory" : "no destination directory");
@@ -166,6 +180,7 @@ void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
     if (!(fe->g = fetch_gens(s, fe))) {
         free(fe->dest);
         free(fe->tmp);
+        free(fe->leave);
         free(fe);
         snap_early(s, snap_early_done, (union snap_cb){ .done = done }, arg, -ENOMEM,
                    "out of memory");
@@ -175,9 +190,17 @@ void snap_restore(struct snap *s, uint64_t gen, uint32_t rank, const char *dest,
 void snap_check(struct snap *s, uint64_t gen, uint32_t rank, const char *dir,
                 snap_done_fn done, void *arg)
 {
+    snap_check_leaving(s, gen, rank, dir, NULL, done, arg);
+}
+
+void snap_check_leaving(struct snap *s, uint64_t gen, uint32_t rank, const char *dir,
+                        const char *leave, snap_done_fn done, void *arg)
+{
     struct fetch *fe = fetch_new(s, gen, NULL);
 
-    if (!fe || !(fe->dest = strdup(dir))) {
+    if (!fe || !(fe->dest = strdup(dir)) || (leave && !(fe->leave = strdup(leave)))) {
+        if (fe)
+            free(fe->dest);
         free(fe);
         snap_early(s, snap_early_done, (union snap_cb){ .done = done }, arg, -ENOMEM,
                    "out of memory");
@@ -189,6 +212,7 @@ void snap_check(struct snap *s, uint64_t gen, uint32_t rank, const char *dir,
     fe->arg = arg;
     if (!(fe->g = fetch_gens(s, fe))) {
         free(fe->dest);
+        free(fe->leave);
         free(fe);
         snap_early(s, snap_early_done, (union snap_cb){ .done = done }, arg, -ENOMEM,
                    "out of memory");
@@ -366,6 +390,8 @@ static void on_fetch_manifests(struct mf_fetch *f)
         if (f->mfs[fe->rank].files[i].type == MF_FILE) {
             const struct mf_file *mf = &f->mfs[fe->rank].files[i];
 
+            if (left_out(fe, mf))
+                continue;
             fe->c->files++;
             fe->c->bytes_total += mf->size;
             for (size_t j = 0; j < mf->n_chunks; j++)
@@ -381,7 +407,10 @@ static void check_work(struct pool_job *job)
 {
     struct fetch *fe = (struct fetch *)((char *)job - offsetof(struct fetch, prep));
     char why[MSG_MAX - 64];
-    int r = dircheck_manifest(&fe->f->mfs[fe->rank], fe->dest, why, sizeof(why));
+    int r;
+
+    leave_out(fe);
+    r = dircheck_manifest(&fe->f->mfs[fe->rank], fe->dest, why, sizeof(why));
 
     if (r < 0)
         fetch_fail(fe, r, "the copy of generation %llu in '%s' does not match it: %s",
@@ -422,6 +451,7 @@ static void prep_work(struct pool_job *job)
     }
     if (restore_check(fe, m) < 0)
         return;
+    leave_out(fe);
     if (mkdir(fe->tmp, 0700) < 0) {
         fetch_fail(fe, -errno, "cannot create '%s': %s", fe->tmp, strerror(errno));
         return;
@@ -949,5 +979,36 @@ static void fetch_report(struct fetch *fe)
         close(fe->tmpfd);
     free(fe->dest);
     free(fe->tmp);
+    free(fe->leave);
     free(fe);
+}
+
+/* snap_restore_leaving(): whether f is one of the files left out. */
+static bool left_out(const struct fetch *fe, const struct mf_file *f)
+{
+    return fe->leave && f->type == MF_FILE && fnmatch(fe->leave, f->path, FNM_PATHNAME) == 0;
+}
+
+/* Drop the files left out from the rank's manifest, once restore_check()
+ * has held it whole against the commit record: what follows (the layout,
+ * the chunks, the finishing touches, a check) never sees them. */
+static void leave_out(struct fetch *fe)
+{
+    struct manifest *m = &fe->f->mfs[fe->rank];
+    size_t k = 0;
+
+    if (!fe->leave)
+        return;
+    for (size_t i = 0; i < m->n_files; i++) {
+        struct mf_file *f = &m->files[i];
+
+        if (left_out(fe, f)) {
+            free(f->path);
+            free(f->target);
+            free(f->chunks);
+            continue;
+        }
+        m->files[k++] = *f;
+    }
+    m->n_files = k;
 }

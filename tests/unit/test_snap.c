@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "spot/hash.h"
 #include "spot/pool.h"
 #include "spot/snap.h"
 #include "spot/store.h"
@@ -1052,6 +1053,65 @@ static int save_streamed(struct snap *s, struct event_base *base, const char *di
     return o->err;
 }
 
+/* snap_stream_open()'s reader: every byte into buf, the next asked for
+ * from inside the callback. */
+struct rd {
+    struct event_base *base;
+    struct snap_stream *ss;
+    uint8_t *buf;
+    size_t got, cap;
+    unsigned calls;
+    int err;
+    char msg[600];
+    bool ended;
+};
+
+static void on_read(void *arg, int err, const char *msg, const uint8_t *data, size_t len)
+{
+    struct rd *r = arg;
+
+    r->calls++;
+    if (err || !data) {
+        r->err = err;
+        snprintf(r->msg, sizeof(r->msg), "%s", msg);
+        r->ended = true;
+        return;
+    }
+    if (r->got + len <= r->cap)
+        memcpy(r->buf + r->got, data, len);
+    r->got += len;
+    snap_stream_next(r->ss);
+}
+
+static int read_stream(struct snap *s, struct event_base *base, const struct mf_file *f,
+                       struct snap_counters *c, struct rd *r, size_t cap)
+{
+    memset(r, 0, sizeof(*r));
+    r->base = base;
+    r->cap = cap;
+    r->buf = malloc(cap);
+    r->ss = snap_stream_open(s, f, c, on_read, r);
+    CHECK(r->ss != NULL);
+    /* Never a call from inside the open. */
+    CHECK_INT((int)r->calls, 0);
+    while (!r->ended && event_base_loop(base, EVLOOP_ONCE) == 0)
+        ;
+    snap_stream_free(r->ss);
+    while (snap_streams_live() > 0 && event_base_loop(base, EVLOOP_ONCE) == 0)
+        ;
+    return r->err;
+}
+
+static int check_leaving(struct snap *s, struct event_base *base, uint64_t gen,
+                         const char *dir, const char *leave, struct restored *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->base = base;
+    snap_check_leaving(s, gen, 0, dir, leave, on_restored, r);
+    event_base_dispatch(base);
+    return r->err;
+}
+
 static char s_pages[] = "pages-1.img", s_inv[] = "inventory.img";
 
 /* A file that is never on disk (CRIU's pages through the image streamer):
@@ -1106,6 +1166,65 @@ TEST(snap_stream)
     CHECK(back && memcmp(back, data, size) == 0);
     CHECK_INT((int)mode_of(dest, "pages-1.img"), 0600);
     free(back);
+
+    /* Restored without its pages, which a stream reads in order: the
+     * hole as zeros, each chunk checked. */
+    {
+        char dest2[320], key[400], hex[65];
+        struct snap_counters cr = { 0 };
+        struct rd r;
+
+        snprintf(dest2, sizeof(dest2), "%s-l", root);
+        memset(&rs, 0, sizeof(rs));
+        rs.base = base;
+        snap_restore_leaving(s, 1, 0, dest2, "pages-*.img", NULL, on_restored, &rs);
+        event_base_dispatch(base);
+        CHECK_INT(rs.err, 0);
+        CHECK(nothing_at(dest2, "pages-1.img"));
+        CHECK(!nothing_at(dest2, "inventory.img"));
+        CHECK_INT(check_leaving(s, base, 1, dest2, "pages-*.img", &rs), 0);
+        CHECK_INT(check_leaving(s, base, 1, dest2, NULL, &rs), -EBADMSG);
+        CHECK_HAS(rs.msg, "'pages-1.img' is missing");
+        /* A full copy is not a copy without the pages. */
+        CHECK_INT(check_leaving(s, base, 1, dest, "pages-*.img", &rs), -EBADMSG);
+
+        CHECK_INT(read_stream(s, base, &f, &cr, &r, size), 0);
+        CHECK_INT((int)r.got, (int)size);
+        CHECK(memcmp(r.buf, data, size) == 0);
+        CHECK_INT((int)r.calls, 5); /* four chunks, then the end */
+        CHECK_INT((int)cr.bytes_zero, CHUNK);
+        CHECK_INT((int)cr.chunks, 3);
+        CHECK_INT((int)cr.bytes_hashed, (int)(size - CHUNK));
+        free(r.buf);
+
+        /* A chunk damaged in the store: fetched again, then named. */
+        hash_hex(f.chunks[2].hash, hex);
+        snprintf(key, sizeof(key), "%s/j/chunks/%.2s/%s", root, hex, hex);
+        back = slurp(key, &got);
+        CHECK(back != NULL && got > 8);
+        back[got / 2] ^= 0x40;
+        spit(key, back, got);
+        memset(&cr, 0, sizeof(cr));
+        CHECK_INT(read_stream(s, base, &f, &cr, &r, size), -EBADMSG);
+        CHECK_HAS(r.msg, "chunk ");
+        CHECK_HAS(r.msg, " of 'pages-1.img' (offset 131072) is corrupt in the store");
+        CHECK_INT((int)cr.retries, 2);
+        CHECK(r.got <= 2 * CHUNK);
+        free(r.buf);
+        back[got / 2] ^= 0x40;
+        spit(key, back, got);
+        free(back);
+
+        /* Freed at once, with fetches under way: they end on their own. */
+        r.ss = snap_stream_open(s, &f, NULL, on_read, &r);
+        CHECK(r.ss != NULL);
+        snap_stream_free(r.ss);
+        while (snap_streams_live() > 0 && event_base_loop(base, EVLOOP_ONCE) == 0)
+            ;
+        CHECK_INT((int)snap_streams_live(), 0);
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dest2);
+        CHECK_INT(system(cmd), 0);
+    }
     free(f.chunks);
 
     /* The same bytes again: found in generation 1, nothing sent. */
