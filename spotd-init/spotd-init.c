@@ -1,7 +1,7 @@
 /* spotd-init: the command of --method criu, in a PID namespace of its own.
  *
  *   spotd-init run -- COMMAND [ARG...]
- *   spotd-init restore CRIU IMAGES WORKDIR
+ *   spotd-init restore [--stream] CRIU IMAGES WORKDIR
  *
  * Three processes, for CRIU's sake (docs/methods.md, "criu"):
  *
@@ -26,6 +26,9 @@
  * name (IMAGES/spotd-criu.pipes: "pipe:[N] pipe:[M] pipe:[L]", output,
  * errors and lifeline, written by spotd at the dump) are replaced by new
  * ones of this outer (--inherit-fd).  CRIU's log is WORKDIR/restore.log.
+ * With --stream, CRIU asks spotd for the images (criu restore --stream:
+ * spotd serves them at IMAGES/streamer-serve.sock, the pages from the
+ * store).
  *
  * Only libc, linked statically: CRIU restores this program's mappings from
  * its path, which must not depend on the host's C library. */
@@ -34,6 +37,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,7 +247,7 @@ static int read_pipes(const char *images, char ids[3][64])
     return 0;
 }
 
-static int restore(const char *criu, const char *images_arg, const char *work_arg)
+static int restore(const char *criu, const char *images_arg, const char *work_arg, bool stream)
 {
     char ids[3][64], inherit[3][96], pidfile[4200], log[4200], buf[32], *end;
     char images[4096], work[4096];
@@ -279,10 +283,10 @@ static int restore(const char *criu, const char *images_arg, const char *work_ar
     if (pid == 0) {
         char exe[4096], a_restore[] = "restore", a_d[] = "-D", a_w[] = "-W", a_o[] = "-o";
         char a_v[] = "-v2", a_detach[] = "-d", a_pidfile[] = "--pidfile";
-        char a_inherit[] = "--inherit-fd";
+        char a_inherit[] = "--inherit-fd", a_stream[] = "--stream";
         char *argv[] = { exe, a_restore, a_d, images, a_w, work, a_o, log, a_v, a_detach,
                          a_pidfile, pidfile, a_inherit, inherit[0], a_inherit, inherit[1],
-                         a_inherit, inherit[2], NULL };
+                         a_inherit, inherit[2], stream ? a_stream : NULL, NULL };
 
         snprintf(exe, sizeof(exe), "%s", criu);
         /* fds 3, 4 and 5, inherited by CRIU, become the restored pipes. */
@@ -332,8 +336,10 @@ int main(int argc, char **argv)
     if (argc >= 4 && strcmp(argv[1], "run") == 0 && strcmp(argv[2], "--") == 0)
         return run(argv + 3);
     if (argc == 5 && strcmp(argv[1], "restore") == 0)
-        return restore(argv[2], argv[3], argv[4]);
+        return restore(argv[2], argv[3], argv[4], false);
+    if (argc == 6 && strcmp(argv[1], "restore") == 0 && strcmp(argv[2], "--stream") == 0)
+        return restore(argv[3], argv[4], argv[5], true);
     fprintf(stderr, "usage: spotd-init run -- COMMAND [ARG...]\n"
-                    "       spotd-init restore CRIU IMAGES WORKDIR\n");
+                    "       spotd-init restore [--stream] CRIU IMAGES WORKDIR\n");
     return 2;
 }

@@ -72,6 +72,7 @@ struct child {
     enum kill_phase phase;
     bool stopping;                /* a stop was asked: never restart */
     bool held;                    /* no restart: it was asked to finish (child_hold) */
+    bool again;                   /* the next end restarts it (child_restart_once) */
     /* A world's pause (child_park): when the command has ended, spotd goes
      * on and this is called; child_start() starts it again. */
     void (*on_parked)(void *arg);
@@ -214,10 +215,13 @@ static void finish(struct child *c)
     }
     if (c->stopping || c->held)
         return done(c, "stopped");
-    if (c->opts.restart == RESTART_NEVER)
+    if (c->again) {
+        c->again = false;
+    } else if (c->opts.restart == RESTART_NEVER) {
         return done(c, "exited");
-    if (c->opts.restart == RESTART_ON_FAILURE && c->exit_code == 0)
+    } else if (c->opts.restart == RESTART_ON_FAILURE && c->exit_code == 0) {
         return done(c, "exited");
+    }
     if (c->restarts >= c->opts.max_restarts) {
         log_msg(LOGL_WARN, "not restarting the command: it was restarted %u times "
                 "(max_restarts); raise --max-restarts to allow more", c->restarts);
@@ -445,6 +449,11 @@ static void on_signal(evutil_socket_t fd, short what, void *arg)
 void child_set_exit_code(struct child *c, int code)
 {
     c->exit_override = code;
+}
+
+void child_restart_once(struct child *c)
+{
+    c->again = true;
 }
 
 void child_hold(struct child *c)

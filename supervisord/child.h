@@ -76,6 +76,11 @@ void child_stop(struct child *c, const char *reason, uint64_t grace_ms);
  * sent. */
 void child_hold(struct child *c);
 
+/* The command's next end restarts it whatever --restart says (once, and
+ * counted against --max-restarts): a start that could not begin, such as
+ * a restore that failed on its way, is tried again. */
+void child_restart_once(struct child *c);
+
 /* A world's pause: when the command has ended (after the stop the caller
  * starts), spotd goes on instead of ending, and on_parked is called (at
  * once when the command is not running).  child_start() starts it again,

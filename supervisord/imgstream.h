@@ -9,8 +9,14 @@
  * cut into chunks as they arrive and stored with snap_put_chunk(): hashed
  * once, in the buffer they were read into, uploaded while CRIU still
  * dumps, and never written to DIR nor read back.  The save names them
- * (snap_save_req.streamed).  A restore gets them from the store as files
- * like any other.
+ * (snap_save_req.streamed).
+ *
+ * `criu restore --stream` asks for its images the same way, through
+ * DIR/streamer-serve.sock: for each it names, spotd answers whether it is
+ * there and writes it into the pipe CRIU passes.  The generation was
+ * restored into DIR without its pages (snap_restore_leaving()); those
+ * come from the store chunk by chunk (snap_stream_open()), each checked
+ * against its hash before CRIU reads it, none written to disk.
  *
  * Reading waits while IMGSTREAM_PUTS chunks are being stored: CRIU then
  * waits on the pipe, so memory stays bounded and a slow store slows the
@@ -19,6 +25,7 @@
 #ifndef SPOTD_IMGSTREAM_H
 #define SPOTD_IMGSTREAM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +36,9 @@ struct imgstream;
 
 #define IMGSTREAM_PUTS 8
 #define IMGSTREAM_SOCKET "streamer-capture.sock"
+#define IMGSERVE_SOCKET "streamer-serve.sock"
+/* What a restore that serves its pages leaves out of DIR. */
+#define IMGSERVE_LEAVE "pages-*.img"
 
 /* err 0, or -errno with msg: the stream failed (a bad image name, a
  * write, an upload); its images are not a dump. */
@@ -53,5 +63,27 @@ struct imgstream *imgstream_free(struct imgstream *st);
 /* Streams not gone yet: running ones, and freed ones whose puts have
  * not all ended.  The snap must outlive them. */
 unsigned imgstream_live(void);
+
+/* ---- restore ---- */
+
+struct imgserve;
+
+/* Whether dir is short enough a path for the serving socket. */
+bool imgserve_fits(const char *dir);
+/* Serve the images of rank of generation gen to `criu restore --stream
+ * -D dir`: dir's files as they are, the pages (pages-*.img of the rank's
+ * manifest, left out of dir) from the store.  Listening when it returns;
+ * the manifest is fetched meanwhile (CRIU's first request waits for it).
+ * A failure is logged, ends the connection, so that the restore fails
+ * rather than restore something else, and calls failed(arg) once.  NULL with err when it cannot
+ * listen. */
+struct imgserve *imgserve_start(struct event_base *base, struct snap *snap, uint64_t gen,
+                                uint32_t rank, const char *dir, void (*failed)(void *arg),
+                                void *arg, char *err, size_t errlen);
+/* Whether it failed, and why. */
+bool imgserve_failed(const struct imgserve *sv, char *msg, size_t size);
+/* Takes NULL, returns NULL.  Counted by imgstream_live() until its
+ * fetches end. */
+struct imgserve *imgserve_free(struct imgserve *sv);
 
 #endif

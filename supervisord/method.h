@@ -40,6 +40,8 @@ struct method_ctx {
     void (*found)(void *arg);      /* dir: a new complete checkpoint is there */
     char *const *argv;             /* criu: the command line, to wrap (child_set_argv) */
     const char *resume_dir;        /* criu: the restored generation, NULL: none */
+    uint64_t resume_gen;           /* criu: its number, and the rank restored */
+    uint32_t resume_rank;
     const char *criu;              /* criu: --criu, NULL: "criu" in PATH */
     int criu_stream;               /* criu: enum config_criu_stream */
     struct snap *snap;             /* criu: where streamed dumps are chunked (imgstream.h) */
@@ -87,6 +89,10 @@ struct method_ops {
      * dump's memory changes in runs of pages: smaller chunks let more of
      * the unchanged ones be skipped. */
     uint32_t chunk_size;
+    /* Files (fnmatch(3) pattern) a restore leaves in the store: the
+     * method reads them from there itself (criu: its pages, imgstream.h).
+     * NULL: a restore writes every file. */
+    const char *restore_leaves;
     /* Returns NULL with the reason in err.  Sets the command's
      * environment (SPOT_CKPT_DIR...) before it starts. */
     struct method *(*open)(const struct method_ctx *ctx, char *err, size_t errlen);

@@ -16,6 +16,7 @@
  * interface, and its log says what failed (docs/methods.md, "criu"). */
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -64,6 +65,7 @@ struct method {
     uint64_t gen;
     struct imgstream *stream;      /* the dump under way streams its pages (imgstream.h) */
     int dump_status;               /* criu dump's, while the stream ends */
+    struct imgserve *serve;        /* restore: the pages from the store (imgstream.h) */
     method_saved_fn done;
     void *arg;
     struct event *restored;        /* restore: waits for the tree, for its GPUs */
@@ -627,6 +629,7 @@ static void criu_close(struct method *m)
     if (m->restored)
         event_free(m->restored);
     imgstream_free(m->stream);
+    imgserve_free(m->serve);
     for (size_t i = 0; m->argv && m->argv[i]; i++)
         free(m->argv[i]);
     free(m->argv);
@@ -771,6 +774,56 @@ static void on_restored_poll(evutil_socket_t fd, short what, void *arg)
         log_msg(LOGL_ERROR, "cannot run spotd _cuda: %s", strerror(-r));
 }
 
+/* Whether dir holds the pages of its dump (a restore that left them in
+ * the store does not: imgstream.h). */
+static bool has_pages(const char *dir)
+{
+    char pat[4200];
+    glob_t g;
+    bool some;
+
+    snprintf(pat, sizeof(pat), "%s/%s", dir, IMGSERVE_LEAVE);
+    some = glob(pat, GLOB_NOSORT, NULL, &g) == 0 && g.gl_pathc > 0;
+    globfree(&g);
+    return some;
+}
+
+/* The stream failed (a chunk missing or corrupt, the store down): CRIU's
+ * restore fails with it, and the start is tried again as a restart, which
+ * restores from files, every chunk checked first, so that a damaged
+ * generation gives way to an older one as at any start. */
+static void on_serve_failed(void *arg)
+{
+    struct method *m = arg;
+
+    log_msg(LOGL_WARN, "the restore of generation %llu is tried again from files",
+            (unsigned long long)m->ctx.resume_gen);
+    child_restart_once(m->ctx.child);
+}
+
+/* The restore takes the pages from the store, through spotd: CRIU asks
+ * for every image at DIR/streamer-serve.sock (criu restore --stream). */
+static int open_serve(struct method *m, char *err, size_t errlen)
+{
+    const struct method_ctx *ctx = &m->ctx;
+    char why[600];
+
+    if (!ctx->snap) {
+        snprintf(err, errlen, "--method criu: '%s' holds no pages-*.img and there is no store "
+                 "to take them from", ctx->resume_dir);
+        return -1;
+    }
+    if (!(m->serve = imgserve_start(ctx->base, ctx->snap, ctx->resume_gen, ctx->resume_rank,
+                                    ctx->resume_dir, on_serve_failed, m, why, sizeof(why)))) {
+        snprintf(err, errlen, "--method criu: cannot serve the pages of generation %llu to "
+                 "CRIU: %s", (unsigned long long)ctx->resume_gen, why);
+        return -1;
+    }
+    log_msg(LOGL_INFO, "criu restores generation %llu with its pages streamed from the store, "
+            "not from files", (unsigned long long)ctx->resume_gen);
+    return 0;
+}
+
 static struct method *criu_open(const struct method_ctx *ctx, char *err, size_t errlen)
 {
     struct method *m = calloc(1, sizeof(*m));
@@ -831,14 +884,18 @@ static struct method *criu_open(const struct method_ctx *ctx, char *err, size_t 
         goto fail;
     if (restore && m->nns && watch_restore(m) < 0)
         goto oom;
+    if (restore && !has_pages(ctx->resume_dir) && open_serve(m, err, errlen) < 0)
+        goto fail;
     while (ctx->argv[n])
         n++;
-    if (!(m->argv = calloc(n + 6, sizeof(*m->argv))))
+    if (!(m->argv = calloc(n + 7, sizeof(*m->argv))))
         goto oom;
     if (!(m->argv[i++] = strdup(m->init)))
         goto oom;
     if (restore) {
-        if (!(m->argv[i++] = strdup("restore")) || !(m->argv[i++] = strdup(m->criu)) ||
+        if (!(m->argv[i++] = strdup("restore")) ||
+            (m->serve && !(m->argv[i++] = strdup("--stream"))) ||
+            !(m->argv[i++] = strdup(m->criu)) ||
             !(m->argv[i++] = strdup(ctx->resume_dir)) || !(m->argv[i++] = strdup(m->work)))
             goto oom;
     } else {
@@ -862,6 +919,7 @@ fail:
 
 const struct method_ops method_criu = {
     .name = "criu",
+    .restore_leaves = IMGSERVE_LEAVE,
     /* 10 % of 256 MiB rewritten: 8 MiB chunks store 19 % again, 2 MiB
      * chunks 12 % (tests/bench/criu.sh). */
     .chunk_size = 2 << 20,

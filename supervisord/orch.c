@@ -296,6 +296,8 @@ void orch_run_command(struct orch *r)
         .found = on_found,
         .argv = r->argv ? r->argv : r->o.argv,
         .resume_dir = r->resume_dir[0] ? r->resume_dir : NULL,
+        .resume_gen = r->resume_gen,
+        .resume_rank = r->world ? r->restore_rank : 0,
         .criu = r->o.criu,
         .criu_stream = r->o.criu_stream,
         .snap = r->snap,

@@ -22,6 +22,7 @@
 #include "child.h"
 #include "control.h"
 #include "hooks.h"
+#include "imgstream.h"
 #include "method.h"
 #include "spot/linktree.h"
 #include "spot/log.h"
@@ -259,6 +260,18 @@ static void on_pre_restore(void *arg, int code, const char *msg)
     orch_restore(r);
 }
 
+/* What the restore of r->resume_gen leaves in the store for the method
+ * to read from there (method_ops.restore_leaves): at a start, not for a
+ * restart (whose command line restores from files), and not with
+ * --criu-stream never. */
+static const char *leaves(const struct orch *r)
+{
+    if (r->restarting || !r->mops->restore_leaves || r->o.criu_stream == CRIU_STREAM_NEVER ||
+        !imgserve_fits(r->resume_dir))
+        return NULL;
+    return r->mops->restore_leaves;
+}
+
 void orch_restore(struct orch *r)
 {
     char dir[4200];
@@ -268,12 +281,12 @@ void orch_restore(struct orch *r)
     orch_make_dirs(dir);
     orch_prune_local(r, "restore", r->resume_dir);
     if (access(r->resume_dir, F_OK) == 0) {
-        snap_check(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir,
-                   on_checked, r);
+        snap_check_leaving(r->snap, r->resume_gen, r->world ? r->restore_rank : 0,
+                           r->resume_dir, leaves(r), on_checked, r);
         return;
     }
-    snap_restore(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir, NULL,
-                 on_restored, r);
+    snap_restore_leaving(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir,
+                         leaves(r), NULL, on_restored, r);
 }
 
 /* A restore into a directory that has one already (an earlier start of
@@ -297,8 +310,8 @@ static void on_checked(void *arg, int err, const char *msg)
     if (err != -ENOENT || access(r->resume_dir, F_OK) == 0)
         log_msg(LOGL_WARN, "%s; restoring it again from the store", msg);
     orch_remove_tree(r->resume_dir);
-    snap_restore(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir, NULL,
-                 on_restored, r);
+    snap_restore_leaving(r->snap, r->resume_gen, r->world ? r->restore_rank : 0, r->resume_dir,
+                         leaves(r), NULL, on_restored, r);
 }
 
 static void on_restored(void *arg, int err, const char *msg)

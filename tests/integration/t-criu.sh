@@ -46,7 +46,7 @@ check "criu: the dump left the tree stopped, then ended it" \
 check "criu: later generations send only what changed" \
     eval '[ "$(jget "$(ev "$T/ev1" upload_done | sed -n 2p)" bytes_skipped)" -gt 0 ]'
 check "criu: every dump streamed its pages to the store" \
-    eval '[ "$(grep -c "its pages streamed to the store, not to files" "$T/stderr")" = "$(ev "$T/ev1" commit | wc -l)" ]'
+    eval 'n=$(ev "$T/ev1" commit | wc -l); [ "$n" -ge 1 ] && [ "$(grep -c "its pages streamed to the store, not to files" "$T/stderr")" = "$n" ]'
 check "criu: ... none of them written to the state directory" \
     eval '! ls "$T"/n1/work/gen-*/pages-*.img 2>/dev/null && ls "$T"/n1/work/gen-*/pagemap-*.img >/dev/null'
 check "criu: ... each in the generation's manifest" \
@@ -66,6 +66,11 @@ check "criu: ... going on where it was (no new start)" \
 expect_eq "criu: ... and ends with the uninterrupted hash" "$ref" "$(tail -n 1 "$T/stdout")"
 check "criu: together the two runs printed every step once" \
     eval '[ $((ran + $(grep -c "^step " "$T/stdout"))) = $((STEPS / 500)) ]'
+check "criu: ... its pages streamed from the store into CRIU's restore" \
+    eval 'grep -q "criu restores generation $(jget "$last" gen) with its pages streamed" "$T/stderr" &&
+          grep -q "CRIU.s restore took its pages from the store" "$T/stderr"'
+check "criu: ... none of them written to the restore directory" \
+    eval '! ls "$T"/n2/restore/gen-*/pages-*.img 2>/dev/null && ls "$T"/n2/restore/gen-*/pagemap-*.img >/dev/null'
 
 # ---- 2. a Python process ----------------------------------------------------------
 # Its dumps are staged in memory (--stage-dir, orch_dirs.c): periodic ones,
@@ -95,6 +100,44 @@ check "criu python: ... spotctl saw a CRIU generation" \
     grep -q "^spotctl: resuming job p from generation [0-9]* (criu)" "$T/stderr"
 [ "$RC" = 0 ] || { tail -n 30 "$T/stderr"; tail -n 20 "$T/p2/criu/restore.log"; }
 expect_eq "criu python: ... with the uninterrupted hash" "$pyref" "$(tail -n 1 "$T/stdout")"
+check "criu python: ... its pages streamed from the store into CRIU's restore" \
+    grep -q "CRIU.s restore took its pages from the store" "$T/stderr"
+
+# A chunk of the newest generation's pages damaged in the store (one no
+# other generation has): the stream fails CRIU's restore, the start is
+# tried again from files, which finds the damage before anything runs, and
+# the generation before it restores; the run still ends with the hash.
+# (Python's: the C program's file has moved on past older generations.)
+plast=$(ev "$T/evp1" commit | tail -n 1)
+python3 - "$T/store/p" "$(jget "$plast" gen)" <<'EOF2'
+import json, os, sys
+root, last = sys.argv[1], int(sys.argv[2])
+def chunks(gen, pages):
+    m = json.load(open("%s/gens/%08d/rank-0.json" % (root, gen)))
+    return [c[1] for f in m["files"] if f["path"].startswith("pages-") == pages or not pages
+            for c in f.get("chunks", []) if len(c) > 1]
+others = set()
+for g in os.listdir(root + "/gens"):
+    if int(g) != last and os.path.exists("%s/gens/%s/rank-0.json" % (root, g)):
+        others.update(chunks(int(g), False))
+h = [c for c in chunks(last, True) if c not in others][0]
+p = "%s/chunks/%s/%s" % (root, h[:2], h)
+b = bytearray(open(p, "rb").read())
+b[len(b) // 2] ^= 0xff
+open(p, "wb").write(b)
+EOF2
+ZDTM_STEP_US=500 run_spotd run --job p --store "file://$T/store" --state-dir "$T/p3" \
+    --method criu --criu "$CRIU" --cloud none --events "$T/ev3" -- "$PY" "$TOP/tests/criu/zdtm.py" 4000
+expect_eq "criu python: a damaged page chunk: the run still finishes" 0 "$RC"
+[ "$RC" = 0 ] || { tail -n 30 "$T/stderr"; tail -n 20 "$T/p3/criu/restore.log"; }
+check "criu python: ... the stream named the damaged chunk" \
+    grep -q "CRIU.s restore cannot have its images: chunk [0-9a-f]* of 'pages-[0-9]*.img' (offset [0-9]*) is corrupt in the store" "$T/stderr"
+check "criu python: ... the restore was tried again from files, and an older generation restored" \
+    eval 'grep -q "tried again from files" "$T/stderr" &&
+          [ "$(jget "$(ev "$T/ev3" resume | tail -n 1)" gen)" -lt "$(jget "$plast" gen)" ]'
+check "criu python: ... never from the start" eval '! grep -q "^zdtm.py: pid" "$T/stdout" && ! grep -q "^step 0$" "$T/stdout"'
+expect_eq "criu python: ... and ends with the uninterrupted hash" "$pyref" "$(tail -n 1 "$T/stdout")"
+
 
 # ---- a restart resumes from the last dump --------------------------------------------
 # The Python process crashes once, at step 2500, after periodic dumps (it
