@@ -188,7 +188,13 @@ print("" if v is None else "%d" % v)' "$T/metrics.json"
         checkpoint $gen || break
         [ "$(dropped)" -gt "$d1" ] 2>/dev/null && break
     done
-    expect_eq "full again: a second warning, no more" 2 "$(warnings)"
+    # A record small enough for the slack in the log's last page of the
+    # tmpfs is written, and the log is written again: each warning after
+    # the first follows such a line, never two in a row.
+    agains=$(grep -c "the event log '$T/full/ev' is written again" "$T/stderr")
+    check "full again: a second warning" test "$(warnings)" -ge 2
+    expect_eq "... and no more than one for each time it was written again" \
+        $((agains + 1)) "$(warnings)"
     check "... the event log still holds only whole JSON lines" all_json "$FULL/ev"
     kill -TERM "$SPOTD_PID"
     wait_exit "$SPOTD_PID" 20
