@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define CKPT_VERSION_MAJOR 0
-#define CKPT_VERSION_MINOR 1
+#define CKPT_VERSION_MINOR 2
 #define CKPT_VERSION_PATCH 0
 
 /* Errors.  This list only grows; a value never changes meaning.
@@ -48,6 +48,8 @@ extern "C" {
  *   CKPT_E_CLOSED    -7   spotd closed the connection
  *   CKPT_E_IO        -8   a system call failed; errno tells which
  *   CKPT_E_TIMEOUT   -9   spotd did not answer in time
+ *   CKPT_E_RESTORE  -10   the checkpoint to resume from could not be restored
+ *                         (ckpt_resume_wait(); spotd restarts the command)
  */
 enum ckpt_error {
     CKPT_OK = 0,
@@ -60,6 +62,7 @@ enum ckpt_error {
     CKPT_E_CLOSED = -7,
     CKPT_E_IO = -8,
     CKPT_E_TIMEOUT = -9,
+    CKPT_E_RESTORE = -10,
 };
 
 /* What ckpt_step() asks of the training loop. */
@@ -93,6 +96,17 @@ int ckpt_inert(const struct ckpt *c);
  * valid until ckpt_close().  ckpt_resume_step() is its step, -1 when none. */
 const char *ckpt_resume_dir(const struct ckpt *c);
 long long ckpt_resume_step(const struct ckpt *c);
+
+/* Wait until ckpt_resume_dir() is there to load.  Under spotd's
+ * --early-start the command starts while its checkpoint is still being
+ * restored (so that it imports its framework meanwhile): the folder
+ * appears whole, verified, once the restore ends, never in part.  Call it
+ * before reading the folder.  timeout_ms < 0: as long as it takes.
+ * Returns 0 at once without an early start (or on an inert handle);
+ * CKPT_E_RESTORE when the restore failed (exit: spotd starts the command
+ * again from a checkpoint that restores), CKPT_E_TIMEOUT, CKPT_E_CLOSED,
+ * CKPT_E_PROTOCOL, CKPT_E_IO. */
+int ckpt_resume_wait(struct ckpt *c, int timeout_ms);
 
 /* Call once per step, with the step about to run.  It reads what spotd
  * sent, answers spotd's questions, and returns CKPT_CONTINUE,

@@ -87,6 +87,8 @@ struct worker {
     bool in_ck, answered, saved;
     bool held;                     /* it waits at the step it answered */
     long long step;
+    bool waits;                    /* its libckpt waits for a restore (hello's resume_wait) */
+    bool welcomed;                 /* else its welcome waits for the restore to end */
 };
 
 struct control {
@@ -116,6 +118,7 @@ struct control {
     double steps_per_s;
     int64_t resume_step;
     uint64_t resume_gen;
+    bool restoring;                /* the command started before its restore ended */
     /* the checkpoint under way */
     enum phase phase;
     long long id;
@@ -559,11 +562,13 @@ static int send_welcome(struct worker *w)
             JSONL_STR("resume_dir", resume),
             JSONL_INT("resume_step", c->resume_step),
             JSONL_INT("gen", (long long)c->resume_gen),
+            JSONL_BOOLV("restoring", c->restoring),
         };
 
         if (!resume)
             kv[2].type = kv[3].type = JSONL_NULL; /* a fresh start */
-        return send_kv(w, kv, 4);
+        w->welcomed = true;
+        return send_kv(w, kv, c->restoring ? 5 : 4);
     }
 }
 
@@ -573,6 +578,7 @@ static int msg_hello(struct worker *w, const struct said *s)
     const struct jsonl_value *pid = jsonl_get(s->m, "pid");
     const struct jsonl_value *rank = jsonl_get(s->m, "local_rank");
     const struct jsonl_value *size = jsonl_get(s->m, "local_world_size");
+    const struct jsonl_value *waits = jsonl_get(s->m, "resume_wait");
 
     if (!pid || pid->type != JSONL_INT || !rank || rank->type != JSONL_INT)
         return -1;
@@ -587,6 +593,7 @@ static int msg_hello(struct worker *w, const struct said *s)
     w->size = size && size->type == JSONL_INT && size->num > 0 && size->num <= WORKERS_MAX
                   ? size->num
                   : -1;
+    w->waits = waits && waits->type == JSONL_BOOL && waits->num;
     /* A worker of a rank that left is that worker back. */
     prune_gone(c, true, w->local_rank);
     /* Under the signal and dir methods a trainer may only ever call
@@ -598,9 +605,13 @@ static int msg_hello(struct worker *w, const struct said *s)
                               .tv_usec = c->quiet_ms % 1000 * 1000 };
         evtimer_add(w->timer, &tv);
     }
-    if (send_welcome(w) < 0)
+    /* A libckpt that cannot wait for the restore is told where to resume
+     * once the restore ended (its ckpt_open() waits for the answer). */
+    if ((!c->restoring || w->waits) && send_welcome(w) < 0)
         return -1;
-    log_msg(LOGL_INFO, "trainer pid %lld (local rank %lld) connected", w->pid, w->local_rank);
+    log_msg(LOGL_INFO, "trainer pid %lld (local rank %lld) connected%s", w->pid, w->local_rank,
+            c->restoring && !w->waits ? "; its libckpt does not wait for the restore, which "
+            "it is told of once it ends" : "");
     return join(w);
 }
 
@@ -1084,6 +1095,25 @@ void control_stop(struct control *c, const char *reason)
             send_kv(c->w[i], kv, 2);
 }
 
+void control_restored(struct control *c, const char *error)
+{
+    struct jsonl_kv kv[] = { JSONL_STR("type", "restored"), JSONL_STR("error", error) };
+
+    if (!c->restoring)
+        return;
+    c->restoring = false;
+    for (unsigned i = 0; i < c->n; i++) {
+        struct worker *w = c->w[i];
+
+        if (!w->hello)
+            continue;
+        if (w->welcomed)
+            send_kv(w, kv, 2);
+        else if (!error)
+            send_welcome(w);
+    }
+}
+
 int control_set_resume(struct control *c, const char *dir, int64_t step, uint64_t gen)
 {
     char *copy = dir ? strdup(dir) : NULL;
@@ -1136,6 +1166,7 @@ struct control *control_new(const struct control_opts *o, char *err, size_t errl
     c->last_step = -1;
     c->resume_step = o->resume_step;
     c->resume_gen = o->resume_gen;
+    c->restoring = o->restoring && o->resume_dir;
     c->path = strdup(o->path);
     c->resume_dir = o->resume_dir ? strdup(o->resume_dir) : NULL;
     c->hello_ms = o->hello_ms ? o->hello_ms : HELLO_MS;

@@ -36,6 +36,8 @@ struct control_opts {
                                       worker resumes from resume_dir/w<rank> */
     int64_t resume_step;
     uint64_t resume_gen;
+    bool restoring;                /* resume_dir is being restored (--early-start): see
+                                      control_restored() */
     bool flat;                     /* resume_dir is the files themselves, not one
                                       w<rank> folder per worker (signal, dir) */
     unsigned expect;               /* local workers a checkpoint needs; 0: as many as
@@ -106,6 +108,13 @@ void control_cancel(struct control *c, const char *reason);
 /* What a worker that connects from now on resumes from (after a commit,
  * for a command restarted after a crash).  dir NULL: a fresh start. */
 int control_set_resume(struct control *c, const char *dir, int64_t step, uint64_t gen);
+
+/* The restore the command started before (control_opts.restoring) ended:
+ * error NULL when resume_dir is there, verified, else why not.  Workers
+ * whose libckpt waits (ckpt_resume_wait()) are told {"type":"restored"};
+ * the others get their welcome only now, or, after a failure, none (the
+ * command is restarted). */
+void control_restored(struct control *c, const char *error);
 
 /* The step a worker last reported (ckpt_step() sends one a second), -1
  * before any; and the training rate in steps per second, 0 when unknown. */

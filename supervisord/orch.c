@@ -264,15 +264,36 @@ int orch_exit_code(const struct orch *r)
 
 /* ---- the command runs, and what triggers a checkpoint -------------------- */
 
-/* Resumed (or afresh): the command starts, with a control socket and a
- * method of its own, its environment, and the --interval tick. */
-void orch_run_command(struct orch *r)
+/* The resume ended: the terminating notice held meanwhile, if any, is
+ * decided now (a far one waits for its time).  The command runs (or runs
+ * on, started early) with A_RUN. */
+static unsigned resumed_acts(struct orch *r)
+{
+    unsigned acts;
+
+    if (r->held_stop && !orch_notice_far(r->held_stop, notice_now_ms()))
+        r->deciding = r->held_stop;
+    acts = orch_event(r, EV_RESUMED, NULL);
+    r->deciding = NULL;
+    if ((acts & A_END) && !r->ending)
+        log_msg(LOGL_INFO, "a terminating notice while the command is not running, and no room "
+                "is left for a checkpoint before its deadline: it is not started (generation "
+                "%llu is the newest)", (unsigned long long)r->resume_gen);
+    if (acts & A_END)
+        orch_end(r, r->ending ? r->exit_code : ORCH_EXIT_PREEMPTED_SAVED);
+    return acts;
+}
+
+/* The command starts, with a control socket and a method of its own and
+ * its environment.  -1 when it is refused. */
+static int start_command(struct orch *r)
 {
     struct control_opts co = {
         .base = r->o.base,
         .resume_dir = r->resume_dir[0] ? r->resume_dir : NULL,
         .resume_step = r->resume_step,
         .resume_gen = r->resume_gen,
+        .restoring = r->early_restoring,
         .expect = r->o.local_workers,
         .flat = !(r->mops->flags & METHOD_WORKERS),
         .on_request = on_request,
@@ -304,22 +325,7 @@ void orch_run_command(struct orch *r)
         .arg = r,
     };
     char path[4200], err[512];
-    unsigned acts;
 
-    /* The terminating notice held while resuming, if any, is decided now
-     * (a far one waits for its time). */
-    if (r->held_stop && !orch_notice_far(r->held_stop, notice_now_ms()))
-        r->deciding = r->held_stop;
-    acts = orch_event(r, EV_RESUMED, NULL);
-    r->deciding = NULL;
-    if ((acts & A_END) && !r->ending)
-        log_msg(LOGL_INFO, "a terminating notice while the command is not running, and no room "
-                "is left for a checkpoint before its deadline: it is not started (generation "
-                "%llu is the newest)", (unsigned long long)r->resume_gen);
-    if (acts & A_END)
-        orch_end(r, r->ending ? r->exit_code : ORCH_EXIT_PREEMPTED_SAVED);
-    if (!(acts & A_RUN))
-        return;
     if (r->world) {
         /* A new run after a pause: a method and a socket of its own. */
         if (r->method)
@@ -330,7 +336,7 @@ void orch_run_command(struct orch *r)
         if (orch_world_command(r) < 0) {
             log_msg(LOGL_ERROR, "out of memory: the command is not started");
             orch_refuse_start(r);
-            return;
+            return -1;
         }
     }
     /* --resume is for the start; a restart resumes from the newest. */
@@ -350,21 +356,100 @@ void orch_run_command(struct orch *r)
     if (!r->method) {
         log_msg(LOGL_ERROR, "%s", err);
         orch_refuse_start(r);
-        return;
+        return -1;
     }
     setenv("SPOT_JOB", r->job, 1);
     orch_set_resume(r, r->resume_gen, r->resume_step, r->resume_dir[0] ? r->resume_dir : NULL);
+    if (!r->world)
+        child_before_restart(r->o.child, orch_on_before_restart, r);
+    if (child_start(r->o.child) < 0)
+        log_msg(LOGL_ERROR, "cannot schedule the command's start: out of memory");
+    return 0;
+}
+
+/* The --interval tick, once the command runs from a resume that ended. */
+static void start_tick(struct orch *r)
+{
     if (r->o.interval_ms > 0) {
         struct timeval tv = { (time_t)(r->o.interval_ms / 1000),
                               (suseconds_t)(r->o.interval_ms % 1000) * 1000 };
         event_add(r->tick, &tv);
     }
-    if (!r->world)
-        child_before_restart(r->o.child, orch_on_before_restart, r);
-    if (child_start(r->o.child) < 0)
-        log_msg(LOGL_ERROR, "cannot schedule the command's start: out of memory");
+}
+
+/* Resumed (or afresh): the command starts, and the --interval tick. */
+void orch_run_command(struct orch *r)
+{
+    unsigned acts = resumed_acts(r);
+
+    if (!(acts & A_RUN) || start_command(r) < 0)
+        return;
+    start_tick(r);
     if (acts & A_HELD)
         orch_act_on_held(r);
+}
+
+/* --early-start: the command starts while r->resume_gen is restored into
+ * r->resume_dir (renamed into place once verified, so never seen in
+ * part).  The orchestrator stays RESUMING meanwhile: no checkpoint, a
+ * notice held; orch_early_restored() or orch_early_failed() ends it. */
+void orch_run_early(struct orch *r)
+{
+    r->early_restoring = true;
+    log_msg(LOGL_INFO, "starting the command while generation %llu is restored into '%s' "
+            "(--early-start): its trainers wait in ckpt_resume_wait()",
+            (unsigned long long)r->resume_gen, r->resume_dir);
+    if (start_command(r) < 0)
+        r->early_restoring = false;
+}
+
+void orch_resume_done(struct orch *r)
+{
+    unsigned acts = resumed_acts(r);
+
+    if (acts & A_END) {
+        /* It runs, but has done nothing the newest generation lacks. */
+        child_set_exit_code(r->o.child, r->exit_code);
+        child_stop(r->o.child, "a terminating notice came while the command waited for its "
+                   "restore", stop_grace(r));
+        return;
+    }
+    if (acts & A_RUN)
+        start_tick(r);
+    if (acts & A_HELD)
+        orch_act_on_held(r);
+}
+
+/* The early start's restore ended, verified: the trainers are told, and
+ * the command runs on as one resumed. */
+void orch_early_restored(struct orch *r)
+{
+    r->early_restoring = false;
+    control_restored(r->control, NULL);
+    orch_resume_done(r);
+    if (r->restart_after_restore) {
+        /* The command ended meanwhile: its restart resumes from here. */
+        r->restart_after_restore = false;
+        child_restart_now(r->o.child);
+    }
+}
+
+/* The early start's restore failed: the trainers are told (their
+ * ckpt_resume_wait() fails, and they exit), and the command's end
+ * restarts it, from a generation that restores (orch_on_before_restart). */
+void orch_early_failed(struct orch *r, const char *msg)
+{
+    r->early_restoring = false;
+    log_msg(LOGL_WARN, "generation %llu cannot be restored: %s; the command, started early, is "
+            "told so and started again once a generation restores",
+            (unsigned long long)r->resume_gen, msg);
+    control_restored(r->control, msg);
+    if (r->restart_after_restore) {
+        r->restart_after_restore = false;
+        orch_on_before_restart(r);
+        return;
+    }
+    child_restart_once(r->o.child);
 }
 
 void orch_notice(void *arg, const struct notice *n)

@@ -95,6 +95,7 @@ struct orch_opts {
     uint64_t join_timeout_ms;
     unsigned master_port;
     bool split_upload;             /* replicated state uploaded once, split */
+    bool early_start;              /* the command starts while it is restored */
     /* spotctl drill: simulate a notice of kind with that window. */
     void (*drill)(void *arg, int kind, uint64_t window_ms);
     void *drill_arg;

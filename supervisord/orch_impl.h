@@ -133,6 +133,8 @@ struct orch {
     struct event *retry;           /* the next try of a store that could not be read */
     void (*retry_fn)(struct orch *r);
     bool restarting;               /* a restart of the command waits for its resume */
+    bool early_restoring;          /* --early-start: the command runs, its restore not ended */
+    bool restart_after_restore;    /* ...and it ended meanwhile: restart once it has */
     /* Generation numbers are claimed (snap_claim), the next one ahead of
      * time: a notice's checkpoint does not wait for the store. */
     uint64_t claimed;              /* claimed and not used yet; 0: none */
@@ -167,6 +169,14 @@ void orch_act_on(struct orch *r, const struct notice *n);
 /* The resume is done (EV_RESUMED): start the command from what was resumed
  * (control socket, method, environment), or end instead. */
 void orch_run_command(struct orch *r);
+/* --early-start (orch.c): the command starts before its restore ends, and
+ * runs on as resumed once it does, or restarts when it fails. */
+void orch_run_early(struct orch *r);
+void orch_early_restored(struct orch *r);
+void orch_early_failed(struct orch *r, const char *msg);
+/* The resume ended for a command that runs already (a restart's after an
+ * early start's failure): as orch_run_command() without the start. */
+void orch_resume_done(struct orch *r);
 /* A checkpoint of this node alone, for notice n (or NULL) or why: set
  * up, planned, begun (EV_GO) or not (EV_TOO_LATE). */
 void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *why);

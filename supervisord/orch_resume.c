@@ -223,6 +223,15 @@ static void resume_next(struct orch *r)
 }
 
 /* Restore gen (holding step) and start the command from it. */
+/* --early-start: the command may start now, before its generation is
+ * restored (orch_run_early()): at a start, one node, with trainers that
+ * talk to spotd. */
+static bool early(const struct orch *r)
+{
+    return r->o.early_start && !r->restarting && !r->world && !r->early_restoring &&
+           r->resume_gen && (r->mops->flags & METHOD_WORKERS) && r->state == RESUMING;
+}
+
 void orch_restore_pick(struct orch *r, uint64_t gen, int64_t step)
 {
     struct hook_env he;
@@ -240,6 +249,10 @@ void orch_restore_pick(struct orch *r, uint64_t gen, int64_t step)
                  (unsigned long long)r->resume_gen);
     he = (struct hook_env){ .job = r->job, .dir = r->resume_dir, .gen = r->resume_gen,
                             .step = r->resume_step, .reason = "resume" };
+    /* --early-start: the command starts now, before the hook and the
+     * restore (it imports its framework meanwhile). */
+    if (early(r))
+        orch_run_early(r);
     err = hooks_run(r->hooks, "pre-restore", &he, on_pre_restore, r);
     if (err == -ENOENT)
         orch_restore(r);
@@ -280,6 +293,8 @@ void orch_restore(struct orch *r)
     snprintf(dir, sizeof(dir), "%s/restore", r->state_dir);
     orch_make_dirs(dir);
     orch_prune_local(r, "restore", r->resume_dir);
+    if (early(r))
+        orch_run_early(r);
     if (access(r->resume_dir, F_OK) == 0) {
         snap_check_leaving(r->snap, r->resume_gen, r->world ? r->restore_rank : 0,
                            r->resume_dir, leaves(r), on_checked, r);
@@ -322,6 +337,10 @@ static void on_restored(void *arg, int err, const char *msg)
 
     if (!err) {
         resumed(r);
+        return;
+    }
+    if (r->early_restoring && damaged(err)) {
+        orch_early_failed(r, msg);
         return;
     }
     if (!damaged(err)) {
@@ -403,6 +422,8 @@ static void resumed(struct orch *r)
     cJSON_AddNumberToObject(e, "find_requests", (double)r->find_requests);
     if (r->restarting)
         cJSON_AddBoolToObject(e, "restart", 1);
+    if (r->early_restoring)
+        cJSON_AddBoolToObject(e, "early_start", 1);
     skipped = cJSON_AddArrayToObject(e, "skipped");
     for (size_t i = 0; skipped && i < r->n_cands; i++) {
         cJSON *o;
@@ -437,6 +458,13 @@ static void resumed(struct orch *r)
         if (r->mops->committed && r->method && r->resume_gen)
             r->mops->committed(r->method, r->resume_dir);
         child_restart_now(r->o.child);
+        /* After an early start that failed, the resume ends only now. */
+        if (r->state == RESUMING)
+            orch_resume_done(r);
+        return;
+    }
+    if (r->early_restoring) {
+        orch_early_restored(r);
         return;
     }
     orch_run_command(r);
@@ -467,6 +495,11 @@ void orch_on_before_restart(void *arg)
 {
     struct orch *r = arg;
 
+    if (r->early_restoring) {
+        /* Started early, the command ended before its restore did. */
+        r->restart_after_restore = true;
+        return;
+    }
     if (!r->resume_gen) {
         child_restart_now(r->o.child);
         return;
@@ -645,6 +678,10 @@ static void tried_list(const struct orch *r, char *buf, size_t size)
 /* The command is not started: spotd ends with 125 (see orch.h). */
 void orch_refuse_start(struct orch *r)
 {
+    if (r->early_restoring) {
+        r->early_restoring = false;
+        control_restored(r->control, "spotd cannot restore a generation, and stops");
+    }
     r->exit_code = 125;
     orch_set_state(r, IDLE);
     event_base_loopbreak(r->o.base);

@@ -624,6 +624,14 @@ static int method_config(const struct run *run)
     }
     if (ckpt_ranks_config(run, method) < 0)
         return -1;
+    if (config_num(cfg, OPT_EARLY_START) &&
+        (method != CONFIG_METHOD_APP || config_num(cfg, OPT_WORLD_SIZE) > 1)) {
+        say("early_start (from %s) is for the app method on one node: its trainers wait for "
+            "the restore with ckpt_resume_wait() (the other methods' do not talk to spotd, "
+            "and a world's nodes start together once each has restored)",
+            cfg->v[OPT_EARLY_START].origin);
+        return -1;
+    }
     if (cfg->v[OPT_SAVED_WHEN].source == CONFIG_DEFAULT)
         return 0;
     if (method != CONFIG_METHOD_SIGNAL && method != CONFIG_METHOD_DIR) {
@@ -827,6 +835,7 @@ static int build_orch(struct run *run)
                              .peer_timeout_ms = config_num(cfg, OPT_PEER_TIMEOUT),
                              .criu = config_str(cfg, OPT_CRIU),
                              .criu_stream = (int)config_num(cfg, OPT_CRIU_STREAM),
+                             .early_start = config_num(cfg, OPT_EARLY_START) != 0,
                              .min_nodes = wc->min_nodes,
                              .join_timeout_ms = config_num(cfg, OPT_JOIN_TIMEOUT),
                              .master_port = (unsigned)config_num(cfg, OPT_MASTER_PORT),

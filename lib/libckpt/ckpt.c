@@ -41,6 +41,7 @@ static const char *const messages[] = {
     [7] = "spotd closed the connection",
     [8] = "system call failed (see errno)",
     [9] = "spotd did not answer in time",
+    [10] = "the checkpoint to resume from could not be restored",
 };
 
 CKPT_API const char *ckpt_strerror(int err)
@@ -71,6 +72,8 @@ struct ckpt {
     int err;                      /* sticky: CKPT_E_CLOSED, CKPT_E_PROTOCOL, CKPT_E_IO */
     char *resume_dir;
     long long resume_step;
+    bool restoring;               /* resume_dir is not there yet (--early-start) */
+    bool restore_failed;
     long long step;               /* the last step ckpt_step() saw */
     long long progress_ms;        /* when the last progress went (coarse monotonic) */
     bool stop;
@@ -214,6 +217,15 @@ static int handle(struct ckpt *c, const struct jsonl_msg *m)
         c->awaiting = false;
         return 0;
     }
+    if (strcmp(type, "restored") == 0) {
+        const struct jsonl_value *e = jsonl_get(m, "error");
+
+        if (!c->restoring || !e || (e->type != JSONL_NULL && e->type != JSONL_STRING))
+            return CKPT_E_PROTOCOL;
+        c->restoring = false;
+        c->restore_failed = e->type == JSONL_STRING;
+        return 0;
+    }
     return CKPT_E_PROTOCOL;
 }
 
@@ -341,9 +353,10 @@ CKPT_API int ckpt_open_at(const char *path, struct ckpt **ret)
             JSONL_INT("local_rank", env_int("LOCAL_RANK")),
             JSONL_INT("local_world_size", env_int("LOCAL_WORLD_SIZE")),
             JSONL_STR("lib", lib),
+            JSONL_BOOLV("resume_wait", true),
         };
         snprintf(lib, sizeof(lib), "libckpt-c %s", ckpt_version());
-        if ((r = send_msg(c, kv, 5)) < 0)
+        if ((r = send_msg(c, kv, 6)) < 0)
             goto fail;
     }
     deadline = now_ms() + WELCOME_TIMEOUT_MS;
@@ -367,6 +380,15 @@ CKPT_API int ckpt_open_at(const char *path, struct ckpt **ret)
     if (bad || !get_int(&w, "resume_step", true, &c->resume_step)) {
         r = CKPT_E_PROTOCOL;
         goto fail;
+    }
+    {
+        const struct jsonl_value *v = jsonl_get(&w, "restoring");
+
+        if (v && v->type != JSONL_BOOL) {
+            r = CKPT_E_PROTOCOL;
+            goto fail;
+        }
+        c->restoring = v && v->num && c->resume_dir;
     }
     /* What came after the welcome in the same read is handled now. */
     if ((r = handle_all(c)) < 0)
@@ -407,6 +429,33 @@ CKPT_API const char *ckpt_resume_dir(const struct ckpt *c)
 CKPT_API long long ckpt_resume_step(const struct ckpt *c)
 {
     return c && c->resume_dir ? c->resume_step : -1;
+}
+
+CKPT_API int ckpt_resume_wait(struct ckpt *c, int timeout_ms)
+{
+    long long deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    int r = 0;
+
+    if (!c)
+        return CKPT_E_INVAL;
+    while (c->restoring && !c->err) {
+        long long left = deadline < 0 ? 1000 : deadline - now_ms();
+
+        if ((r = handle_all(c)) < 0) {
+            c->err = r;
+            break;
+        }
+        if (!c->restoring)
+            break;
+        if (left <= 0)
+            return CKPT_E_TIMEOUT;
+        r = fill(c, (int)left);
+        if (r < 0 && r != CKPT_E_TIMEOUT)
+            c->err = r;
+    }
+    if (c->err)
+        return c->err;
+    return c->restore_failed ? CKPT_E_RESTORE : 0;
 }
 
 static long long coarse_ms(void)

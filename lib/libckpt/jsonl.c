@@ -320,6 +320,11 @@ int jsonl_build(char *buf, size_t size, const struct jsonl_kv *kv, size_t n)
         } else if (kv[i].type == JSONL_STRING) {
             if (put_string(buf, size, &o, kv[i].str) < 0)
                 return -1;
+        } else if (kv[i].type == JSONL_BOOL) {
+            w = snprintf(buf + o, size - o, "%s", kv[i].num ? "true" : "false");
+            if (w < 0 || (size_t)w >= size - o)
+                return -1;
+            o += (size_t)w;
         } else {
             w = snprintf(buf + o, size - o, "%lld", kv[i].num);
             if (w < 0 || (size_t)w >= size - o)

@@ -49,6 +49,7 @@ struct jsonl_kv {
 #define JSONL_STR(k, s) { (k), JSONL_STRING, 0, (s) }
 #define JSONL_INT(k, n) { (k), JSONL_INT, (n), NULL }
 #define JSONL_NUL(k) { (k), JSONL_NULL, 0, NULL }
+#define JSONL_BOOLV(k, b) { (k), JSONL_BOOL, (b) ? 1 : 0, NULL }
 
 /* Write {"v":1, members...}\n into buf (JSONL_NULL members, and strings
  * that are NULL, as null).  Returns the length written

@@ -38,7 +38,7 @@ __all__ = ["CONTINUE", "SAVE", "STOP", "CkptError", "Ckpt", "open", "version"]
 CONTINUE, SAVE, STOP = 0, 1, 2
 
 E_INVAL, E_NOMEM, E_CONNECT, E_PROTOCOL, E_VERSION = -1, -2, -3, -4, -5
-E_STATE, E_CLOSED, E_IO, E_TIMEOUT = -6, -7, -8, -9
+E_STATE, E_CLOSED, E_IO, E_TIMEOUT, E_RESTORE = -6, -7, -8, -9, -10
 
 _MESSAGES = {
     E_INVAL: "invalid argument",
@@ -50,6 +50,7 @@ _MESSAGES = {
     E_CLOSED: "spotd closed the connection",
     E_IO: "system call failed (see errno)",
     E_TIMEOUT: "spotd did not answer in time",
+    E_RESTORE: "the checkpoint to resume from could not be restored",
 }
 
 LINE_MAX = 65536
@@ -57,7 +58,7 @@ WELCOME_TIMEOUT = 10.0
 PROGRESS_S = 1.0                       # between two progress reports of step()
 AWAIT_S = 10.0                         # after a query's answer: wait for its checkpoint
 HOLD_MAX_MS = 60000                    # the longest hold a query may ask for
-_VERSION = "0.1.0"
+_VERSION = "0.2.0"
 
 
 def version():
@@ -103,6 +104,8 @@ class Ckpt:
         self._saving = False
         self.resume_dir = None
         self.resume_step = -1
+        self._restoring = False         # resume_dir is not there yet (--early-start)
+        self._restore_failed = False
         if not socket_path:
             return
         try:
@@ -114,7 +117,7 @@ class Ckpt:
         try:
             self._send(type="hello", pid=os.getpid(), local_rank=_env_int("LOCAL_RANK"),
                        local_world_size=_env_int("LOCAL_WORLD_SIZE"),
-                       lib="libckpt-py " + _VERSION)
+                       lib="libckpt-py " + _VERSION, resume_wait=True)
             deadline = time.monotonic() + WELCOME_TIMEOUT
             while True:
                 msg = self._next()
@@ -131,6 +134,10 @@ class Ckpt:
                 raise CkptError(E_PROTOCOL, "resume_dir")
             self.resume_dir = rd
             self.resume_step = _int(msg, "resume_step", True) if rd else -1
+            restoring = msg.get("restoring", False)
+            if type(restoring) is not bool:
+                raise CkptError(E_PROTOCOL, "restoring")
+            self._restoring = restoring and rd is not None
             self._handle_all()
         except BaseException:
             self.close()
@@ -206,8 +213,39 @@ class Ckpt:
             elif t == "stop":
                 self._stop = True
                 self._awaiting = False
+            elif t == "restored":
+                e = msg.get("error", 0)
+                if not self._restoring or (e is not None and type(e) is not str):
+                    raise CkptError(E_PROTOCOL, "restored")
+                self._restoring = False
+                self._restore_failed = e is not None
             else:
                 raise CkptError(E_PROTOCOL, "unknown message %r" % t)
+
+    def resume_wait(self, timeout=None):
+        """Wait until resume_dir is there to load (ckpt_resume_wait()): under
+        spotd's --early-start the command starts while its checkpoint is
+        still being restored, and the folder appears whole, verified, once
+        the restore ends.  Returns at once without an early start.  Raises
+        CkptError(E_RESTORE) when the restore failed (exit: spotd starts
+        the command again from a checkpoint that restores), E_TIMEOUT after
+        timeout seconds (None: as long as it takes)."""
+        until = None if timeout is None else time.monotonic() + timeout
+        while self._restoring:
+            if self._err:
+                raise CkptError(self._err)
+            left = 1.0 if until is None else until - time.monotonic()
+            if left <= 0:
+                raise CkptError(E_TIMEOUT)
+            if select.select([self._sock], [], [], left)[0]:
+                try:
+                    self._fill()
+                    self._handle_all()
+                except CkptError as e:
+                    self._err = e.code
+                    raise
+        if self._restore_failed:
+            raise CkptError(E_RESTORE)
 
     def _await_checkpoint(self, seconds):
         """The step was answered: spotd announces the step to save at once

@@ -181,6 +181,10 @@ const struct config_option config_options[OPT__COUNT] = {
     [OPT_CRIU] = { "criu", CONFIG_STRING, NULL, NULL, 0, 0, false, NULL,
                    "criu: the criu executable (default: criu in PATH; 4.2 or newer on "
                    "6.x kernels)" },
+    [OPT_EARLY_START] = { "early_start", CONFIG_BOOL, "false", NULL, 0, 0, false, NULL,
+                          "app method, one node: start the command while the generation it "
+                          "resumes from is restored; the trainer's ckpt_resume_wait() waits "
+                          "until it is there, verified" },
     [OPT_CRIU_STREAM] = { "criu_stream", CONFIG_ENUM, "last", criu_stream_choices, 0, 0, false,
                           NULL, "criu: which dumps stream their pages into the upload instead "
                           "of files (criu dump --stream): last (the one before a stop), "

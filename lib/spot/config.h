@@ -75,6 +75,7 @@ enum config_id {
     OPT_RENDEZVOUS,
     OPT_CRIU,
     OPT_CRIU_STREAM,
+    OPT_EARLY_START,
     OPT_MIN_NODES,
     OPT_JOIN_TIMEOUT,
     OPT_SOCKET,

@@ -185,6 +185,50 @@ def main():
     expect("the holding spotd heard what it expected", None, spotd.error)
     os.unlink(path) if os.path.exists(path) else None
 
+    # --early-start: the welcome says the folder is being restored; the
+    # trainer waits in resume_wait() until "restored" (verified, then failed).
+    spotd = Spotd(path, [
+        ("hear", "hello", {"resume_wait": True}),
+        ("say", '{"v":1,"type":"welcome","resume_dir":"/ck/g3/w0","resume_step":30,"gen":3,'
+                '"restoring":true}'),
+        ("hear", "request", {}),
+        ("say", '{"v":1,"type":"restored","error":null}'),
+    ])
+    spotd.start()
+    ck = libckpt.open(path)
+    expect("early start: where it will resume", ("/ck/g3/w0", 30), (ck.resume_dir, ck.resume_step))
+    try:
+        ck.resume_wait(0.05)
+        check("early start: nothing restored yet, the wait times out", False, "returned")
+    except libckpt.CkptError as e:
+        expect("early start: nothing restored yet, the wait times out", libckpt.E_TIMEOUT, e.code)
+    ck.request_save()
+    ck.resume_wait(10)
+    check("... and returns once it is restored", True)
+    ck.resume_wait(0)
+    ck.close()
+    spotd.join(5)
+    expect("the restoring spotd heard what it expected", None, spotd.error)
+    os.unlink(path) if os.path.exists(path) else None
+    spotd = Spotd(path, [
+        ("hear", "hello", {}),
+        ("say", '{"v":1,"type":"welcome","resume_dir":"/ck/g3/w0","resume_step":30,"gen":3,'
+                '"restoring":true}\n{"v":1,"type":"restored","error":"chunk 5 is corrupt"}'),
+    ])
+    spotd.start()
+    ck = libckpt.open(path)
+    try:
+        ck.resume_wait()
+        check("early start: a failed restore raises E_RESTORE", False, "returned")
+    except libckpt.CkptError as e:
+        expect("early start: a failed restore raises E_RESTORE", libckpt.E_RESTORE, e.code)
+    ck.close()
+    spotd.join(5)
+    os.unlink(path) if os.path.exists(path) else None
+    ck = libckpt.open()
+    ck.resume_wait(0)
+    check("inert: resume_wait returns at once", True)
+
     for name, answer, code in (
             ("another protocol version", '{"v":2,"type":"welcome"}', libckpt.E_VERSION),
             ("garbage", "not json", libckpt.E_PROTOCOL),

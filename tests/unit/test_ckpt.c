@@ -7,10 +7,10 @@ TEST(ckpt_strerror)
     CHECK_STR(ckpt_strerror(CKPT_E_CONNECT), "cannot connect to spotd's control socket");
     CHECK_STR(ckpt_strerror(CKPT_E_IO), "system call failed (see errno)");
     CHECK_STR(ckpt_strerror(CKPT_E_TIMEOUT), "spotd did not answer in time");
-    CHECK_STR(ckpt_strerror(-10), "unknown error");
+    CHECK_STR(ckpt_strerror(-11), "unknown error");
     CHECK_STR(ckpt_strerror(1), "unknown error");
     CHECK_STR(ckpt_strerror(-2147483647 - 1), "unknown error");
-    CHECK_STR(ckpt_version(), "0.1.0");
+    CHECK_STR(ckpt_version(), "0.2.0");
 }
 
 #include <errno.h>
@@ -70,7 +70,8 @@ static int script_line(FILE *in, const char *type, const char *key, long long wa
         return 2;
     if ((v = jsonl_get(&m, "path")) && v->type == JSONL_STRING)
         snprintf(heard_path, sizeof(heard_path), "%s", v->str);
-    if (key && (!(v = jsonl_get(&m, key)) || v->type != JSONL_INT || v->num != want))
+    if (key && (!(v = jsonl_get(&m, key)) || (v->type != JSONL_INT && v->type != JSONL_BOOL) ||
+                v->num != want))
         return 3;
     return 0;
 }
@@ -92,6 +93,16 @@ static int converse(int lfd, int (*script)(int fd, FILE *in))
     fclose(in);
     close(fd);
     return r;
+}
+
+/* The fake spotd in pid ended its conversation as scripted. */
+static void converse_ok(pid_t pid)
+{
+    int status = -1;
+
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK_INT(WEXITSTATUS(status), 0);
 }
 
 #define SAY(s) (r = r ? r : (write(fd, s "\n", sizeof(s)) == (ssize_t)sizeof(s) ? 0 : 9))
@@ -138,7 +149,7 @@ TEST(ckpt_conversation)
 {
     char dir[] = "/tmp/spotd-ckpt.XXXXXX", path[64];
     struct ckpt *c = NULL;
-    int lfd = listen_in(dir, path), status = -1, a;
+    int lfd = listen_in(dir, path), a;
     pid_t pid;
 
     pid = fork();
@@ -188,9 +199,7 @@ TEST(ckpt_conversation)
         CHECK_INT(a, CKPT_STOP);
         ckpt_close(c);
     }
-    waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status));
-    CHECK_INT(WEXITSTATUS(status), 0);
+    converse_ok(pid);
     close(lfd);
     unlink(path);
     rmdir(dir);
@@ -221,14 +230,84 @@ static int holding_conversation(int fd, FILE *in)
     SAY("{\"v\":1,\"type\":\"stop\",\"reason\":\"notice\"}");
     return r;
 }
+/* --early-start: the welcome says the folder is being restored; the
+ * trainer waits in ckpt_resume_wait() until "restored" (a first
+ * connection: verified; a second: failed). */
+static int restoring_conversation(int fd, FILE *in)
+{
+    int r = 0;
+
+    HEAR("hello", "resume_wait", 1);
+    SAY("{\"v\":1,\"type\":\"welcome\",\"resume_dir\":\"/ck/g3/w0\",\"resume_step\":30,"
+        "\"gen\":3,\"restoring\":true}");
+    HEAR("request", NULL, 0); /* the trainer's sign that it waits (below) */
+    SAY("{\"v\":1,\"type\":\"restored\",\"error\":null}");
+    return r;
+}
+
+static int failed_restore_conversation(int fd, FILE *in)
+{
+    int r = 0;
+
+    HEAR("hello", NULL, 0);
+    SAY("{\"v\":1,\"type\":\"welcome\",\"resume_dir\":\"/ck/g3/w0\",\"resume_step\":30,"
+        "\"gen\":3,\"restoring\":true}\n{\"v\":1,\"type\":\"restored\","
+        "\"error\":\"chunk 5 is corrupt\"}");
+    return r;
+}
 #undef SAY
 #undef HEAR
+
+TEST(ckpt_resume_wait)
+{
+    char dir[] = "/tmp/spotd-ckpt.XXXXXX", path[64];
+    struct ckpt *c = NULL;
+    int lfd = listen_in(dir, path);
+    pid_t pid;
+
+    /* Inert, or not restoring: no wait. */
+    CHECK_INT(ckpt_open_at(NULL, &c), 0);
+    CHECK_INT(ckpt_resume_wait(c, 0), 0);
+    ckpt_close(c);
+    CHECK_INT(ckpt_resume_wait(NULL, 0), CKPT_E_INVAL);
+
+    pid = fork();
+    if (pid == 0)
+        _exit(converse(lfd, restoring_conversation));
+    CHECK_INT(ckpt_open_at(path, &c), 0);
+    if (c) {
+        CHECK_STR(ckpt_resume_dir(c), "/ck/g3/w0");
+        /* Nothing yet: the wait times out, and may be tried again. */
+        CHECK_INT(ckpt_resume_wait(c, 50), CKPT_E_TIMEOUT);
+        /* The fake spotd says "restored" once it hears a request. */
+        CHECK_INT(ckpt_request_save(c), 0);
+        CHECK_INT(ckpt_resume_wait(c, 10000), 0);
+        CHECK_INT(ckpt_resume_wait(c, 0), 0);
+        ckpt_close(c);
+    }
+    converse_ok(pid);
+
+    pid = fork();
+    if (pid == 0)
+        _exit(converse(lfd, failed_restore_conversation));
+    CHECK_INT(ckpt_open_at(path, &c), 0);
+    if (c) {
+        CHECK_INT(ckpt_resume_wait(c, -1), CKPT_E_RESTORE);
+        CHECK_STR(ckpt_strerror(CKPT_E_RESTORE),
+                  "the checkpoint to resume from could not be restored");
+        ckpt_close(c);
+    }
+    converse_ok(pid);
+    close(lfd);
+    unlink(path);
+    rmdir(dir);
+}
 
 TEST(ckpt_hold)
 {
     char dir[] = "/tmp/spotd-ckpt.XXXXXX", path[64];
     struct ckpt *c = NULL;
-    int lfd = listen_in(dir, path), status = -1, a;
+    int lfd = listen_in(dir, path), a;
     pid_t pid;
 
     pid = fork();
@@ -253,9 +332,7 @@ TEST(ckpt_hold)
         CHECK_INT(a, CKPT_STOP);
         ckpt_close(c);
     }
-    waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status));
-    CHECK_INT(WEXITSTATUS(status), 0);
+    converse_ok(pid);
     close(lfd);
     unlink(path);
     rmdir(dir);
