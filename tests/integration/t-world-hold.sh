@@ -74,10 +74,22 @@ held() {
     fi
 }
 
+# reach NAME: the step NAME's trainers said they hold at ("" when none).
+reach() {
+    sed -n 's/.*the smallest step each can still reach is \([0-9]*\) (each holds.*/\1/p' \
+        "$T/$1.err" | head -n 1
+}
+
 # ---- 1. on their own: the step both hold at -------------------------------
+# Two ranks that train on their own may be a step apart when the query
+# comes: the world saves the later, and the rank holding one step short of
+# it trains on to it (seen in CI).
 round alone 0.25 none
 for n in alone-0 alone-1; do
-    check "alone: $n's trainer held at the step it answered, and that step was saved" held $n
+    other=alone-$((1 - ${n#alone-}))
+    check "alone: $n's trainer held at the step it answered, and that step (or, one short of the other rank's, the next) was saved" \
+        eval 'held '"$n"' || { r=$(reach '"$n"'); [ -n "$r" ] && [ $((r + 1)) = "$S0" ] &&
+                                 [ "$(reach '"$other"')" = "$S0" ]; }'
 done
 
 # ---- 2. rank 1 late at each boundary: a hold that runs out ------------------
