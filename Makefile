@@ -256,6 +256,7 @@ bench: all
 # store at scale (2,000 generations and 2,000 ranks, about 20 minutes).
 bench-store: all
 	@O=$(O) tests/bench/store.sh
+	@O=$(O) tests/bench/resume.sh
 	@O=$(O) tests/bench/chunking.sh
 	@O=$(O) tests/bench/scale.sh
 
