@@ -222,7 +222,6 @@ static void resume_next(struct orch *r)
     orch_restore_pick(r, r->cands[r->next_cand].gen, r->cands[r->next_cand].step);
 }
 
-/* Restore gen (holding step) and start the command from it. */
 /* --early-start: the command may start now, before its generation is
  * restored (orch_run_early()): at a start, one node, with trainers that
  * talk to spotd. */
@@ -232,6 +231,7 @@ static bool early(const struct orch *r)
            r->resume_gen && (r->mops->flags & METHOD_WORKERS) && r->state == RESUMING;
 }
 
+/* Restore gen (holding step) and start the command from it. */
 void orch_restore_pick(struct orch *r, uint64_t gen, int64_t step)
 {
     struct hook_env he;
@@ -480,6 +480,8 @@ static void start_fresh(struct orch *r)
         r->restarting = false;
         orch_set_resume(r, 0, -1, NULL);
         child_restart_now(r->o.child);
+        if (r->state == RESUMING)
+            orch_resume_done(r);
         return;
     }
     orch_run_command(r);
