@@ -183,7 +183,9 @@ static void do_get(struct file_job *j, const char *path)
         fail(j, -EFBIG, "read (larger than allowed)", path);
         goto out;
     }
-    buf = malloc((size_t)st.st_size + 1);
+    /* Aligned, so that a restore can write a chunk with O_DIRECT. */
+    if (posix_memalign((void **)&buf, 4096, (size_t)st.st_size + 1) != 0)
+        buf = NULL;
     if (!buf) {
         fail(j, -ENOMEM, "read", path);
         goto out;

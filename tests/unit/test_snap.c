@@ -1132,7 +1132,9 @@ TEST(snap_stream)
     struct mf_file f;
     struct snap *s;
     char err[512], cmd[1024];
-    size_t size = 3 * CHUNK + CHUNK / 2, got = 0;
+    /* The last chunk ends off a block: the restore writes its whole
+     * blocks with O_DIRECT (where /tmp takes it) and its tail buffered. */
+    size_t size = 3 * CHUNK + CHUNK / 2 + 123, got = 0;
     uint8_t *data = malloc(size);
     char *back;
 
@@ -1153,7 +1155,7 @@ TEST(snap_stream)
     CHECK_INT((int)c1.chunks, 4);
     CHECK_INT((int)c1.chunks_sent, 3);
     CHECK_INT((int)c1.bytes_zero, CHUNK);
-    CHECK(f.chunks[1].zero && !f.chunks[0].zero && f.chunks[3].len == CHUNK / 2);
+    CHECK(f.chunks[1].zero && !f.chunks[0].zero && f.chunks[3].len == CHUNK / 2 + 123);
     CHECK_INT(save_streamed(s, base, dir, 1, &f, &sv, &o), 0);
     CHECK_INT((int)o.saved.bytes, (int)(size + 5));
     CHECK_INT((int)sv.bytes_early, (int)(size - CHUNK));
