@@ -6,7 +6,9 @@
  * and safely (restore_check(): the manifest is anyone's who can write the
  * store), creates the files (sparse, at their final sizes) beside the
  * destination, below a descriptor of that folder, then runs a window of
- * chunk tasks (get, then in the pool: decode, hash check, pwrite), makes
+ * chunk tasks (get, then in the pool: decode, hash check, pwrite: with
+ * O_DIRECT where the buffer, offset and filesystem allow, the kernel then
+ * asked to read it back, write_chunk()), makes
  * the links, sets modes and mtimes, and renames the whole tree into
  * place.  Verify is a restore that writes nothing; a check compares a
  * local copy with its manifest (dircheck.h). */
