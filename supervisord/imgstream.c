@@ -699,7 +699,7 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-bool imgserve_fits(const char *dir)
+bool imgstream_serve_fits(const char *dir)
 {
     return strlen(dir) + 1 + strlen(IMGSERVE_SOCKET) < sizeof(((struct sockaddr_un *)0)->sun_path);
 }
@@ -712,9 +712,9 @@ static void answer(struct imgserve *sv);
 static void serve_check_done(struct imgserve *sv);
 static void serve_destroy(struct imgserve *sv);
 
-struct imgserve *imgserve_start(struct event_base *base, struct snap *snap, uint64_t gen,
-                                uint32_t rank, const char *dir, void (*failed)(void *arg),
-                                void *arg, char *err, size_t errlen)
+struct imgserve *imgstream_serve(struct event_base *base, struct snap *snap, uint64_t gen,
+                                 uint32_t rank, const char *dir, void (*failed)(void *arg),
+                                 void *arg, char *err, size_t errlen)
 {
     struct imgserve *sv = calloc(1, sizeof(*sv));
 
@@ -1009,14 +1009,7 @@ static void serve_check_done(struct imgserve *sv)
                 (long long)(mono_ms() - sv->t0));
 }
 
-bool imgserve_failed(const struct imgserve *sv, char *msg, size_t size)
-{
-    if (sv && sv->err)
-        snprintf(msg, size, "%s", sv->msg);
-    return sv && sv->err;
-}
-
-struct imgserve *imgserve_free(struct imgserve *sv)
+struct imgserve *imgstream_serve_free(struct imgserve *sv)
 {
     if (!sv)
         return NULL;

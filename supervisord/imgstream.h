@@ -69,7 +69,7 @@ unsigned imgstream_live(void);
 struct imgserve;
 
 /* Whether dir is short enough a path for the serving socket. */
-bool imgserve_fits(const char *dir);
+bool imgstream_serve_fits(const char *dir);
 /* Serve the images of rank of generation gen to `criu restore --stream
  * -D dir`: dir's files as they are, the pages (pages-*.img of the rank's
  * manifest, left out of dir) from the store.  Listening when it returns;
@@ -77,13 +77,11 @@ bool imgserve_fits(const char *dir);
  * A failure is logged, ends the connection, so that the restore fails
  * rather than restore something else, and calls failed(arg) once.  NULL with err when it cannot
  * listen. */
-struct imgserve *imgserve_start(struct event_base *base, struct snap *snap, uint64_t gen,
-                                uint32_t rank, const char *dir, void (*failed)(void *arg),
-                                void *arg, char *err, size_t errlen);
-/* Whether it failed, and why. */
-bool imgserve_failed(const struct imgserve *sv, char *msg, size_t size);
+struct imgserve *imgstream_serve(struct event_base *base, struct snap *snap, uint64_t gen,
+                                 uint32_t rank, const char *dir, void (*failed)(void *arg),
+                                 void *arg, char *err, size_t errlen);
 /* Takes NULL, returns NULL.  Counted by imgstream_live() until its
  * fetches end. */
-struct imgserve *imgserve_free(struct imgserve *sv);
+struct imgserve *imgstream_serve_free(struct imgserve *sv);
 
 #endif

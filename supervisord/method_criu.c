@@ -629,7 +629,7 @@ static void criu_close(struct method *m)
     if (m->restored)
         event_free(m->restored);
     imgstream_free(m->stream);
-    imgserve_free(m->serve);
+    imgstream_serve_free(m->serve);
     for (size_t i = 0; m->argv && m->argv[i]; i++)
         free(m->argv[i]);
     free(m->argv);
@@ -813,8 +813,8 @@ static int open_serve(struct method *m, char *err, size_t errlen)
                  "to take them from", ctx->resume_dir);
         return -1;
     }
-    if (!(m->serve = imgserve_start(ctx->base, ctx->snap, ctx->resume_gen, ctx->resume_rank,
-                                    ctx->resume_dir, on_serve_failed, m, why, sizeof(why)))) {
+    if (!(m->serve = imgstream_serve(ctx->base, ctx->snap, ctx->resume_gen, ctx->resume_rank,
+                                     ctx->resume_dir, on_serve_failed, m, why, sizeof(why)))) {
         snprintf(err, errlen, "--method criu: cannot serve the pages of generation %llu to "
                  "CRIU: %s", (unsigned long long)ctx->resume_gen, why);
         return -1;

@@ -280,7 +280,7 @@ static void on_pre_restore(void *arg, int code, const char *msg)
 static const char *leaves(const struct orch *r)
 {
     if (r->restarting || !r->mops->restore_leaves || r->o.criu_stream == CRIU_STREAM_NEVER ||
-        !imgserve_fits(r->resume_dir))
+        !imgstream_serve_fits(r->resume_dir))
         return NULL;
     return r->mops->restore_leaves;
 }
