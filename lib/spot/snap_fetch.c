@@ -37,9 +37,12 @@
 
 #define REFETCH_MAX 2             /* a chunk that arrives corrupt is fetched again */
 
-/* A restore writes chunks with O_DIRECT where their bytes, offset and
- * length allow it: no copy into the page cache, which on a machine where
- * the store's servers share the cores was most of a restore's CPU. */
+/* A restore from a remote store writes chunks with O_DIRECT where their
+ * bytes, offset and length allow it: no copy into the page cache, which
+ * on a machine where the store's servers share the cores was most of a
+ * restore's CPU (tests/bench/README.md, store.sh).  From a file store
+ * the chunks come off the same disks through the page cache: writing
+ * them directly, and reading them back, only made the disk busier. */
 #define DIRECT_ALIGN 4096
 
 /* Room a restore leaves free on dest's filesystem, besides its files. */
@@ -73,7 +76,7 @@ struct fetch {
     char *leave;                  /* snap_restore_leaving(): files not restored */
     int tmpfd;                    /* restore: tmp, once made; every path is below it */
     bool made_tmp;
-    bool no_direct;               /* dest's filesystem refused O_DIRECT: buffered writes */
+    bool no_direct;               /* a file store, or dest's filesystem refused O_DIRECT */
     struct snap_counters *c, own;
     snap_done_fn done;
     snap_verify_fn verified;
@@ -297,6 +300,7 @@ static struct fetch *fetch_new(struct snap *s, uint64_t gen, struct snap_counter
     fe->gen = gen;
     fe->tmpfd = -1;
     fe->c = c ? c : &fe->own;
+    fe->no_direct = !store_remote(s->store);
     return fe;
 }
 

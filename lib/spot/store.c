@@ -232,6 +232,11 @@ bool store_wants_sha256(const struct store *s)
     return s->backend->wants_sha256;
 }
 
+bool store_remote(const struct store *s)
+{
+    return s->backend->remote;
+}
+
 const char *store_url(const struct store *s)
 {
     return s->url;

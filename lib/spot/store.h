@@ -104,6 +104,10 @@ uint64_t store_requests(const struct store *s);
 /* Whether store_put_hashed() saves this store work (it signs payloads). */
 bool store_wants_sha256(const struct store *s);
 
+/* Whether what it gets comes over the network (S3), not from a file
+ * system it reads through the page cache (file://). */
+bool store_remote(const struct store *s);
+
 /* Relative, at most STORE_KEY_MAX bytes of [A-Za-z0-9._-/], no empty,
  * "." or ".." component. */
 bool store_key_valid(const char *key);

@@ -8,6 +8,7 @@
 struct store_backend {
     const char *scheme;          /* "file://" */
     bool wants_sha256;           /* puts go faster with the payload's SHA-256 */
+    bool remote;                 /* what it gets comes over the network, not from a disk */
     int (*open)(const char *url, const struct store_ctx *ctx, struct store **ret, char *err,
                 size_t errlen);
     /* Each returns 0 when the operation is under way (its callback will

@@ -1098,6 +1098,7 @@ static void s3_close(struct store *base)
 const struct store_backend store_s3_backend = {
     .scheme = "s3://",
     .wants_sha256 = true,
+    .remote = true,
     .open = s3_open,
     .put = s3_put,
     .put_new = s3_put_new,

@@ -1132,8 +1132,8 @@ TEST(snap_stream)
     struct mf_file f;
     struct snap *s;
     char err[512], cmd[1024];
-    /* The last chunk ends off a block: the restore writes its whole
-     * blocks with O_DIRECT (where /tmp takes it) and its tail buffered. */
+    /* The last chunk ends off a block (a restore from S3 writes its
+     * whole blocks with O_DIRECT and its tail buffered). */
     size_t size = 3 * CHUNK + CHUNK / 2 + 123, got = 0;
     uint8_t *data = malloc(size);
     char *back;
