@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "spot/log.h"
+#include "spot/notice.h"
 
 #define NAME_MAX_LEN 128
 #define IMAGES_MAX 4096
@@ -691,14 +692,6 @@ static void serve_fail(struct imgserve *sv, int err, const char *fmt, ...)
         sv->failed(sv->arg);
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 bool imgstream_serve_fits(const char *dir)
 {
     return strlen(dir) + 1 + strlen(IMGSERVE_SOCKET) < sizeof(((struct sockaddr_un *)0)->sun_path);
@@ -729,7 +722,7 @@ struct imgserve *imgstream_serve(struct event_base *base, struct snap *snap, uin
     sv->rank = rank;
     sv->failed = failed;
     sv->arg = arg;
-    sv->t0 = mono_ms();
+    sv->t0 = notice_mono_ms();
     if (conn_listen(&sv->conn, base, dir, IMGSERVE_SOCKET, on_serve_conn, sv, err, errlen) < 0) {
         free(sv->dir);
         free(sv);
@@ -1006,7 +999,7 @@ static void serve_check_done(struct imgserve *sv)
     if (!sv->err)
         log_msg(LOGL_INFO, "CRIU's restore took its pages from the store: %llu MiB in %lld ms, "
                 "each chunk checked, none written to disk", (unsigned long long)(bytes >> 20),
-                (long long)(mono_ms() - sv->t0));
+                (long long)(notice_mono_ms() - sv->t0));
 }
 
 struct imgserve *imgstream_serve_free(struct imgserve *sv)
