@@ -791,6 +791,21 @@ static void ftask_work(struct pool_job *job)
     free(owned);
 }
 
+/* All len bytes of buf at off, or -errno; *done says how many went. */
+static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off, size_t *done)
+{
+    while (*done < len) {
+        ssize_t n = pwrite(fd, (const char *)buf + *done, len - *done, (off_t)(off + *done));
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? -errno : -EIO;
+        *done += (size_t)n;
+    }
+    return 0;
+}
+
 /* Pool: len bytes at off of the file at rel below fe->tmpfd.  The whole
  * blocks go with O_DIRECT when plain is aligned for it (the stores'
  * buffers are) and the filesystem takes it; the rest, and everything on
@@ -813,21 +828,10 @@ static int write_chunk(struct fetch *fe, const char *rel, const void *plain, siz
             direct = 0;
         }
     }
-    while (done < direct) {
-        ssize_t n = pwrite(fd, (const char *)plain + done, direct - done, (off_t)(off + done));
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EINVAL && done == 0) {
-            /* Alignment the device wants more of: buffered from here on. */
-            __atomic_store_n(&fe->no_direct, true, __ATOMIC_RELAXED);
-            break;
-        }
-        if (n <= 0) {
-            r = n < 0 ? -errno : -EIO;
-            break;
-        }
-        done += (size_t)n;
+    if (direct && (r = pwrite_all(fd, plain, direct, off, &done)) == -EINVAL && done == 0) {
+        /* Alignment the device wants more of: buffered from here on. */
+        __atomic_store_n(&fe->no_direct, true, __ATOMIC_RELAXED);
+        r = 0;
     }
     /* Read back into the page cache by the kernel, without a copy of
      * ours: the trainer loads these bytes next. */
@@ -839,17 +843,7 @@ static int write_chunk(struct fetch *fe, const char *rel, const void *plain, siz
         return r;
     if ((fd = openat(fe->tmpfd, rel, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
         return -errno;
-    while (done < len) {
-        ssize_t n = pwrite(fd, (const char *)plain + done, len - done, (off_t)(off + done));
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            r = n < 0 ? -errno : -EIO;
-            break;
-        }
-        done += (size_t)n;
-    }
+    r = pwrite_all(fd, plain, len, off, &done);
     close(fd);
     return r;
 }
