@@ -84,7 +84,7 @@ $(O)/config.mk: Makefile
 
 # lib/spot: the internal library shared by spotd and spotctl.
 SPOT_SRC   := lib/spot/log.c lib/spot/parse.c lib/spot/config.c lib/spot/http.c lib/spot/dmi.c \
-              lib/spot/pool.c lib/spot/hash.c lib/spot/chunk.c lib/spot/store.c lib/spot/store_file.c lib/spot/store_s3.c lib/spot/manifest.c lib/spot/snap.c lib/spot/snap_save.c lib/spot/snap_fetch.c lib/spot/snap_stream.c lib/spot/snap_gc.c lib/spot/snap_latest.c lib/spot/zipgrid.c lib/libckpt/jsonl.c \
+              lib/spot/pool.c lib/spot/bigbuf.c lib/spot/hash.c lib/spot/chunk.c lib/spot/store.c lib/spot/store_file.c lib/spot/store_s3.c lib/spot/manifest.c lib/spot/snap.c lib/spot/snap_save.c lib/spot/snap_fetch.c lib/spot/snap_stream.c lib/spot/snap_gc.c lib/spot/snap_latest.c lib/spot/zipgrid.c lib/libckpt/jsonl.c \
               lib/spot/notice.c lib/spot/backoff.c lib/spot/timeparse.c lib/spot/cloudparse.c lib/spot/xml.c lib/spot/s3xml.c lib/spot/awscreds.c lib/spot/s3creds.c lib/spot/imds.c \
               lib/spot/strict.c lib/spot/frame.c lib/spot/jobkey.c lib/spot/peermsg.c lib/spot/worldrec.c \
               lib/spot/gpuinv.c lib/spot/proc.c lib/spot/dircheck.c lib/spot/ckptname.c lib/spot/ckptdir.c lib/spot/linktree.c lib/spot/genclaim.c lib/spot/jobtree.c

@@ -1,5 +1,6 @@
 /* chunk: compress and frame chunks (hashed by hash.c); check and decode them. */
 #include "spot/chunk.h"
+#include "spot/bigbuf.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -99,7 +100,7 @@ int chunk_encode(const void *plain, size_t len, int level, double min_saving,
         return -EINVAL;
     if (hash_sha256(plain, len, hash) < 0)
         return -EIO;
-    buf = malloc(len + CHUNK_TRAILER_LEN);
+    buf = bigbuf_alloc(len + CHUNK_TRAILER_LEN);
     if (!buf)
         return -ENOMEM;
     if (len)
@@ -126,7 +127,7 @@ int chunk_encode_buf(uint8_t *buf, size_t len, const uint8_t hash[CHUNK_HASH_LEN
     hash_hex(c.hash, c.hex);
     if (worth_compressing(z, plain, len, level, min_saving)) {
         size_t bound = ZSTD_compressBound(len), n;
-        uint8_t *zb = malloc(bound + CHUNK_TRAILER_LEN);
+        uint8_t *zb = bigbuf_alloc(bound + CHUNK_TRAILER_LEN);
 
         if (!zb)
             return -ENOMEM;
@@ -269,7 +270,7 @@ int chunk_decode(const void *enc, size_t len, const uint8_t expect[CHUNK_HASH_LE
 
     if (read_trailer(enc, len, &e, &plain_len, &payload) < 0)
         return -EBADMSG;
-    plain = malloc(plain_len ? plain_len : 1);
+    plain = bigbuf_alloc(plain_len ? plain_len : 1);
     if (!plain)
         return -ENOMEM;
 

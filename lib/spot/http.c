@@ -9,6 +9,7 @@
  * curl_multi_info_read() for finished transfers, whose callbacks run last,
  * outside any curl call, so a callback may start or cancel requests. */
 #include "spot/http.h"
+#include "spot/bigbuf.h"
 
 /* curl's headers give the types and constants; the functions come from
  * libcurl loaded at run time (see load_curl), so that a spotd that watches
@@ -134,9 +135,6 @@ static void unload_curl(void)
 }
 
 #define DEFAULT_MAX_BODY (64 * 1024)
-/* A body announced this large (a chunk's) starts on a page: a restore
- * writes it with O_DIRECT (snap_fetch.c). */
-#define ALIGNED_BODY_MIN (256 * 1024)
 
 struct http {
     struct event_base *base;
@@ -410,11 +408,9 @@ static void reserve(struct http_req *r, const char *v, size_t n)
     len = strtoull(num, &end, 10);
     if (errno || *end || num[0] < '0' || num[0] > '9' || len == 0 || len > r->max)
         return;
-    if (len < ALIGNED_BODY_MIN)
-        b = malloc(len + 1);
-    else if (posix_memalign(&b, 4096, len + 1) != 0)
-        b = NULL;
-    if (!b)
+    /* A chunk's body starts on a page (a restore writes it with O_DIRECT,
+     * snap_fetch.c) and on huge pages where it can. */
+    if (!(b = bigbuf_alloc(len + 1)))
         return;
     r->body = b;
     r->cap = len + 1;

@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "spot/bigbuf.h"
 #include "spot/pool.h"
 #include "spot/store.h"
 #include "spot/zipgrid.h"
@@ -1212,7 +1213,7 @@ static uint8_t *buf_get(struct snap *s)
 {
     if (s->n_free > 0)
         return s->free_bufs[--s->n_free];
-    return malloc((size_t)s->chunk_size + CHUNK_TRAILER_LEN);
+    return bigbuf_alloc((size_t)s->chunk_size + CHUNK_TRAILER_LEN);
 }
 
 static void buf_put(struct snap *s, uint8_t *b)

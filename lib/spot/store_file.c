@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "spot/bigbuf.h"
 #include "spot/pool.h"
 #include "spot/store.h"
 #include "store_impl.h"
@@ -184,9 +185,7 @@ static void do_get(struct file_job *j, const char *path)
         goto out;
     }
     /* Aligned, so that a restore can write a chunk with O_DIRECT. */
-    if (posix_memalign((void **)&buf, 4096, (size_t)st.st_size + 1) != 0)
-        buf = NULL;
-    if (!buf) {
+    if (!(buf = bigbuf_alloc((size_t)st.st_size + 1))) {
         fail(j, -ENOMEM, "read", path);
         goto out;
     }

@@ -1,0 +1,22 @@
+/* bigbuf: memory for a whole chunk (megabytes), freed with free().
+ *
+ * A fresh multi-megabyte buffer costs a page fault per 4 KiB on first
+ * touch; on a virtual machine each fault is an exit, and a restore that
+ * receives 1 GiB into fresh buffers spent more time faulting than
+ * receiving.  A buffer of 2 MiB or more starts on a 2 MiB boundary and
+ * asks for transparent huge pages (MADV_HUGEPAGE, which is what most
+ * distributions' "madvise" setting waits for): one fault per 2 MiB.
+ * Every buffer starts on a page, so that it can be written with O_DIRECT. */
+#ifndef SPOT_BIGBUF_H
+#define SPOT_BIGBUF_H
+
+#include <stddef.h>
+
+/* BIGBUF_MIN bytes or more: page-aligned; BIGBUF_HUGE or more: huge-page
+ * aligned and advised.  Below BIGBUF_MIN it is plain malloc().  Returns
+ * NULL (errno ENOMEM) when there is no memory. */
+#define BIGBUF_MIN (256u * 1024)
+#define BIGBUF_HUGE (2u * 1024 * 1024)
+void *bigbuf_alloc(size_t len);
+
+#endif
