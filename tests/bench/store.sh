@@ -605,6 +605,7 @@ END {
     goal("spotd incremental sent / upload sent", "<= 12 %", bytes("spotd", "incremental"), bytes("spotd", "upload"), 0.12, 0, "%")
     goal("spotd 4 ranks sent / 1 rank sent", "<= 1.10x", bytes("spotd", "4 ranks"), bytes("spotd", "upload"), 1.10, 0, "x")
     goal("spotd restore MB/s / aws-cli restore", ">= 1.5x", rate("spotd", "restore"), rate("aws", "restore"), 1.5, 1, "x")
+    goal("spotd restore MB/s / raw curl GET", ">= 90 %", rate("spotd", "restore"), rate("curl", "restore"), 0.9, 1, "%")
     m = -1
     for (j = 1; j <= np; j++) { k = "spotd" SUBSEP pl[j]; if (k in sec && rss[k] > m) m = rss[k] }
     if (m < 0) printf "goal: %-40s %-9s %10s  %s\n", "spotd peak RSS", "< 300 MiB", "n/a", "MISS"
