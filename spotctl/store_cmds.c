@@ -63,10 +63,11 @@ static void print_counters(const struct ctl *c, double secs, bool totals)
     printf("\"bytes_read\":%" PRIu64 ",\"bytes_zero\":%" PRIu64 ",\"bytes_skipped\":%" PRIu64
            ",\"bytes_compressed\":%" PRIu64 ",\"bytes_sent\":%" PRIu64
            ",\"bytes_received\":%" PRIu64 ",\"bytes_written\":%" PRIu64
+           ",\"bytes_direct\":%" PRIu64
            ",\"chunks_sent\":%" PRIu64 ",\"chunks_skipped\":%" PRIu64 ",\"retries\":%" PRIu64
            ",\"seconds\":%.3f",
            k->bytes_read, k->bytes_zero, k->bytes_skipped, k->bytes_compressed, k->bytes_sent,
-           k->bytes_received, k->bytes_written, k->chunks_sent, k->chunks_skipped, k->retries,
+           k->bytes_received, k->bytes_written, k->bytes_direct, k->chunks_sent, k->chunks_skipped, k->retries,
            secs);
 }
 

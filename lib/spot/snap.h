@@ -89,6 +89,7 @@ struct snap_counters {
     uint64_t bytes_sent;           /* put into the store */
     uint64_t bytes_received;       /* got from the store */
     uint64_t bytes_written;        /* to disk (restore) */
+    uint64_t bytes_direct;         /* of those, written with O_DIRECT (from a remote store) */
     uint64_t chunks;
     uint64_t chunks_sent;
     uint64_t chunks_skipped;

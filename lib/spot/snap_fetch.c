@@ -61,6 +61,7 @@ struct ftask {
     void *data;
     size_t len;
     unsigned refetch;
+    size_t direct;                /* of its bytes, written with O_DIRECT */
     int err;
     char msg[MSG_MAX];
 };
@@ -121,7 +122,7 @@ static void on_chunk_got(void *arg, int err, const char *msg, void *data, size_t
 static void ftask_work(struct pool_job *job);
 static void ftask_done(struct pool_job *job);
 static int write_chunk(struct fetch *fe, const char *rel, const void *plain, size_t len,
-                       uint64_t off);
+                       uint64_t off, size_t *direct_done);
 static void ftask_end(struct ftask *t);
 static void finish_work(struct pool_job *job);
 static mode_t restore_mode(const struct fetch *fe, const struct mf_file *f);
@@ -782,7 +783,7 @@ static void ftask_work(struct pool_job *job)
         return;
     }
     shown(f->path, path);
-    r = write_chunk(fe, f->path, plain, len, t->off);
+    r = write_chunk(fe, f->path, plain, len, t->off, &t->direct);
     if (r < 0) {
         t->err = r;
         snprintf(t->msg, sizeof(t->msg), "cannot write '%s' in '%s': %s", path, fe->tmp,
@@ -809,13 +810,15 @@ static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off, size_t 
 /* Pool: len bytes at off of the file at rel below fe->tmpfd.  The whole
  * blocks go with O_DIRECT when plain is aligned for it (the stores'
  * buffers are) and the filesystem takes it; the rest, and everything on
- * one that does not, through the page cache.  0 or -errno. */
+ * one that does not, through the page cache.  0 or -errno; *direct_done
+ * says how many bytes went with O_DIRECT. */
 static int write_chunk(struct fetch *fe, const char *rel, const void *plain, size_t len,
-                       uint64_t off)
+                       uint64_t off, size_t *direct_done)
 {
     size_t direct = 0, done = 0;
     int fd = -1, r = 0;
 
+    *direct_done = 0;
     if (!__atomic_load_n(&fe->no_direct, __ATOMIC_RELAXED) &&
         (uintptr_t)plain % DIRECT_ALIGN == 0 && off % DIRECT_ALIGN == 0)
         direct = len - len % DIRECT_ALIGN;
@@ -837,6 +840,7 @@ static int write_chunk(struct fetch *fe, const char *rel, const void *plain, siz
      * ours: the trainer loads these bytes next. */
     if (fd >= 0 && done)
         posix_fadvise(fd, (off_t)off, (off_t)done, POSIX_FADV_WILLNEED);
+    *direct_done = done;
     if (fd >= 0)
         close(fd);
     if (r < 0 || done == len)
@@ -878,8 +882,10 @@ static void ftask_done(struct pool_job *job)
         fetch_fail(fe, t->err, "%s", t->msg);
     } else {
         fe->c->bytes_hashed += t->ch->len;
-        if (!fe->verify)
+        if (!fe->verify) {
             fe->c->bytes_written += t->ch->len;
+            fe->c->bytes_direct += t->direct;
+        }
         fe->report.chunks++;
         fe->report.bytes += t->ch->len;
     }
