@@ -67,8 +67,8 @@ static void print_counters(const struct ctl *c, double secs, bool totals)
            ",\"chunks_sent\":%" PRIu64 ",\"chunks_skipped\":%" PRIu64 ",\"retries\":%" PRIu64
            ",\"seconds\":%.3f",
            k->bytes_read, k->bytes_zero, k->bytes_skipped, k->bytes_compressed, k->bytes_sent,
-           k->bytes_received, k->bytes_written, k->bytes_direct, k->chunks_sent, k->chunks_skipped, k->retries,
-           secs);
+           k->bytes_received, k->bytes_written, k->bytes_direct, k->chunks_sent, k->chunks_skipped,
+           k->retries, secs);
 }
 
 /* s as one JSON string literal, escaped first (manifest_escape()). */
