@@ -6,7 +6,8 @@ with EARLY_REWRITE=1, it seeks back and rewrites 100 KiB inside the first
 chunk, which spotd stored already.  EARLY_DONE=1 calls ck.file_done()
 before the rewrite (the worst case: a file said finished, then changed).
 EARLY_OPEN=1 keeps the file open until after ck.saved(): spotd learns that
-its last piece is written from ck.file_done() alone.
+its last piece is written from ck.file_done() alone (and the writer then
+gives it 2 s to store that piece before it calls ck.saved()).
 Prints "saved STEP SHA256" for each save, the sha256 of state.bin as it
 was when ck.saved() was called.
 
@@ -42,6 +43,12 @@ def save(ck, path, step, mib):
         f.close()
     if os.environ.get("EARLY_DONE") == "1":
         ck.file_done("state.bin")
+        if os.environ.get("EARLY_OPEN") == "1":
+            # Time for spotd to store the last chunks that file_done()
+            # released, before ck.saved() hands the rest to the save (which
+            # stores them too, but not counted early): 2 s for 16 MiB at
+            # most, room for a loaded machine.
+            time.sleep(2)
     if os.environ.get("EARLY_REWRITE") == "1":
         time.sleep(0.2)                 # long enough for spotd to have stored it
         with open(path, "r+b") as w:
