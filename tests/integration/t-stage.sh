@@ -72,8 +72,17 @@ expect_eq "stage: every checkpoint began staged" "$(event_count "$T/a.ev" checkp
 bad=$(ev "$T/a.ev" checkpoint_saved | grep -vc "\"dir\":\"$stage/gen-")
 expect_eq "stage: the trainer wrote each one in $stage" 0 "$bad"
 check "stage: no checkpoint failed" test "$(event_count "$T/a.ev" checkpoint_failed)" = 0
-# Each hook saw its own folder, and no older one beside it.
-bad=$(awk '{ if ($2 != "committed" || $3 != "here" || NF != 4 || $4 != sprintf("gen-%08d", $1)) print }' "$T/hook.log")
+# Each hook saw its own folder, and no older one beside it.  A newer one may
+# be there: the hook runs beside the checkpoint after it, which on a loaded
+# machine has begun by then (CI: gen 3's hook saw gen-00000004 too).
+bad=$(awk '{
+    own = 0; older = 0
+    for (i = 4; i <= NF; i++) {
+        if ($i == sprintf("gen-%08d", $1)) own = 1
+        else if ($i !~ /^gen-[0-9]+$/ || substr($i, 5) + 0 < $1 + 0) older = 1
+    }
+    if ($2 != "committed" || $3 != "here" || !own || older) print
+}' "$T/hook.log")
 expect_eq "stage: the hook sees its folder; the one before is freed by then" "" "$bad"
 expect_eq "stage: a hook ran for each commit" "$n" "$(wc -l <"$T/hook.log")"
 check "stage: nothing is left in the stage once spotd exits" test ! -e "$stage"
