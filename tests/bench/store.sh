@@ -17,6 +17,11 @@
 #                place: one spotctl push with 4 DIRs, one restic backup into
 #                a new repository; aws and rclone (one recursive cp / copy)
 #                only with BENCH_RANKS_ALL=1: 4 full uploads, ~5 more minutes
+#   file upload, file restore
+#                spotd only: the same file pushed into a file store (a
+#                local folder, as a shared file system is), then fetched
+#                back, beside curl (file:// URLs) and cp reading the same
+#                chunk files, 16 at a time
 # curl has upload and restore only: 8 MiB parts, 16 at a time, UNSIGNED-PAYLOAD.
 # restic goes through a second, TLS, Swift proxy (see start_tls_proxy).
 #
@@ -365,9 +370,10 @@ run_phase() {
 }
 
 # verify TOOL PATH: cmp the restored file (or the parts, in order) with the
-# source; a mismatch turns the restore row into a failure.
+# source; a mismatch turns the restore row (VERIFY_PHASE's: restore unless
+# told) into a failure.
 verify() {
-    local tool=$1 ok=1
+    local tool=$1 ok=1 phase=${VERIFY_PHASE:-restore}
     shift
     if [ $# = 1 ] && [ ! -f "$1" ]; then
         ok=0
@@ -375,7 +381,7 @@ verify() {
         ok=0
     fi
     if [ $ok = 0 ]; then
-        sed -i "s|^$tool\trestore\tok\t|$tool\trestore\tfailed (restored file differs)\t|" "$results"
+        sed -i "s|^$tool\t$phase\tok\t|$tool\t$phase\tfailed (restored file differs)\t|" "$results"
     fi
     rm -rf "$tmp/restore/$tool"
     sync
@@ -555,6 +561,43 @@ if has restic && [ -x "$RESTIC" ]; then
         backup -q --host bench "$tmp/ranks"
 fi
 
+# -- the file store (a shared file system): spotd's restore against the
+# same chunk files read by curl (file://, 16 at a time: the issue's "raw
+# parallel GETs", which read and write through user space as spotd does)
+# and by cp (16 at a time: copy_file_range, a copy in the kernel that no
+# verifying reader can match).  curl and cp copy the store's chunk files as
+# they are; spotd also checks each one's SHA-256 and writes the file.
+step "file store"
+if has spotd; then
+    fs=$tmp/fstore
+    mkdir -p "$fs"
+    spot_phase "file upload" "$size" "$SPOTCTL" push --store "file://$fs" --job bench --json "$tmp/src"
+fi
+if has spotd && [ -z "$spot_na" ]; then
+    : >"$tmp/curl-file.cfg"
+    i=0
+    while IFS= read -r -d '' c; do
+        printf 'output = "%s"\nurl = "file://%s"\n' "$tmp/restore/curlf/c$i" "$c" >>"$tmp/curl-file.cfg"
+        i=$((i + 1))
+    done < <(find "$fs" -path '*/chunks/*' -type f -print0)
+    if has curl; then
+        mkdir -p "$tmp/restore/curlf"
+        run_phase curl "file restore" "$size" curl -sS --fail --parallel --parallel-max 16 \
+            -K "$tmp/curl-file.cfg"
+        rm -rf "$tmp/restore/curlf"
+    fi
+    mkdir -p "$tmp/restore/cp"
+    run_phase cp "file restore" "$size" sh -c 'find "$1" -path "*/chunks/*" -type f -print0 |
+        xargs -0 -P16 -n8 cp -t "$2"' sh "$fs" "$tmp/restore/cp"
+    rm -rf "$tmp/restore/cp"
+    if spot_phase "file restore" "$size" "$SPOTCTL" fetch --store "file://$fs" --job bench \
+        "$tmp/restore/spotd"; then
+        f=$(find "$tmp/restore/spotd" -name ckpt.bin -type f | head -n 1)
+        VERIFY_PHASE="file restore" verify spotd "${f:-$tmp/restore/spotd/ckpt.bin}"
+    fi
+    rm -rf "$fs"
+fi
+
 # ---- the report -----------------------------------------------------------------
 
 if [ "$net" = nft ]; then
@@ -565,13 +608,13 @@ fi
 echo
 echo "store.sh: ${size_mib} MiB float32 checkpoint, Swift + s3api on 127.0.0.1, $(nproc) cores; MB = 10^6 bytes"
 echo "$how"
-awk -F'\t' -v size="$size" -v order="$tools" '
+awk -F'\t' -v size="$size" -v order="$tools cp" '
 function mb(x) { return sprintf("%.1f", x / 1e6) }
 BEGIN {
     fmt = "%-7s %-12s %8s %8s %9s %9s %7s %9s %9s %8s\n"
     printf fmt, "tool", "phase", "seconds", "MB/s", "sent_MB", "recv_MB", "cpu_s", "srv_cpu_s", "peak_MiB", "own_MB"
     nt = split(order, tl, " ")
-    np = split("upload|restore|incremental|4 ranks", pl, "|")
+    np = split("upload|restore|incremental|4 ranks|file upload|file restore", pl, "|")
 }
 {
     k = $1 SUBSEP $2
@@ -606,6 +649,10 @@ END {
     goal("spotd 4 ranks sent / 1 rank sent", "<= 1.10x", bytes("spotd", "4 ranks"), bytes("spotd", "upload"), 1.10, 0, "x")
     goal("spotd restore MB/s / aws-cli restore", ">= 1.5x", rate("spotd", "restore"), rate("aws", "restore"), 1.5, 1, "x")
     goal("spotd restore MB/s / raw curl GET", ">= 90 %", rate("spotd", "restore"), rate("curl", "restore"), 0.9, 1, "%")
+    goal("file store: spotd restore / curl file://", ">= 90 %", rate("spotd", "file restore"), rate("curl", "file restore"), 0.9, 1, "%")
+    r = rate("cp", "file restore")
+    if (r > 0 && rate("spotd", "file restore") > 0)
+        printf "info: %-40s %-9s %10s\n", "file store: spotd restore / cp (kernel)", "-", sprintf("%.1f %%", 100 * rate("spotd", "file restore") / r)
     m = -1
     for (j = 1; j <= np; j++) { k = "spotd" SUBSEP pl[j]; if (k in sec && rss[k] > m) m = rss[k] }
     if (m < 0) printf "goal: %-40s %-9s %10s  %s\n", "spotd peak RSS", "< 300 MiB", "n/a", "MISS"
