@@ -514,6 +514,7 @@ static const char *not_running(const struct orch *r)
 static void make_last(struct orch *r, const struct notice *n)
 {
     r->terminating = true;
+    r->adopted = true;
     keep_notice(r, n);
     orch_notice_reason(n, r->reason, sizeof(r->reason));
     /* The deadline that matters now, for the margin reported; the method
@@ -603,6 +604,7 @@ void orch_begin_checkpoint(struct orch *r, const struct notice *n, const char *w
     r->gen = r->claimed && !r->world ? r->claimed : r->newest_gen + 1;
     r->why = n ? "notice" : why;
     r->terminating = n && n->terminating;
+    r->adopted = false;
     r->step = -1;
     if (n)
         orch_notice_reason(n, r->reason, sizeof(r->reason));
@@ -1131,8 +1133,12 @@ static void finish(struct orch *r, enum orch_state from, int err, const char *ms
 void orch_after(struct orch *r, unsigned acts)
 {
     if (acts & A_AGAIN) {
-        log_msg(LOGL_INFO, "the %s method's save began before the notice: saving again, as the "
-                "last one", r->mops->name);
+        if (r->told_last || !r->mops->last)
+            log_msg(LOGL_WARN, "the checkpoint under way at the notice failed: the notice gets "
+                    "one of its own");
+        else
+            log_msg(LOGL_INFO, "the %s method's save began before the notice: saving again, as "
+                    "the last one", r->mops->name);
         orch_begin_checkpoint(r, r->stop_notice, "notice");
     }
     if (acts & (A_STOP_SAVED | A_STOP_UNSAVED))
@@ -1211,6 +1217,7 @@ static struct orch_facts facts(const struct orch *r)
         .ending = r->ending,
         .finishing = r->finishing,
         .last = r->terminating,
+        .adopted = r->adopted && r->stop_notice && r->o.world_size <= 1 && !r->finishing,
         /* A command that has ended cannot save again.  In a world, a
          * periodic round under way at the notice serves it, unless the
          * trainers save anew on the notice's signal: a round of its own. */

@@ -56,10 +56,13 @@ static bool under_way(enum orch_state s)
  * last one; otherwise the next number is claimed ahead and a world's node
  * whose command a pause stopped waits for the resume.  A checkpoint made
  * the last after its method's save began (CRIU's dump let the tree run on)
- * is not what the stop may follow: the last one begins again. */
+ * is not what the stop may follow: the last one begins again.  So does
+ * one that failed after a notice adopted it (a periodic save that missed
+ * its interval's deadline with the notice's far off, CI 2026-12-07): the
+ * notice's own checkpoint, once, as far as its deadline allows. */
 static struct orch_decision ended(const struct orch_facts *f, unsigned acts, bool committed)
 {
-    if (f->last && !f->told_last)
+    if (f->last && (!f->told_last || (!committed && f->adopted)))
         return go(IDLE, acts | A_FINISH | A_AGAIN);
     if (f->last)
         return go(DRAINING, acts | A_FINISH | (committed ? A_STOP_SAVED : A_STOP_UNSAVED));

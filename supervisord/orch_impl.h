@@ -79,6 +79,7 @@ struct orch {
     const char *why;               /* "notice", "periodic", "request", "manual", "dir" */
     bool terminating;
     bool told_last;                /* the method was told its save is the last */
+    bool adopted;                  /* a terminating notice made the one under way the last */
     struct notice *stop_notice;    /* the terminating notice the last checkpoint serves */
     /* Notices acted on later (A_HOLD): the terminating one with the
      * earliest deadline, far (due NOTICE_HORIZON_MS before it) or come while

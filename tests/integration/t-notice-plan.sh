@@ -190,5 +190,41 @@ check "resuming, no room: said so, generation $g the newest" grep -q \
     "$T/stderr"
 expect_eq "resuming, no room: nothing committed" 0 "$(event_count "$T/rlate.ev" commit)"
 
+# ---- a periodic checkpoint that a notice adopted, then failed ------------------------------------
+# The notice comes while a periodic save runs; that save misses its
+# interval's deadline (1 s) with the notice's 30 s far off.  The notice gets
+# a checkpoint of its own and the node goes saved (exit 75); before, the
+# failed periodic one was its last and spotd stopped the command unsaved,
+# exit 143 with 29 s left (CI, 2026-12-07, t-early-start).
+cat >"$T/slow_first.py" <<EOF
+import os, sys, time
+sys.path.insert(0, "$TOP/lib/python")
+import libckpt
+ck = libckpt.open(); n = 0; step = 0
+while step < 100000:
+    a = ck.step(step)
+    if a == libckpt.SAVE:
+        n += 1
+        time.sleep(1.5 if n == 1 else 0.05)
+        with open(os.path.join(ck.save_dir, "s"), "w") as f:
+            f.write(str(step))
+        try:
+            ck.saved(step)
+        except libckpt.CkptError as e:
+            print("save refused: %s" % e, flush=True)
+    elif a == libckpt.STOP:
+        sys.exit(75)
+    time.sleep(0.01)
+    step += 1
+EOF
+mkdir -p "$T/adopt-store"
+run_spotd run --cloud none --job adopt --store "file://$T/adopt-store" --state-dir "$T/adopt" \
+    --events "$T/adopt.ev" --interval 1s --drill-after 1500ms -- python3 "$T/slow_first.py"
+expect_eq "adopted and failed: the notice's own checkpoint is committed (exit 75)" 75 "$RC"
+check "... after the periodic one it came during failed" \
+    eval '[ "$(event_count "$T/adopt.ev" checkpoint_failed)" -ge 1 ] &&
+          [ "$(jget "$(ev "$T/adopt.ev" commit | tail -n 1)" reason)" = notice ]'
+check "... saying so" grep -q "the checkpoint under way at the notice failed: the notice gets one of its own" "$T/stderr"
+
 mock_stop
 none_left

@@ -210,6 +210,29 @@ TEST(orch_table_alone)
     check_table(&base, NULL, 0, "alone");
 }
 
+/* A periodic checkpoint that a terminating notice made its last, and that
+ * then failed (its interval's deadline, with the notice's far off): the
+ * notice gets a checkpoint of its own, not a stop without one (CI,
+ * 2026-12-07: exit 143 with 59 s of the notice left). */
+TEST(orch_adopted_fails)
+{
+    struct orch_facts f = base;
+    struct orch_decision d;
+
+    f.last = true, f.adopted = true;
+    for (int s = SAVING; s <= COMMITTING; s++) {
+        f.state = (enum orch_state)s;
+        d = orch_decide(&f, EV_FAILED);
+        CHECK(d.next == IDLE && (d.acts & A_AGAIN) && !(d.acts & A_STOP_UNSAVED));
+    }
+    f.state = COMMITTING;
+    d = orch_decide(&f, EV_COMMITTED);
+    CHECK((d.acts & A_STOP_SAVED) && !(d.acts & A_AGAIN));
+    f.adopted = false, f.state = SAVING;
+    d = orch_decide(&f, EV_FAILED);
+    CHECK(d.next == DRAINING && (d.acts & A_STOP_UNSAVED) && !(d.acts & A_AGAIN));
+}
+
 TEST(orch_table_facts)
 {
     struct orch_facts f;
@@ -359,7 +382,7 @@ TEST(orch_table_invariants)
 {
     unsigned bad = 0, cells = 0;
 
-    for (unsigned bits = 0; bits < 1u << 17; bits++)
+    for (unsigned bits = 0; bits < 1u << 18; bits++)
         for (int s = 0; s < NS; s++)
             for (int ev = 0; ev < EV__COUNT; ev++) {
                 struct orch_facts f = {
@@ -369,7 +392,7 @@ TEST(orch_table_invariants)
                     .told_last = bits & 256, .parked = bits & 512, .ending = bits & 1024,
                     .finishing = bits & 2048, .far = bits & 4096, .late = bits & 8192,
                     .store_waits = bits & 16384, .held = bits & 32768,
-                    .writer = bits & 65536,
+                    .writer = bits & 65536, .adopted = bits & 131072,
                 };
                 struct orch_decision d = orch_decide(&f, (enum orch_event)ev);
                 unsigned stops = d.acts & (A_STOP_SAVED | A_STOP_UNSAVED);
@@ -388,7 +411,7 @@ TEST(orch_table_invariants)
                     why = "an end that neither stops nor goes on, or both";
                 else if (f.last && (d.acts & A_FINISH) && !stops && !(d.acts & A_AGAIN))
                     why = "the last checkpoint ends and the command is not stopped";
-                else if ((d.acts & A_AGAIN) && !(f.last && !f.told_last))
+                else if ((d.acts & A_AGAIN) && !(f.last && (!f.told_last || f.adopted)))
                     why = "saved again without a reason";
                 else if (d.next == DRAINING && s != DRAINING && !stops && !(d.acts & A_END))
                     why = "draining without a stop or an end";
@@ -428,7 +451,7 @@ TEST(orch_table_invariants)
                     harness_failed = 1;
                 }
             }
-    CHECK_INT(cells, 131072 * NS * EV__COUNT);
+    CHECK_INT(cells, 262144 * NS * EV__COUNT);
     CHECK_INT(bad, 0);
 }
 
