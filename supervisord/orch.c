@@ -63,6 +63,7 @@ static bool step_done(struct orch *r, enum orch_event ev, unsigned next);
 static void on_withdrawn(void *arg, int err, const char *msg);
 static uint64_t stop_grace(const struct orch *r);
 static const char *not_running(const struct orch *r);
+static struct orch_facts facts(const struct orch *r);
 
 struct orch *orch_new(const struct orch_opts *o, char *err, size_t errlen)
 {
@@ -1133,7 +1134,7 @@ static void finish(struct orch *r, enum orch_state from, int err, const char *ms
 void orch_after(struct orch *r, unsigned acts)
 {
     if (acts & A_AGAIN) {
-        if (r->told_last || !r->mops->last)
+        if (facts(r).told_last)
             log_msg(LOGL_WARN, "the checkpoint under way at the notice failed: the notice gets "
                     "one of its own");
         else
@@ -1217,7 +1218,7 @@ static struct orch_facts facts(const struct orch *r)
         .ending = r->ending,
         .finishing = r->finishing,
         .last = r->terminating,
-        .adopted = r->adopted && r->stop_notice && r->o.world_size <= 1 && !r->finishing,
+        .adopted = r->adopted && r->stop_notice,
         /* A command that has ended cannot save again.  In a world, a
          * periodic round under way at the notice serves it, unless the
          * trainers save anew on the notice's signal: a round of its own. */

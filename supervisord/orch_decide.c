@@ -62,7 +62,7 @@ static bool under_way(enum orch_state s)
  * notice's own checkpoint, once, as far as its deadline allows. */
 static struct orch_decision ended(const struct orch_facts *f, unsigned acts, bool committed)
 {
-    if (f->last && (!f->told_last || (!committed && f->adopted)))
+    if (f->last && (!f->told_last || (!committed && f->adopted && !f->world && !f->finishing)))
         return go(IDLE, acts | A_FINISH | A_AGAIN);
     if (f->last)
         return go(DRAINING, acts | A_FINISH | (committed ? A_STOP_SAVED : A_STOP_UNSAVED));

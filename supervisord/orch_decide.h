@@ -50,8 +50,8 @@ struct orch_facts {
     bool ending;       /* this node goes once the command is not running (A_END was done) */
     bool finishing;    /* spotd itself is ending: nothing new starts */
     bool last;         /* the checkpoint under way is the last: the stop follows it */
-    bool adopted;      /* a node alone's checkpoint under way, begun before a terminating
-                        * notice and made its last: failed, the notice gets one of its own */
+    bool adopted;      /* the checkpoint under way began before a terminating notice and
+                        * was made its last: failed, a node alone's notice gets its own */
     bool told_last;    /* the method knew it before its save began (or saves it no
                         * differently): else the last one is saved again */
     bool trainers;     /* someone to save: the method needs no trainers, or one is connected */
