@@ -574,21 +574,23 @@ if has spotd; then
     spot_phase "file upload" "$size" "$SPOTCTL" push --store "file://$fs" --job bench --json "$tmp/src"
 fi
 if has spotd && [ -z "$spot_na" ]; then
-    : >"$tmp/curl-file.cfg"
-    i=0
-    while IFS= read -r -d '' c; do
-        printf 'output = "%s"\nurl = "file://%s"\n' "$tmp/restore/curlf/c$i" "$c" >>"$tmp/curl-file.cfg"
-        i=$((i + 1))
-    done < <(find "$fs" -path '*/chunks/*' -type f -print0)
+    # The chunk files, listed once for curl and cp alike (outside the timing).
+    find "$fs" -path '*/chunks/*' -type f -print0 >"$tmp/file-chunks"
     if has curl; then
+        : >"$tmp/curl-file.cfg"
+        i=0
+        while IFS= read -r -d '' c; do
+            printf 'output = "%s"\nurl = "file://%s"\n' "$tmp/restore/curlf/c$i" "$c" >>"$tmp/curl-file.cfg"
+            i=$((i + 1))
+        done <"$tmp/file-chunks"
         mkdir -p "$tmp/restore/curlf"
         run_phase curl "file restore" "$size" curl -sS --fail --parallel --parallel-max 16 \
             -K "$tmp/curl-file.cfg"
         rm -rf "$tmp/restore/curlf"
     fi
     mkdir -p "$tmp/restore/cp"
-    run_phase cp "file restore" "$size" sh -c 'find "$1" -path "*/chunks/*" -type f -print0 |
-        xargs -0 -P16 -n8 cp -t "$2"' sh "$fs" "$tmp/restore/cp"
+    run_phase cp "file restore" "$size" sh -c 'xargs -0 -P16 -n8 cp -t "$2" <"$1"' sh \
+        "$tmp/file-chunks" "$tmp/restore/cp"
     rm -rf "$tmp/restore/cp"
     if spot_phase "file restore" "$size" "$SPOTCTL" fetch --store "file://$fs" --job bench \
         "$tmp/restore/spotd"; then
