@@ -191,11 +191,13 @@ check "resuming, no room: said so, generation $g the newest" grep -q \
 expect_eq "resuming, no room: nothing committed" 0 "$(event_count "$T/rlate.ev" commit)"
 
 # ---- a periodic checkpoint that a notice adopted, then failed ------------------------------------
-# The notice comes while a periodic save runs; that save misses its
-# interval's deadline (1 s) with the notice's 30 s far off.  The notice gets
-# a checkpoint of its own and the node goes saved (exit 75); before, the
-# failed periodic one was its last and spotd stopped the command unsaved,
-# exit 143 with 29 s left (CI, 2026-12-07, t-early-start).
+# The notice comes while a periodic save runs (a drill sent once the first
+# periodic checkpoint has begun); that save takes 3 s and misses its
+# interval's deadline (2 s) with the notice's 60 s far off.  The notice
+# gets a checkpoint of its own and the node goes saved (exit 75); before,
+# the failed periodic one was its last and spotd stopped the command
+# unsaved, exit 143 with most of the notice left (CI, 2026-12-07,
+# t-early-start).
 cat >"$T/slow_first.py" <<EOF
 import os, sys, time
 sys.path.insert(0, "$TOP/lib/python")
@@ -205,7 +207,7 @@ while step < 100000:
     a = ck.step(step)
     if a == libckpt.SAVE:
         n += 1
-        time.sleep(1.5 if n == 1 else 0.05)
+        time.sleep(3 if n == 1 else 0.05)
         with open(os.path.join(ck.save_dir, "s"), "w") as f:
             f.write(str(step))
         try:
@@ -218,8 +220,11 @@ while step < 100000:
     step += 1
 EOF
 mkdir -p "$T/adopt-store"
-run_spotd run --cloud none --job adopt --store "file://$T/adopt-store" --state-dir "$T/adopt" \
-    --events "$T/adopt.ev" --interval 1s --drill-after 1500ms -- python3 "$T/slow_first.py"
+start_spotd run --cloud none --job adopt --store "file://$T/adopt-store" --state-dir "$T/adopt" \
+    --events "$T/adopt.ev" --interval 2s -- python3 "$T/slow_first.py"
+wait_for 60 has '"event":"checkpoint_begin"' "$T/adopt.ev"
+"$SPOTCTL" drill --state-dir "$T/adopt" --in 60s >"$T/adopt.drill" 2>&1 || cat "$T/adopt.drill"
+wait_exit "$SPOTD_PID" 90
 expect_eq "adopted and failed: the notice's own checkpoint is committed (exit 75)" 75 "$RC"
 check "... after the periodic one it came during failed" \
     eval '[ "$(event_count "$T/adopt.ev" checkpoint_failed)" -ge 1 ] &&
