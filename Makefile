@@ -45,8 +45,9 @@ else
 O          ?= build
 endif
 
-PKGS     := libevent libevent_pthreads libcurl libcjson libzstd libcrypto
-DEB_PKGS := pkg-config libevent-dev libcurl4-openssl-dev libcjson-dev libzstd-dev libssl-dev
+PKGS     := libevent libevent_pthreads libcurl libcjson libzstd libcrypto libxxhash
+DEB_PKGS := pkg-config libevent-dev libcurl4-openssl-dev libcjson-dev libzstd-dev libssl-dev \
+            libxxhash-dev
 
 WARN       := -Wall -Wextra -Wno-unused-parameter
 WARN_DEV   := -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
@@ -78,7 +79,7 @@ $(O)/config.mk: Makefile
 	    fi; \
 	fi
 	@{ echo "SPOTD_LIBS := $$($(PKG_CONFIG) --libs libevent libcjson) -ldl"; \
-	   echo "SPOTCTL_LIBS := $$($(PKG_CONFIG) --libs libevent libevent_pthreads libcjson libzstd libcrypto) -ldl -lpthread"; \
+	   echo "SPOTCTL_LIBS := $$($(PKG_CONFIG) --libs libevent libevent_pthreads libcjson libzstd libcrypto libxxhash) -ldl -lpthread"; \
 	   echo "DEP_CFLAGS := $$($(PKG_CONFIG) --cflags $(PKGS))"; \
 	   echo "DEP_LIBS := $$($(PKG_CONFIG) --libs $(PKGS))"; } > $@.tmp && mv $@.tmp $@
 

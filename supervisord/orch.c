@@ -965,6 +965,8 @@ static void on_uploaded(void *arg, int err, const char *msg, const struct snap_s
     cJSON_AddNumberToObject(e, "bytes_skipped", (double)r->counters.bytes_skipped);
     if (r->counters.bytes_early)
         cJSON_AddNumberToObject(e, "bytes_early", (double)r->counters.bytes_early);
+    if (r->counters.bytes_checked)
+        cJSON_AddNumberToObject(e, "bytes_checked", (double)r->counters.bytes_checked);
     if (r->counters.bytes_split)
         cJSON_AddNumberToObject(e, "bytes_split", (double)r->counters.bytes_split);
     cJSON_AddNumberToObject(e, "ms", (double)(r->t_uploaded - r->t_saved));

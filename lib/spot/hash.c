@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <string.h>
+#include <xxhash.h>
 
 int hash_sha256(const void *data, size_t len, uint8_t out[HASH_LEN])
 {
@@ -67,6 +68,14 @@ void hash_release(struct hash_state *h)
 {
     EVP_MD_CTX_free(h->ctx);
     h->ctx = NULL;
+}
+
+void hash_check(const void *data, size_t len, struct hash_check *out)
+{
+    XXH128_hash_t h = XXH3_128bits(data, len);
+
+    out->lo = h.low64;
+    out->hi = h.high64;
 }
 
 void hash_hex(const uint8_t hash[HASH_LEN], char hex[HASH_HEX_LEN + 1])

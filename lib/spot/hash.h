@@ -37,6 +37,14 @@ int hash_copy(struct hash_state *dst, const struct hash_state *src);
 /* Free the state (when it was not finished); NULL ctx is fine. */
 void hash_release(struct hash_state *h);
 
+/* A fast check of data, XXH3's 128 bits (not a cryptographic hash): it
+ * tells whether bytes read twice are the same, where their SHA-256 is
+ * known from the first read.  It never names anything. */
+struct hash_check {
+    uint64_t lo, hi;
+};
+void hash_check(const void *data, size_t len, struct hash_check *out);
+
 /* Lowercase hex of a hash into hex (HASH_HEX_LEN + 1 bytes). */
 void hash_hex(const uint8_t hash[HASH_LEN], char hex[HASH_HEX_LEN + 1]);
 /* The reverse: exactly 64 lowercase hex digits (one spelling per hash).

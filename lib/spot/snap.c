@@ -83,6 +83,7 @@ struct snap *snap_free(struct snap *s)
         return NULL;
     hset_clear(&s->known);
     hset_clear(&s->stored);
+    seen_clear(&s->seen);
     while (s->n_free > 0)
         free(s->free_bufs[--s->n_free]);
     free(s->free_bufs);

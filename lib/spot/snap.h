@@ -84,6 +84,9 @@ struct snap_counters {
     uint64_t bytes_skipped;        /* already in the store (deduplicated) */
     uint64_t bytes_early;          /* stored by an early store of this generation
                                       (snap_prestore()), not counted as skipped */
+    uint64_t bytes_checked;        /* of bytes_hashed, read again after an early store
+                                      read them, and found the same by a fast check
+                                      (not hashed a second time) */
     uint64_t bytes_split;          /* left to the other ranks of a split save */
     uint64_t bytes_compressed;     /* encoded size of the new chunks */
     uint64_t bytes_sent;           /* put into the store */

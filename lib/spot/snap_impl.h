@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spot/hash.h"
 #include "spot/snap.h"
 #include "spot/store.h"
 
@@ -120,6 +121,32 @@ static inline void hset_clear(struct hset *h)
     memset(h, 0, sizeof(*h));
 }
 
+/* ---- what early stores read ---------------------------------------------- */
+
+/* A chunk that an early store (snap_prestore()) read: where in which file,
+ * its SHA-256 (none when zero), and the fast check of its bytes.  The save
+ * after ckpt_saved() reads every chunk again, since the trainer may have
+ * rewritten any of them; one whose check is unchanged takes its hash from
+ * here instead of hashing the same bytes a second time. */
+struct seen {
+    char *rel;                   /* NULL: an empty slot */
+    uint64_t off;
+    uint32_t len;
+    bool zero;
+    uint8_t hash[CHUNK_HASH_LEN];
+    struct hash_check check;
+};
+
+/* Open addressing over (rel, off), for one generation's folder. */
+struct seen_map {
+    struct seen *slots;
+    size_t cap, n;
+    char *dir;
+    uint64_t gen;
+};
+
+void seen_clear(struct seen_map *m);
+
 /* ---- the engine ----------------------------------------------------------- */
 
 struct save;
@@ -146,6 +173,7 @@ struct snap {
     struct save *known_waiters;  /* saves waiting for known to load */
     struct hset stored;          /* chunks stored for generation stored_gen */
     uint64_t stored_gen;
+    struct seen_map seen;        /* read by early stores of stored_gen */
     unsigned alive;              /* save tasks of every save, against max_tasks */
     struct save *active;         /* saves with chunks left to start */
     uint8_t **free_bufs;         /* chunk buffers kept for reuse */

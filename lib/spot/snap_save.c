@@ -52,6 +52,12 @@ struct task {
     uint8_t payload_sha[CHUNK_HASH_LEN];
     struct hash_state hasher;  /* the plaintext's hash state, for payload_sha */
     bool zero;
+    /* An early store's task: the check of what it read (s->seen).  A
+     * save's: what an early store read at the same place (expect), and
+     * whether the bytes read now are those (by_check: hash from it). */
+    struct hash_check check, want_check;
+    uint8_t want_hash[CHUNK_HASH_LEN];
+    bool expect, want_zero, by_check;
     int stage;
     int err;
     uint64_t cpu_ns;             /* the worker thread's CPU time on this stage */
@@ -133,6 +139,7 @@ static void save_pump(struct save *sv);
 static void set_active(struct save *sv, bool on);
 static void task_work(struct pool_job *job);
 static void task_run(struct task *t);
+static bool recheck(struct task *t);
 static uint64_t thread_cpu_ns(void);
 static void task_done(struct pool_job *job);
 static bool owns(const struct save *sv, const uint8_t *hash);
@@ -144,6 +151,8 @@ static void task_free(struct task *t);
 static uint8_t *buf_get(struct snap *s);
 static void buf_put(struct snap *s, uint8_t *b);
 static int fingerprint(const struct save *sv, uint8_t out[CHUNK_HASH_LEN]);
+static void seen_put(struct snap *s, const struct save *sv, const struct task *t);
+static void seen_want(const struct snap *s, const struct save *sv, struct task *t);
 static void save_manifest(struct save *sv);
 static void on_manifest_put(void *arg, int err, const char *msg);
 
@@ -866,6 +875,7 @@ static void save_pump(struct save *sv)
         t->idx = sv->next_chunk++;
         sv->next_off += t->len;
 submit:
+        seen_want(s, sv, t);
         t->sv = sv;
         t->stage = 1;
         t->job.work = task_work;
@@ -1006,6 +1016,15 @@ static void task_run(struct task *t)
             got += (size_t)n;
         }
         close(fd);
+        if (sv->pre_rel || t->expect)
+            hash_check(t->buf, t->len, &t->check);
+        if (t->expect && t->check.lo == t->want_check.lo && t->check.hi == t->want_check.hi) {
+            /* The bytes an early store hashed: its hash, not a second. */
+            t->by_check = true;
+            t->zero = t->want_zero;
+            memcpy(t->hash, t->want_hash, CHUNK_HASH_LEN);
+            return;
+        }
         t->zero = chunk_is_zero(t->buf, t->len);
         if (!t->zero && chunk_hash_plain(t->buf, t->len, t->hash, s->sign ? &t->hasher : NULL) < 0) {
             t->err = -EIO;
@@ -1013,6 +1032,8 @@ static void task_run(struct task *t)
         }
         return;
     }
+    if (t->by_check && !recheck(t))
+        return;
     /* Stage 2: encode; buf is consumed on success. */
     t->err = chunk_encode_buf(t->buf, t->len, t->hash, s->level, s->min_saving, &t->enc);
     if (t->err < 0) {
@@ -1029,6 +1050,29 @@ static void task_run(struct task *t)
         t->err = -EIO;
         snprintf(t->msg, sizeof(t->msg), "cannot hash a chunk of '%s'", f->path);
     }
+}
+
+/* A chunk whose hash came from its early store's check is stored after
+ * all (that store failed): hashed here, before it is stored under that
+ * name, and for the payload hash.  False (t->err) when it differs. */
+static bool recheck(struct task *t)
+{
+    struct snap *s = t->sv->s;
+    uint8_t hash[CHUNK_HASH_LEN];
+
+    if (chunk_hash_plain(t->buf, t->len, hash, s->sign ? &t->hasher : NULL) < 0) {
+        t->err = -EIO;
+        snprintf(t->msg, sizeof(t->msg), "cannot hash a chunk of '%s'",
+                 t->sv->m.files[t->file].path);
+        return false;
+    }
+    if (memcmp(hash, t->hash, CHUNK_HASH_LEN) != 0) {
+        t->err = -ESTALE;
+        snprintf(t->msg, sizeof(t->msg), "a chunk of '%s' passed its check but not its hash: "
+                 "it is not stored", t->sv->m.files[t->file].path);
+        return false;
+    }
+    return true;
 }
 
 static uint64_t thread_cpu_ns(void)
@@ -1067,12 +1111,16 @@ static void task_done(struct pool_job *job)
     sv->c->cpu_hash_ns += t->cpu_ns;
     sv->c->bytes_read += t->len;
     sv->c->chunks++;
+    if (sv->pre_rel)
+        seen_put(s, sv, t);
     if (t->zero) {
         sv->c->bytes_zero += t->len;
         task_end(t, 0, "");
         return;
     }
     sv->c->bytes_hashed += t->len;
+    if (t->by_check)
+        sv->c->bytes_checked += t->len;
     slot = hset_find(&s->stored, t->hash);
     if (hset_find(&s->known, t->hash) || (slot && slot->state == SLOT_KNOWN)) {
         if (slot && slot->early && !sv->pre_rel && !hset_find(&s->known, t->hash))
@@ -1298,4 +1346,112 @@ static void on_manifest_put(void *arg, int err, const char *msg)
     else
         sv->c->bytes_sent += sv->json_len;
     save_report(sv);
+}
+
+/* -- what early stores read (struct seen_map) -- */
+
+static size_t seen_pos(const char *rel, uint64_t off, size_t cap)
+{
+    struct hash_check h;
+
+    hash_check(rel, strlen(rel), &h);
+    return (size_t)((h.lo ^ off * 0x9e3779b97f4a7c15ull) & (cap - 1));
+}
+
+static struct seen *seen_find(const struct seen_map *m, const char *rel, uint64_t off)
+{
+    if (!m->cap)
+        return NULL;
+    for (size_t i = seen_pos(rel, off, m->cap);; i = (i + 1) & (m->cap - 1)) {
+        struct seen *e = &m->slots[i];
+
+        if (!e->rel)
+            return NULL;
+        if (e->off == off && strcmp(e->rel, rel) == 0)
+            return e;
+    }
+}
+
+static int seen_grow(struct seen_map *m)
+{
+    size_t cap = m->cap ? 2 * m->cap : 256;
+    struct seen *ns = calloc(cap, sizeof(*ns));
+
+    if (!ns)
+        return -ENOMEM;
+    for (size_t i = 0; i < m->cap; i++) {
+        const struct seen *e = &m->slots[i];
+        size_t j;
+
+        if (!e->rel)
+            continue;
+        for (j = seen_pos(e->rel, e->off, cap); ns[j].rel; j = (j + 1) & (cap - 1))
+            ;
+        ns[j] = *e;
+    }
+    free(m->slots);
+    m->slots = ns;
+    m->cap = cap;
+    return 0;
+}
+
+void seen_clear(struct seen_map *m)
+{
+    for (size_t i = 0; i < m->cap; i++)
+        free(m->slots[i].rel);
+    free(m->slots);
+    free(m->dir);
+    memset(m, 0, sizeof(*m));
+}
+
+/* What the early store sv read in its task t, for the save that follows
+ * (the newest read of a place wins).  Out of memory, that save only
+ * hashes the chunk again. */
+static void seen_put(struct snap *s, const struct save *sv, const struct task *t)
+{
+    struct seen_map *m = &s->seen;
+    const char *rel = sv->m.files[t->file].path;
+    struct seen *e;
+
+    if (m->gen != sv->req.gen || !m->dir || strcmp(m->dir, sv->dir) != 0) {
+        seen_clear(m);
+        if (!(m->dir = strdup(sv->dir)))
+            return;
+        m->gen = sv->req.gen;
+    }
+    if (!(e = seen_find(m, rel, t->off))) {
+        char *copy;
+        size_t i;
+
+        if (((m->n + 1) * 4 > m->cap * 3 && seen_grow(m) < 0) || !(copy = strdup(rel)))
+            return;
+        for (i = seen_pos(rel, t->off, m->cap); m->slots[i].rel; i = (i + 1) & (m->cap - 1))
+            ;
+        e = &m->slots[i];
+        e->rel = copy;
+        e->off = t->off;
+        m->n++;
+    }
+    e->len = t->len;
+    e->zero = t->zero;
+    memcpy(e->hash, t->hash, CHUNK_HASH_LEN);
+    e->check = t->check;
+}
+
+/* The save sv's task t: what an early store of the same folder read at
+ * its place, if one did. */
+static void seen_want(const struct snap *s, const struct save *sv, struct task *t)
+{
+    const struct seen_map *m = &s->seen;
+    const struct seen *e;
+
+    if (sv->pre_rel || sv->put_done || !m->dir || m->gen != sv->req.gen ||
+        strcmp(m->dir, sv->dir) != 0)
+        return;
+    if (!(e = seen_find(m, sv->m.files[t->file].path, t->off)) || e->len != t->len)
+        return;
+    t->expect = true;
+    t->want_zero = e->zero;
+    memcpy(t->want_hash, e->hash, CHUNK_HASH_LEN);
+    t->want_check = e->check;
 }

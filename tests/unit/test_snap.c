@@ -947,6 +947,8 @@ TEST(snap_prestore)
     /* found stored early, which is no deduplication */
     CHECK_INT((int)late.bytes_early, (int)(size - CHUNK));
     CHECK_INT((int)late.bytes_skipped, 0);
+    /* the five unchanged ones by their check, not hashed again */
+    CHECK_INT((int)late.bytes_checked, (int)(size - CHUNK));
     {
         struct commit_rank cr = { .rank = 0, .bytes = saved.bytes };
         struct commit c = { .job = "j", .gen = 1, .step = 10, .world_size = 1,
@@ -968,6 +970,101 @@ TEST(snap_prestore)
     /* Bad requests are refused, from the loop. */
     CHECK(prestore(s, base, dir, "../x", 0, true, NULL, &upto) == -EINVAL);
     CHECK(prestore(s, base, dir, "missing", 0, true, NULL, &upto) == -ENOENT);
+
+    free(back);
+    free(data);
+    s = snap_free(s);
+    st = store_close(st);
+    pool = pool_free(pool);
+    event_base_free(base);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' '%s'", root, dir, dest);
+    CHECK_INT(system(cmd), 0);
+}
+
+/* What the save takes from an early store's check, chunk by chunk: an
+ * unchanged chunk and an unchanged hole by their check; a rewritten one
+ * hashed again and sent; and an unchanged one whose early put failed
+ * (its place in the store was taken by a folder) hashed again before it
+ * is stored under its name.  The generation restores exactly. */
+TEST(snap_prestore_check)
+{
+    char root[] = "/tmp/spotd-unit-chk.XXXXXX", url[128], dir[256], path[400], dest[300];
+    char block[600], hex[HASH_HEX_LEN + 1];
+    struct event_base *base = event_base_new();
+    struct pool *pool = pool_new(base, 2);
+    struct store_ctx sc = { .base = base, .pool = pool };
+    struct store *st = NULL;
+    struct snap_counters early = { 0 }, late = { 0 };
+    struct restored rs;
+    struct op o = { .base = base };
+    struct snap *s;
+    char err[512], cmd[1400];
+    size_t size = 4 * CHUNK + 100, got = 0;
+    uint8_t *data = malloc(size), hash[HASH_LEN];
+    char *back;
+    uint64_t upto = 0;
+    FILE *f;
+
+    CHECK(mkdtemp(root) != NULL);
+    snprintf(url, sizeof(url), "file://%s", root);
+    snprintf(dir, sizeof(dir), "%s-w", root);
+    snprintf(path, sizeof(path), "%s/state.bin", dir);
+    snprintf(dest, sizeof(dest), "%s-r", root);
+    CHECK_INT(mkdir(dir, 0700), 0);
+    CHECK_INT(store_open(url, &sc, &st, err, sizeof(err)), 0);
+    s = keyed_snap(base, pool, st, NULL);
+    for (size_t i = 0; i < size; i++)
+        data[i] = (uint8_t)(i * 11 + i / 4093);
+    memset(data + 2 * CHUNK, 0, CHUNK); /* chunk 2: a hole */
+
+    /* Chunk 0's early put fails: a folder holds its name. */
+    CHECK_INT(hash_sha256(data, CHUNK, hash), 0);
+    hash_hex(hash, hex);
+    snprintf(block, sizeof(block), "mkdir -p '%s/j/chunks/%.2s/%s/x'", root, hex, hex);
+    CHECK_INT(system(block), 0);
+    spit(path, (const char *)data, CHUNK + CHUNK / 2);
+    CHECK(prestore(s, base, dir, "state.bin", 0, false, &early, &upto) < 0);
+    snprintf(block, sizeof(block), "rm -rf '%s/j/chunks/%.2s/%s'", root, hex, hex);
+    CHECK_INT(system(block), 0);
+    /* The rest, stored early; then chunk 1 rewritten after its store. */
+    spit(path, (const char *)data, size);
+    CHECK_INT(prestore(s, base, dir, "state.bin", CHUNK, true, &early, &upto), 0);
+    CHECK_INT((int)upto, (int)size);
+    memset(data + CHUNK + 7, 0x5a, 300);
+    CHECK((f = fopen(path, "r+")) != NULL);
+    CHECK_INT(fseek(f, CHUNK + 7, SEEK_SET), 0);
+    CHECK_INT((int)fwrite(data + CHUNK + 7, 1, 300, f), 300);
+    CHECK_INT(fclose(f), 0);
+
+    snap_save(s, &(struct snap_save_req){ .dir = dir, .gen = 1, .step = 3, .method = "app" },
+              &late, op_saved, &o);
+    event_base_dispatch(base);
+    CHECK_INT(o.err, 0);
+    CHECK_INT((int)late.chunks, 5);
+    CHECK_INT((int)late.bytes_zero, CHUNK);
+    /* chunks 0, 3 and 4 by their check; 1 hashed again */
+    CHECK_INT((int)late.bytes_checked, 2 * CHUNK + 100);
+    CHECK_INT((int)late.bytes_hashed, 3 * CHUNK + 100);
+    /* 0 (its early put failed) and 1 (rewritten) */
+    CHECK_INT((int)late.chunks_sent, 2);
+    CHECK_INT((int)late.bytes_early, CHUNK + 100);
+    {
+        struct commit_rank cr = { .rank = 0, .bytes = o.saved.bytes };
+        struct commit c = { .job = "j", .gen = 1, .step = 3, .world_size = 1,
+                            .reason = "manual", .method = "app", .created_ms = 1796045255000LL,
+                            .version = "test", .ranks = &cr };
+
+        memcpy(cr.sha256, o.saved.sha256, 32);
+        snap_commit(s, &c, op_done, &o);
+        event_base_dispatch(base);
+        CHECK_INT(o.err, 0);
+    }
+    CHECK_INT(restore(s, base, 1, dest, &rs), 0);
+    snprintf(path, sizeof(path), "%s/state.bin", dest);
+    back = slurp(path, &got);
+    CHECK(back != NULL);
+    CHECK_INT((int)got, (int)size);
+    CHECK(back && memcmp(back, data, size) == 0);
 
     free(back);
     free(data);
