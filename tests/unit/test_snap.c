@@ -878,6 +878,47 @@ static int prestore(struct snap *s, struct event_base *base, const char *dir, co
     return o.err;
 }
 
+/* The writer goes back and writes len bytes of data at off in path. */
+static void rewrite(const char *path, const uint8_t *data, long off, size_t len)
+{
+    FILE *f = fopen(path, "r+");
+
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    CHECK_INT(fseek(f, off, SEEK_SET), 0);
+    CHECK_INT((int)fwrite(data + off, 1, len, f), (int)len);
+    CHECK_INT(fclose(f), 0);
+}
+
+/* Commit saved as generation 1 (step), restore it into dest and check
+ * that its state.bin is data. */
+static void commit_restore(struct snap *s, struct event_base *base, const struct snap_saved *saved,
+                           int64_t step, const char *dest, const uint8_t *data, size_t size)
+{
+    struct commit_rank cr = { .rank = 0, .bytes = saved->bytes };
+    struct commit c = { .job = "j", .gen = 1, .step = step, .world_size = 1,
+                        .reason = "manual", .method = "app", .created_ms = 1796045255000LL,
+                        .version = "test", .ranks = &cr };
+    struct op o = { .base = base };
+    struct restored rs;
+    char path[400];
+    size_t got = 0;
+    char *back;
+
+    memcpy(cr.sha256, saved->sha256, 32);
+    snap_commit(s, &c, op_done, &o);
+    event_base_dispatch(base);
+    CHECK_INT(o.err, 0);
+    CHECK_INT(restore(s, base, 1, dest, &rs), 0);
+    snprintf(path, sizeof(path), "%s/state.bin", dest);
+    back = slurp(path, &got);
+    CHECK(back != NULL);
+    CHECK_INT((int)got, (int)size);
+    CHECK(back && memcmp(back, data, size) == 0);
+    free(back);
+}
+
 /* A file written in three steps, stored early after each; then a writer
  * that seeks back and rewrites a chunk it had stored already.  The save
  * sends only the rewritten chunk and the tail, and the generation restores
@@ -891,15 +932,12 @@ TEST(snap_prestore)
     struct store *st = NULL;
     struct snap_counters early = { 0 }, late = { 0 };
     struct snap_saved saved;
-    struct restored rs;
     struct op o = { .base = base };
     struct snap *s;
     char err[512], cmd[1024];
-    size_t size = 5 * CHUNK + 100, got = 0;
+    size_t size = 5 * CHUNK + 100;
     uint8_t *data = malloc(size);
-    char *back;
     uint64_t upto = 0;
-    FILE *f;
 
     CHECK(mkdtemp(root) != NULL);
     snprintf(url, sizeof(url), "file://%s", root);
@@ -930,10 +968,7 @@ TEST(snap_prestore)
 
     /* The writer goes back and rewrites chunk 1, after its early store. */
     memset(data + CHUNK + 5, 0xab, 1000);
-    CHECK((f = fopen(path, "r+")) != NULL);
-    CHECK_INT(fseek(f, CHUNK + 5, SEEK_SET), 0);
-    CHECK_INT((int)fwrite(data + CHUNK + 5, 1, 1000, f), 1000);
-    CHECK_INT(fclose(f), 0);
+    rewrite(path, data, CHUNK + 5, 1000);
 
     /* The save reads everything and sends the one chunk that changed. */
     snap_save(s, &(struct snap_save_req){ .dir = dir, .gen = 1, .step = 10, .method = "app" },
@@ -949,29 +984,12 @@ TEST(snap_prestore)
     CHECK_INT((int)late.bytes_skipped, 0);
     /* the five unchanged ones by their check, not hashed again */
     CHECK_INT((int)late.bytes_checked, (int)(size - CHUNK));
-    {
-        struct commit_rank cr = { .rank = 0, .bytes = saved.bytes };
-        struct commit c = { .job = "j", .gen = 1, .step = 10, .world_size = 1,
-                            .reason = "manual", .method = "app", .created_ms = 1796045255000LL,
-                            .version = "test", .ranks = &cr };
-
-        memcpy(cr.sha256, saved.sha256, 32);
-        snap_commit(s, &c, op_done, &o);
-        event_base_dispatch(base);
-        CHECK_INT(o.err, 0);
-    }
-    CHECK_INT(restore(s, base, 1, dest, &rs), 0);
-    snprintf(path, sizeof(path), "%s/state.bin", dest);
-    back = slurp(path, &got);
-    CHECK(back != NULL);
-    CHECK_INT((int)got, (int)size);
-    CHECK(back && memcmp(back, data, size) == 0);
+    commit_restore(s, base, &saved, 10, dest, data, size);
 
     /* Bad requests are refused, from the loop. */
     CHECK(prestore(s, base, dir, "../x", 0, true, NULL, &upto) == -EINVAL);
     CHECK(prestore(s, base, dir, "missing", 0, true, NULL, &upto) == -ENOENT);
 
-    free(back);
     free(data);
     s = snap_free(s);
     st = store_close(st);
@@ -995,15 +1013,12 @@ TEST(snap_prestore_check)
     struct store_ctx sc = { .base = base, .pool = pool };
     struct store *st = NULL;
     struct snap_counters early = { 0 }, late = { 0 };
-    struct restored rs;
     struct op o = { .base = base };
     struct snap *s;
     char err[512], cmd[1400];
-    size_t size = 4 * CHUNK + 100, got = 0;
+    size_t size = 4 * CHUNK + 100;
     uint8_t *data = malloc(size), hash[HASH_LEN];
-    char *back;
     uint64_t upto = 0;
-    FILE *f;
 
     CHECK(mkdtemp(root) != NULL);
     snprintf(url, sizeof(url), "file://%s", root);
@@ -1031,10 +1046,7 @@ TEST(snap_prestore_check)
     CHECK_INT(prestore(s, base, dir, "state.bin", CHUNK, true, &early, &upto), 0);
     CHECK_INT((int)upto, (int)size);
     memset(data + CHUNK + 7, 0x5a, 300);
-    CHECK((f = fopen(path, "r+")) != NULL);
-    CHECK_INT(fseek(f, CHUNK + 7, SEEK_SET), 0);
-    CHECK_INT((int)fwrite(data + CHUNK + 7, 1, 300, f), 300);
-    CHECK_INT(fclose(f), 0);
+    rewrite(path, data, CHUNK + 7, 300);
 
     snap_save(s, &(struct snap_save_req){ .dir = dir, .gen = 1, .step = 3, .method = "app" },
               &late, op_saved, &o);
@@ -1048,25 +1060,8 @@ TEST(snap_prestore_check)
     /* 0 (its early put failed) and 1 (rewritten) */
     CHECK_INT((int)late.chunks_sent, 2);
     CHECK_INT((int)late.bytes_early, CHUNK + 100);
-    {
-        struct commit_rank cr = { .rank = 0, .bytes = o.saved.bytes };
-        struct commit c = { .job = "j", .gen = 1, .step = 3, .world_size = 1,
-                            .reason = "manual", .method = "app", .created_ms = 1796045255000LL,
-                            .version = "test", .ranks = &cr };
+    commit_restore(s, base, &o.saved, 3, dest, data, size);
 
-        memcpy(cr.sha256, o.saved.sha256, 32);
-        snap_commit(s, &c, op_done, &o);
-        event_base_dispatch(base);
-        CHECK_INT(o.err, 0);
-    }
-    CHECK_INT(restore(s, base, 1, dest, &rs), 0);
-    snprintf(path, sizeof(path), "%s/state.bin", dest);
-    back = slurp(path, &got);
-    CHECK(back != NULL);
-    CHECK_INT((int)got, (int)size);
-    CHECK(back && memcmp(back, data, size) == 0);
-
-    free(back);
     free(data);
     s = snap_free(s);
     st = store_close(st);
