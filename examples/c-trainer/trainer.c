@@ -349,7 +349,11 @@ int main(int argc, char **argv)
                 usleep((useconds_t)env_ll("TRAINER_SAVE_SLEEP_MS", 0) * 1000);
             /* The state as it is before this step: steps 0..step-1 ran. */
             t0 = now_ms();
-            if (save(ckpt_save_dir(c), step - 1) == 0)
+            if (step == 0)
+                /* Asked before its first step (a notice during a long
+                 * start): no step has run, and a fresh start is this. */
+                r = ckpt_failed(c, "no step has run yet");
+            else if (save(ckpt_save_dir(c), step - 1) == 0)
                 r = ckpt_saved(c, step - 1);
             else
                 r = ckpt_failed(c, strerror(errno));

@@ -10,7 +10,7 @@
 #
 # Each run: spotd run --job --store --state-dir --drill-after T
 # --signal-deadline 120s -- examples/c-trainer/trainer 1000000 SIZE_MIB.
-# The drill (a terminating notice) comes after T = 2 s + 3 ms per MiB, once
+# The drill (a terminating notice) comes after T = 2 s + 5 ms per MiB, once
 # the trainer has initialised its state and run a few steps.  The trainer
 # saves through libckpt (write() + fsync of state.bin), spotd stores and
 # commits the generation and stops it (exit 75); it never reaches its last
@@ -207,7 +207,7 @@ run_one() {
         record "$store" "$size" "n/a (only $free MiB free under $tmp, $need MiB needed)"
         return
     fi
-    drill=$((2000 + 3 * size))ms
+    drill=$((2000 + 5 * size))ms
     limit=$((60 + size / 16))
     rm -rf "$tmp/node"
     sync
