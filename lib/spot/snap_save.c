@@ -1111,7 +1111,7 @@ static void task_done(struct pool_job *job)
     sv->c->cpu_hash_ns += t->cpu_ns;
     sv->c->bytes_read += t->len;
     sv->c->chunks++;
-    if (sv->pre_rel)
+    if (sv->pre_rel && !sv->put_done)
         seen_put(s, sv, t);
     if (t->zero) {
         sv->c->bytes_zero += t->len;
