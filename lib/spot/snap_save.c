@@ -1395,6 +1395,12 @@ static int seen_grow(struct seen_map *m)
     return 0;
 }
 
+/* Whether m holds the reads of sv's generation and folder. */
+static bool seen_for(const struct seen_map *m, const struct save *sv)
+{
+    return m->dir && m->gen == sv->req.gen && strcmp(m->dir, sv->dir) == 0;
+}
+
 void seen_clear(struct seen_map *m)
 {
     for (size_t i = 0; i < m->cap; i++)
@@ -1413,7 +1419,7 @@ static void seen_put(struct snap *s, const struct save *sv, const struct task *t
     const char *rel = sv->m.files[t->file].path;
     struct seen *e;
 
-    if (m->gen != sv->req.gen || !m->dir || strcmp(m->dir, sv->dir) != 0) {
+    if (!seen_for(m, sv)) {
         seen_clear(m);
         if (!(m->dir = strdup(sv->dir)))
             return;
@@ -1445,8 +1451,7 @@ static void seen_want(const struct snap *s, const struct save *sv, struct task *
     const struct seen_map *m = &s->seen;
     const struct seen *e;
 
-    if (sv->pre_rel || sv->put_done || !m->dir || m->gen != sv->req.gen ||
-        strcmp(m->dir, sv->dir) != 0)
+    if (sv->pre_rel || !seen_for(m, sv))
         return;
     if (!(e = seen_find(m, sv->m.files[t->file].path, t->off)) || e->len != t->len)
         return;
