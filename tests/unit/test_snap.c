@@ -919,34 +919,69 @@ static void commit_restore(struct snap *s, struct event_base *base, const struct
     free(back);
 }
 
+/* An early-store test's world: a file store under root, the folder dir
+ * the trainer writes (path: its state.bin), dest to restore into. */
+struct pre_fix {
+    char root[64], url[128], dir[256], path[400], dest[300];
+    struct event_base *base;
+    struct pool *pool;
+    struct store_ctx sc;
+    struct store *st;
+    struct snap *s;
+};
+
+static void pre_open(struct pre_fix *fx, const char *name)
+{
+    char err[512];
+
+    snprintf(fx->root, sizeof(fx->root), "/tmp/spotd-unit-%s.XXXXXX", name);
+    CHECK(mkdtemp(fx->root) != NULL);
+    snprintf(fx->url, sizeof(fx->url), "file://%s", fx->root);
+    snprintf(fx->dir, sizeof(fx->dir), "%s-w", fx->root);
+    snprintf(fx->path, sizeof(fx->path), "%s/state.bin", fx->dir);
+    snprintf(fx->dest, sizeof(fx->dest), "%s-r", fx->root);
+    CHECK_INT(mkdir(fx->dir, 0700), 0);
+    fx->base = event_base_new();
+    fx->pool = pool_new(fx->base, 2);
+    fx->sc = (struct store_ctx){ .base = fx->base, .pool = fx->pool };
+    fx->st = NULL;
+    CHECK_INT(store_open(fx->url, &fx->sc, &fx->st, err, sizeof(err)), 0);
+    fx->s = keyed_snap(fx->base, fx->pool, fx->st, NULL);
+}
+
+static void pre_close(struct pre_fix *fx)
+{
+    char cmd[1024];
+
+    fx->s = snap_free(fx->s);
+    fx->st = store_close(fx->st);
+    fx->pool = pool_free(fx->pool);
+    event_base_free(fx->base);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' '%s'", fx->root, fx->dir, fx->dest);
+    CHECK_INT(system(cmd), 0);
+}
+
 /* A file written in three steps, stored early after each; then a writer
  * that seeks back and rewrites a chunk it had stored already.  The save
  * sends only the rewritten chunk and the tail, and the generation restores
  * to the file as it ended, not as it was stored early. */
 TEST(snap_prestore)
 {
-    char root[] = "/tmp/spotd-unit-pre.XXXXXX", url[128], dir[256], path[400], dest[300];
-    struct event_base *base = event_base_new();
-    struct pool *pool = pool_new(base, 2);
-    struct store_ctx sc = { .base = base, .pool = pool };
-    struct store *st = NULL;
+    struct pre_fix fx;
     struct snap_counters early = { 0 }, late = { 0 };
     struct snap_saved saved;
-    struct op o = { .base = base };
-    struct snap *s;
-    char err[512], cmd[1024];
     size_t size = 5 * CHUNK + 100;
     uint8_t *data = malloc(size);
     uint64_t upto = 0;
+    struct event_base *base;
+    struct snap *s;
+    const char *dir, *path, *dest;
+    struct op o;
 
-    CHECK(mkdtemp(root) != NULL);
-    snprintf(url, sizeof(url), "file://%s", root);
-    snprintf(dir, sizeof(dir), "%s-w", root);
-    snprintf(path, sizeof(path), "%s/state.bin", dir);
-    snprintf(dest, sizeof(dest), "%s-r", root);
-    CHECK_INT(mkdir(dir, 0700), 0);
-    CHECK_INT(store_open(url, &sc, &st, err, sizeof(err)), 0);
-    s = keyed_snap(base, pool, st, NULL);
+    pre_open(&fx, "pre");
+    base = fx.base, s = fx.s, dir = fx.dir, path = fx.path, dest = fx.dest;
+    o = (struct op){ .base = base };
+
     for (size_t i = 0; i < size; i++)
         data[i] = (uint8_t)(i * 7 + i / 4099);
 
@@ -991,12 +1026,7 @@ TEST(snap_prestore)
     CHECK(prestore(s, base, dir, "missing", 0, true, NULL, &upto) == -ENOENT);
 
     free(data);
-    s = snap_free(s);
-    st = store_close(st);
-    pool = pool_free(pool);
-    event_base_free(base);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' '%s'", root, dir, dest);
-    CHECK_INT(system(cmd), 0);
+    pre_close(&fx);
 }
 
 /* What the save takes from an early store's check, chunk by chunk: an
@@ -1006,28 +1036,21 @@ TEST(snap_prestore)
  * is stored under its name.  The generation restores exactly. */
 TEST(snap_prestore_check)
 {
-    char root[] = "/tmp/spotd-unit-chk.XXXXXX", url[128], dir[256], path[400], dest[300];
+    struct pre_fix fx;
     char block[600], hex[HASH_HEX_LEN + 1];
-    struct event_base *base = event_base_new();
-    struct pool *pool = pool_new(base, 2);
-    struct store_ctx sc = { .base = base, .pool = pool };
-    struct store *st = NULL;
     struct snap_counters early = { 0 }, late = { 0 };
-    struct op o = { .base = base };
-    struct snap *s;
-    char err[512], cmd[1400];
     size_t size = 4 * CHUNK + 100;
     uint8_t *data = malloc(size), hash[HASH_LEN];
     uint64_t upto = 0;
+    struct event_base *base;
+    struct snap *s;
+    const char *dir, *path, *dest, *root;
+    struct op o;
 
-    CHECK(mkdtemp(root) != NULL);
-    snprintf(url, sizeof(url), "file://%s", root);
-    snprintf(dir, sizeof(dir), "%s-w", root);
-    snprintf(path, sizeof(path), "%s/state.bin", dir);
-    snprintf(dest, sizeof(dest), "%s-r", root);
-    CHECK_INT(mkdir(dir, 0700), 0);
-    CHECK_INT(store_open(url, &sc, &st, err, sizeof(err)), 0);
-    s = keyed_snap(base, pool, st, NULL);
+    pre_open(&fx, "chk");
+    base = fx.base, s = fx.s, dir = fx.dir, path = fx.path, dest = fx.dest, root = fx.root;
+    o = (struct op){ .base = base };
+
     for (size_t i = 0; i < size; i++)
         data[i] = (uint8_t)(i * 11 + i / 4093);
     memset(data + 2 * CHUNK, 0, CHUNK); /* chunk 2: a hole */
@@ -1063,12 +1086,7 @@ TEST(snap_prestore_check)
     commit_restore(s, base, &o.saved, 3, dest, data, size);
 
     free(data);
-    s = snap_free(s);
-    st = store_close(st);
-    pool = pool_free(pool);
-    event_base_free(base);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' '%s'", root, dir, dest);
-    CHECK_INT(system(cmd), 0);
+    pre_close(&fx);
 }
 
 /* ---- chunks that come as a stream ------------------------------------------ */
