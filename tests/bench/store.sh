@@ -21,7 +21,8 @@
 #                spotd only: the same file pushed into a file store (a
 #                local folder, as a shared file system is), then fetched
 #                back, beside curl (file:// URLs) and cp reading the same
-#                chunk files, 16 at a time
+#                chunk files, 16 at a time; BENCH_FILE_ROUNDS (3) rounds,
+#                the three tools in turn, each tool's median reported
 # curl has upload and restore only: 8 MiB parts, 16 at a time, UNSIGNED-PAYLOAD.
 # restic goes through a second, TLS, Swift proxy (see start_tls_proxy).
 #
@@ -31,7 +32,8 @@
 # cpu_s (user + sys of the tool and every child it waited for, from
 # /usr/bin/time), srv_cpu_s (user + sys of the four Swift servers over the
 # phase), peak_MiB (/usr/bin/time %M: the largest RSS of any one process
-# of the tool), own_MB (spotctl's own bytes_sent, spotd rows only).
+# of the tool; the largest of a phase's rounds), own_MB (spotctl's own
+# bytes_sent, spotd rows only).
 #
 # Bytes: with nftables (root), two counters on the output hook of lo, TCP
 # to and from the proxy's port: every IP packet the tool sent to Swift and
@@ -42,7 +44,7 @@
 # Environment: BENCH_SIZE_MIB (2048), BENCH_KEEP (0; 1 keeps the scratch
 # folder under ${TMPDIR:-/tmp}), BENCH_INSTALL (1: as root, apt-get install
 # what is missing), BENCH_NET (auto|nft|log), BENCH_TOOLS (curl spotd aws
-# rclone restic), BENCH_RANKS_ALL (0), O (build: spotctl is built with make
+# rclone restic), BENCH_RANKS_ALL (0), BENCH_FILE_ROUNDS (3), O (build: spotctl is built with make
 # and copied aside), BENCH_SPOTCTL (a spotctl to use instead, no make).
 #
 # It is a report: it exits 0 whatever the numbers.  It exits 1 when the
@@ -57,6 +59,11 @@ case $size_mib in '' | *[!0-9]* | 0)
     exit 2 ;;
 esac
 size=$((size_mib * 1048576))
+file_rounds=${BENCH_FILE_ROUNDS:-3}
+case $file_rounds in '' | *[!0-9]* | 0)
+    echo "store.sh: BENCH_FILE_ROUNDS must be a positive whole number, not '$file_rounds'" >&2
+    exit 2 ;;
+esac
 tools=${BENCH_TOOLS:-curl spotd aws rclone restic}
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -583,20 +590,28 @@ if has spotd && [ -z "$spot_na" ]; then
             printf 'output = "%s"\nurl = "file://%s"\n' "$tmp/restore/curlf/c$i" "$c" >>"$tmp/curl-file.cfg"
             i=$((i + 1))
         done <"$tmp/file-chunks"
-        mkdir -p "$tmp/restore/curlf"
-        run_phase curl "file restore" "$size" curl -sS --fail --parallel --parallel-max 16 \
-            -K "$tmp/curl-file.cfg"
-        rm -rf "$tmp/restore/curlf"
     fi
-    mkdir -p "$tmp/restore/cp"
-    run_phase cp "file restore" "$size" sh -c 'xargs -0 -P16 -n8 cp -t "$2" <"$1"' sh \
-        "$tmp/file-chunks" "$tmp/restore/cp"
-    rm -rf "$tmp/restore/cp"
-    if spot_phase "file restore" "$size" "$SPOTCTL" fetch --store "file://$fs" --job bench \
-        "$tmp/restore/spotd"; then
-        f=$(find "$tmp/restore/spotd" -name ckpt.bin -type f | head -n 1)
-        VERIFY_PHASE="file restore" verify spotd "${f:-$tmp/restore/spotd/ckpt.bin}"
-    fi
+    # Rounds, the tools alternating: what a local copy costs on a virtual
+    # machine moves by 2x from one second to the next, so one run of each
+    # compares the moment more than the tools.  The report takes each
+    # tool's median.
+    for ((round = 1; round <= file_rounds; round++)); do
+        if has curl; then
+            mkdir -p "$tmp/restore/curlf"
+            run_phase curl "file restore" "$size" curl -sS --fail --parallel --parallel-max 16 \
+                -K "$tmp/curl-file.cfg"
+            rm -rf "$tmp/restore/curlf"
+        fi
+        mkdir -p "$tmp/restore/cp"
+        run_phase cp "file restore" "$size" sh -c 'xargs -0 -P16 -n8 cp -t "$2" <"$1"' sh \
+            "$tmp/file-chunks" "$tmp/restore/cp"
+        rm -rf "$tmp/restore/cp"
+        if spot_phase "file restore" "$size" "$SPOTCTL" fetch --store "file://$fs" --job bench \
+            "$tmp/restore/spotd"; then
+            f=$(find "$tmp/restore/spotd" -name ckpt.bin -type f | head -n 1)
+            VERIFY_PHASE="file restore" verify spotd "${f:-$tmp/restore/spotd/ckpt.bin}"
+        fi
+    done
     rm -rf "$fs"
 fi
 
@@ -619,14 +634,30 @@ BEGIN {
     np = split("upload|restore|incremental|4 ranks|file upload|file restore", pl, "|")
 }
 {
+    # A phase run in rounds has a line per round: a failed round fails it,
+    # else its median round (by wall time) stands for it.
     k = $1 SUBSEP $2
-    st[k] = $3
+    if (!(k in st) || st[k] == "ok") st[k] = $3
     if ($3 == "ok") {
-        sec[k] = $4; lb[k] = $5; sent[k] = $6; recv[k] = $7
-        cpu[k] = $8 + $9; rss[k] = $10; srv[k] = $11; own[k] = $12
+        n = ++runs[k]
+        for (i = 4; i <= 12; i++) row[k, n, i] = $i
     }
 }
 END {
+    for (k in runs) {
+        n = runs[k]
+        for (a = 1; a <= n; a++) ord[a] = a
+        for (a = 2; a <= n; a++)
+            for (b = a; b > 1 && row[k, ord[b], 4] + 0 < row[k, ord[b - 1], 4] + 0; b--) {
+                t = ord[b]; ord[b] = ord[b - 1]; ord[b - 1] = t
+            }
+        m = ord[int((n + 1) / 2)]
+        sec[k] = row[k, m, 4]; lb[k] = row[k, m, 5]; sent[k] = row[k, m, 6]; recv[k] = row[k, m, 7]
+        cpu[k] = row[k, m, 8] + row[k, m, 9]; srv[k] = row[k, m, 11]; own[k] = row[k, m, 12]
+        for (a = 1; a <= n; a++) if (row[k, a, 10] + 0 > rss[k] + 0) rss[k] = row[k, a, 10]
+        if (n > 1)
+            spread[k] = sprintf("median of %d rounds, %.2f to %.2f s", n, row[k, ord[1], 4], row[k, ord[n], 4])
+    }
     for (i = 1; i <= nt; i++) for (j = 1; j <= np; j++) {
         k = tl[i] SUBSEP pl[j]
         if (!(k in st)) continue
@@ -634,6 +665,10 @@ END {
         printf fmt, tl[i], pl[j], sprintf("%.2f", sec[k]), sprintf("%.1f", lb[k] / 1e6 / (sec[k] > 0 ? sec[k] : 1e-9)),
             mb(sent[k]), mb(recv[k]), sprintf("%.2f", cpu[k]), srv[k], sprintf("%.1f", rss[k] / 1024),
             own[k] == "" ? "-" : mb(own[k])
+    }
+    for (i = 1; i <= nt; i++) for (j = 1; j <= np; j++) {
+        k = tl[i] SUBSEP pl[j]
+        if ((k in spread) && st[k] == "ok") printf "%-7s %-12s %s\n", tl[i], pl[j], spread[k]
     }
     print ""
     printf "%-7s %16s %16s\n", "tool", "incr/full sent", "4ranks/1 sent"
