@@ -107,7 +107,7 @@ int chunk_encode(const void *plain, size_t len, int level, double min_saving,
         memcpy(buf, plain, len);
     r = chunk_encode_buf(buf, len, hash, level, min_saving, out);
     if (r < 0)
-        free(buf);
+        bigbuf_free(buf);
     return r;
 }
 
@@ -137,11 +137,11 @@ int chunk_encode_buf(uint8_t *buf, size_t len, const uint8_t hash[CHUNK_HASH_LEN
             c.encoding = CHUNK_ZSTD;
             c.data = zb;
             c.len = n + CHUNK_TRAILER_LEN;
-            free(buf);
+            bigbuf_free(buf);
             *out = c;
             return 0;
         }
-        free(zb);
+        bigbuf_free(zb);
     }
     put_trailer(buf + len, CHUNK_RAW, len);
     c.encoding = CHUNK_RAW;
@@ -199,7 +199,7 @@ bool chunk_is_zero(const void *data, size_t len)
 
 void chunk_enc_release(struct chunk_enc *c)
 {
-    free(c->data);
+    bigbuf_free(c->data);
     c->data = NULL;
     c->len = 0;
 }
@@ -284,7 +284,7 @@ int chunk_decode(const void *enc, size_t len, const uint8_t expect[CHUNK_HASH_LE
         size_t n;
 
         if (!d) {
-            free(plain);
+            bigbuf_free(plain);
             return -ENOMEM;
         }
         /* Exactly one frame, of exactly the declared size. */
@@ -306,6 +306,6 @@ int chunk_decode(const void *enc, size_t len, const uint8_t expect[CHUNK_HASH_LE
     return 0;
 
 out_bad:
-    free(plain);
+    bigbuf_free(plain);
     return -EBADMSG;
 }

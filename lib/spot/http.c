@@ -179,7 +179,7 @@ static void req_free(struct http_req *r)
     curl_multi_remove_handle(h->multi, r->easy);
     curl_easy_cleanup(r->easy);
     curl_slist_free_all(r->headers);
-    free(r->body);
+    bigbuf_free(r->body);
     free(r->etag);
     free(r->req_body);
     free(r);

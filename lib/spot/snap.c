@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "spot/bigbuf.h"
 #include "spot/genclaim.h"
 #include "spot/jobtree.h"
 #include "spot/store.h"
@@ -55,12 +56,6 @@ struct snap *snap_new(const struct snap_opts *o, char *err, size_t errlen)
     s->max_tasks = (unsigned)(inflight / cs);
     if (s->max_tasks < 2)
         s->max_tasks = 2;
-    s->free_bufs = calloc(s->max_tasks, sizeof(*s->free_bufs));
-    if (!s->free_bufs) {
-        free(s);
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
     s->level = o->zstd_level ? o->zstd_level : 1;
     s->min_saving = o->min_saving > 0 ? o->min_saving : SNAP_MIN_SAVING_DEFAULT;
     s->sign = store_wants_sha256(o->store);
@@ -84,9 +79,7 @@ struct snap *snap_free(struct snap *s)
     hset_clear(&s->known);
     hset_clear(&s->stored);
     seen_clear(&s->seen);
-    while (s->n_free > 0)
-        free(s->free_bufs[--s->n_free]);
-    free(s->free_bufs);
+    bigbuf_trim();
     jobkey_clear(&s->key);
     genclaim_free(s->claims);
     store_entries_free(s->foreign, s->n_foreign);

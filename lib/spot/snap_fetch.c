@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "spot/bigbuf.h"
 #include "spot/dircheck.h"
 #include "spot/pool.h"
 #include "spot/store.h"
@@ -748,7 +749,7 @@ static void on_chunk_got(void *arg, int err, const char *msg, void *data, size_t
                        shown(t->m->files[t->file].path, path));
         else
             fetch_fail(fe, err == -EFBIG ? -EBADMSG : err, "%s", msg);
-        free(data);
+        bigbuf_free(data);
         ftask_end(t);
         return;
     }
@@ -775,11 +776,11 @@ static void ftask_work(struct pool_job *job)
     if (r < 0) {
         t->err = r;
         snprintf(t->msg, sizeof(t->msg), "%s", r == -ENOMEM ? "out of memory" : "corrupt");
-        free(owned);
+        bigbuf_free(owned);
         return;
     }
     if (fe->verify) {
-        free(owned);
+        bigbuf_free(owned);
         return;
     }
     shown(f->path, path);
@@ -789,7 +790,7 @@ static void ftask_work(struct pool_job *job)
         snprintf(t->msg, sizeof(t->msg), "cannot write '%s' in '%s': %s", path, fe->tmp,
                  strerror(-r));
     }
-    free(owned);
+    bigbuf_free(owned);
 }
 
 /* All len bytes of buf at off, or -errno; *done says how many went. */
@@ -866,7 +867,7 @@ static void ftask_done(struct pool_job *job)
          * stored copy corrupt. */
         t->refetch++;
         fe->c->retries++;
-        free(t->data);
+        bigbuf_free(t->data);
         t->data = NULL;
         t->err = 0;
         ftask_get(t);
@@ -896,7 +897,7 @@ static void ftask_end(struct ftask *t)
 {
     struct fetch *fe = t->fe;
 
-    free(t->data);
+    bigbuf_free(t->data);
     free(t);
     fe->alive--;
     fetch_pump(fe);

@@ -176,8 +176,6 @@ struct snap {
     struct seen_map seen;        /* read by early stores of stored_gen */
     unsigned alive;              /* save tasks of every save, against max_tasks */
     struct save *active;         /* saves with chunks left to start */
-    uint8_t **free_bufs;         /* chunk buffers kept for reuse */
-    unsigned n_free;
     struct store_entry *foreign; /* under gens/, in the newest listing (owned) */
     size_t n_foreign;
 };

@@ -1250,26 +1250,21 @@ static void task_free(struct task *t)
     if (t->enc.encoding == CHUNK_RAW)
         buf_put(s, t->enc.data);
     else
-        free(t->enc.data);
+        bigbuf_free(t->enc.data);
     free(t);
 }
 
-/* Chunk buffers (a whole chunk and room for its trailer) are reused: a fresh
- * multi-megabyte allocation costs a page fault per 4 KiB, and memory
- * returned to the allocator does not always leave the process. */
+/* A whole chunk and room for its trailer; bigbuf keeps the last ones
+ * freed for the next. */
 static uint8_t *buf_get(struct snap *s)
 {
-    if (s->n_free > 0)
-        return s->free_bufs[--s->n_free];
     return bigbuf_alloc((size_t)s->chunk_size + CHUNK_TRAILER_LEN);
 }
 
 static void buf_put(struct snap *s, uint8_t *b)
 {
-    if (b && s->n_free < s->max_tasks)
-        s->free_bufs[s->n_free++] = b;
-    else
-        free(b);
+    (void)s;
+    bigbuf_free(b);
 }
 
 /* -- the manifest, last -- */

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spot/bigbuf.h"
 #include "spot/chunk.h"
 #include "spot/hash.h"
 #include "spot/pool.h"
@@ -202,7 +203,7 @@ static void on_got(void *arg, int err, const char *msg, void *data, size_t len)
     char hex[2 * CHUNK_HASH_LEN + 1];
 
     if (err || ss->freed || ss->err) {
-        free(data);
+        bigbuf_free(data);
         if (err && !ss->freed) {
             hash_hex(ss->f.chunks[sl->idx].hash, hex);
             if (err == -ENOENT || err == -EFBIG)
@@ -247,7 +248,7 @@ static void check_done(struct pool_job *job)
         sl->refetch++;
         ss->c->retries++;
         free(sl->owned);
-        free(sl->data);
+        bigbuf_free(sl->data);
         sl->owned = sl->data = NULL;
         sl->plain = NULL;
         sl->err = 0;
@@ -308,7 +309,7 @@ static void on_give(evutil_socket_t fd, short what, void *arg)
 static void slot_clear(struct sslot *sl)
 {
     free(sl->owned);
-    free(sl->data);
+    bigbuf_free(sl->data);
     sl->owned = sl->data = NULL;
     sl->plain = NULL;
     sl->ready = false;

@@ -196,7 +196,7 @@ static void do_get(struct file_job *j, const char *path)
             continue;
         if (n < 0) {
             fail(j, -errno, "read", path);
-            free(buf);
+            bigbuf_free(buf);
             goto out;
         }
         if (n == 0)
@@ -204,7 +204,7 @@ static void do_get(struct file_job *j, const char *path)
         len += (size_t)n;
         if (len > (size_t)st.st_size) {
             fail(j, -EAGAIN, "read (it changed while read)", path);
-            free(buf);
+            bigbuf_free(buf);
             goto out;
         }
     }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "spot/bigbuf.h"
 #include "spot/chunk.h"
 
 /* Deterministic bytes: xorshift. */
@@ -111,4 +112,51 @@ TEST(chunk_corrupt)
     CHECK_INT(chunk_encode(data, (size_t)CHUNK_MAX_PLAIN + 1, 1, 0.05, &r), -EINVAL);
     chunk_enc_release(&z);
     chunk_enc_release(&r);
+}
+
+/* bigbuf keeps what it frees for the next buffer of about its size, on
+ * the boundary that size asks for, and never a small one. */
+TEST(bigbuf_keep)
+{
+    size_t mib = 1024 * 1024;
+    void *a, *b, *c, *d;
+
+    bigbuf_trim();                      /* what other tests left */
+    a = bigbuf_alloc(8 * mib);
+    CHECK(a != NULL);
+    if (!a)
+        return;
+    CHECK((uintptr_t)a % BIGBUF_HUGE == 0);
+    memset(a, 1, 8 * mib);
+    bigbuf_free(a);
+    b = bigbuf_alloc(3 * mib);          /* less than half: a new one */
+    CHECK(b != a);
+    c = bigbuf_alloc(5 * mib);          /* the kept one */
+    CHECK(c == a);
+    CHECK((uintptr_t)c % BIGBUF_HUGE == 0);
+    bigbuf_free(c);
+    bigbuf_free(b);
+    d = bigbuf_alloc(3 * mib);          /* the better fit of the two */
+    CHECK(d == b);
+    bigbuf_free(d);
+    /* A small buffer is malloc()'s, and freeing it keeps nothing. */
+    d = bigbuf_alloc(1000);
+    CHECK(d != NULL);
+    bigbuf_free(d);
+    bigbuf_free(NULL);
+    bigbuf_trim();
+    CHECK_INT(bigbuf_kept(), 0);
+    /* Freeing more than the cap keeps the cap's worth, no more. */
+    for (int round = 0; round < 2; round++) {
+        void *many[40];
+
+        for (int i = 0; i < 40; i++)
+            many[i] = bigbuf_alloc(BIGBUF_HUGE);
+        for (int i = 0; i < 40; i++)
+            bigbuf_free(many[i]);
+    }
+    CHECK(bigbuf_kept() * BIGBUF_HUGE <= BIGBUF_KEEP_BYTES);
+    CHECK(bigbuf_kept() > 0);
+    bigbuf_trim();
+    CHECK_INT(bigbuf_kept(), 0);
 }
