@@ -793,11 +793,14 @@ static void ftask_work(struct pool_job *job)
     bigbuf_free(owned);
 }
 
-/* All len bytes of buf at off, or -errno; *done says how many went. */
-static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off, size_t *done)
+/* All len bytes of buf at off, at most piece bytes a call, or -errno;
+ * *done says how many went. */
+static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off, size_t piece,
+                      size_t *done)
 {
     while (*done < len) {
-        ssize_t n = pwrite(fd, (const char *)buf + *done, len - *done, (off_t)(off + *done));
+        size_t want = len - *done < piece ? len - *done : piece;
+        ssize_t n = pwrite(fd, (const char *)buf + *done, want, (off_t)(off + *done));
 
         if (n < 0 && errno == EINTR)
             continue;
@@ -832,7 +835,8 @@ static int write_chunk(struct fetch *fe, const char *rel, const void *plain, siz
             direct = 0;
         }
     }
-    if (direct && (r = pwrite_all(fd, plain, direct, off, &done)) == -EINVAL && done == 0) {
+    if (direct && (r = pwrite_all(fd, plain, direct, off, direct, &done)) == -EINVAL &&
+        done == 0) {
         /* Alignment the device wants more of: buffered from here on. */
         __atomic_store_n(&fe->no_direct, true, __ATOMIC_RELAXED);
         r = 0;
@@ -848,7 +852,7 @@ static int write_chunk(struct fetch *fe, const char *rel, const void *plain, siz
         return r;
     if ((fd = openat(fe->tmpfd, rel, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
         return -errno;
-    r = pwrite_all(fd, plain, len, off, &done);
+    r = pwrite_all(fd, plain, len, off, BIGBUF_CACHED_WRITE, &done);
     close(fd);
     return r;
 }

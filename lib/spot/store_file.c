@@ -118,7 +118,7 @@ static void do_put(struct file_job *j, const char *path)
         return;
     }
     while (left > 0) {
-        ssize_t n = write(fd, p, left);
+        ssize_t n = write(fd, p, left < BIGBUF_CACHED_WRITE ? left : BIGBUF_CACHED_WRITE);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {

@@ -44,8 +44,9 @@
 # Environment: BENCH_SIZE_MIB (2048), BENCH_KEEP (0; 1 keeps the scratch
 # folder under ${TMPDIR:-/tmp}), BENCH_INSTALL (1: as root, apt-get install
 # what is missing), BENCH_NET (auto|nft|log), BENCH_TOOLS (curl spotd aws
-# rclone restic), BENCH_RANKS_ALL (0), BENCH_FILE_ROUNDS (3), O (build: spotctl is built with make
-# and copied aside), BENCH_SPOTCTL (a spotctl to use instead, no make).
+# rclone restic), BENCH_RANKS_ALL (0), BENCH_FILE_ROUNDS (3), O (build:
+# spotctl is built with make and copied aside), BENCH_SPOTCTL (a spotctl
+# to use instead, no make).
 #
 # It is a report: it exits 0 whatever the numbers.  It exits 1 when the
 # bench itself could not run (Swift, the data, /usr/bin/time), or when
