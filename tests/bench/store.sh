@@ -595,18 +595,25 @@ if has spotd && [ -z "$spot_na" ]; then
     # Rounds, the tools alternating: what a local copy costs on a virtual
     # machine moves by 2x from one second to the next, so one run of each
     # compares the moment more than the tools.  The report takes each
-    # tool's median.
+    # tool's median.  Each run starts 3 s after the last one's files went:
+    # free page reporting hands freed memory back to the host after 2 s, so
+    # each tool writes into memory the host must fault in again, as on a
+    # replacement instance, and none into what the one before it freed.
+    settle() { sleep 3; }
     for ((round = 1; round <= file_rounds; round++)); do
         if has curl; then
             mkdir -p "$tmp/restore/curlf"
+            settle
             run_phase curl "file restore" "$size" curl -sS --fail --parallel --parallel-max 16 \
                 -K "$tmp/curl-file.cfg"
             rm -rf "$tmp/restore/curlf"
         fi
         mkdir -p "$tmp/restore/cp"
+        settle
         run_phase cp "file restore" "$size" sh -c 'xargs -0 -P16 -n8 cp -t "$2" <"$1"' sh \
             "$tmp/file-chunks" "$tmp/restore/cp"
         rm -rf "$tmp/restore/cp"
+        settle
         if spot_phase "file restore" "$size" "$SPOTCTL" fetch --store "file://$fs" --job bench \
             "$tmp/restore/spotd"; then
             f=$(find "$tmp/restore/spotd" -name ckpt.bin -type f | head -n 1)
