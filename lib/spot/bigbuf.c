@@ -11,8 +11,6 @@
 
 #define KEEP_SLOTS 32
 
-/* A kept buffer serves a request of at least half its size, so that a
- * chunk's buffer is not spent on a small one. */
 static struct kept {
     void *b;
     size_t size;                  /* malloc_usable_size() */
@@ -26,7 +24,9 @@ static size_t align_for(size_t len)
     return len >= BIGBUF_HUGE ? BIGBUF_HUGE : 4096;
 }
 
-/* A kept buffer of len bytes or more, aligned for len, or NULL. */
+/* The smallest kept buffer of len bytes or more, aligned for len, or
+ * NULL.  One serves a request of at least half its size, so that a
+ * chunk's buffer is not spent on a small one. */
 static void *take(size_t len)
 {
     size_t align = align_for(len), best = 0;

@@ -149,7 +149,6 @@ static void settle(struct task *t, int err, const char *msg);
 static void task_end(struct task *t, int err, const char *msg);
 static void task_free(struct task *t);
 static uint8_t *buf_get(struct snap *s);
-static void buf_put(struct snap *s, uint8_t *b);
 static int fingerprint(const struct save *sv, uint8_t out[CHUNK_HASH_LEN]);
 static void seen_put(struct snap *s, const struct save *sv, const struct task *t);
 static void seen_want(const struct snap *s, const struct save *sv, struct task *t);
@@ -227,7 +226,8 @@ uint8_t *snap_chunk_buf(struct snap *s)
 
 void snap_chunk_buf_put(struct snap *s, uint8_t *buf)
 {
-    buf_put(s, buf);
+    (void)s;
+    bigbuf_free(buf);
 }
 
 static void put_early(struct early *e)
@@ -241,7 +241,7 @@ void snap_put_chunk(struct snap *s, uint64_t gen, const char *name, uint8_t *buf
     struct save *sv;
 
     if (gen == 0 || gen > GEN_MAX || !name || !buf || len == 0 || len > s->chunk_size) {
-        buf_put(s, buf);
+        bigbuf_free(buf);
         snap_early(s, put_early, (union snap_cb){ .chunk = done }, arg, -EINVAL,
                    "invalid chunk (generation 1..%llu, 1 to %u bytes)", GEN_MAX, s->chunk_size);
         return;
@@ -251,7 +251,7 @@ void snap_put_chunk(struct snap *s, uint64_t gen, const char *name, uint8_t *buf
         if (sv)
             free(sv->pre_rel);
         free(sv);
-        buf_put(s, buf);
+        bigbuf_free(buf);
         snap_early(s, put_early, (union snap_cb){ .chunk = done }, arg, -ENOMEM, "out of memory");
         return;
     }
@@ -352,7 +352,7 @@ static void save_report(struct save *sv)
     free(sv->pre_rel);
     free(sv->dir);
     free(sv->method);
-    buf_put(sv->s, sv->put_buf);
+    bigbuf_free(sv->put_buf);
     for (size_t i = 0; i < sv->n_streamed; i++) {
         free(sv->streamed[i].path);
         free(sv->streamed[i].chunks);
@@ -1142,7 +1142,7 @@ static void task_done(struct pool_job *job)
     }
     if (slot) {
         /* Another rank is storing the same chunk: wait for its put. */
-        buf_put(s, t->buf);
+        bigbuf_free(t->buf);
         t->buf = NULL;
         t->next_waiter = slot->waiters;
         slot->waiters = t;
@@ -1242,15 +1242,11 @@ static void task_end(struct task *t, int err, const char *msg)
 
 static void task_free(struct task *t)
 {
-    struct snap *s = t->sv->s;
-
-    buf_put(s, t->buf);
+    bigbuf_free(t->buf);
     hash_release(&t->hasher);
-    /* A raw chunk is the task's buffer with its trailer written in. */
-    if (t->enc.encoding == CHUNK_RAW)
-        buf_put(s, t->enc.data);
-    else
-        bigbuf_free(t->enc.data);
+    /* A raw chunk is the task's buffer with its trailer written in, a zstd
+     * one zstd's: bigbuf's either way. */
+    bigbuf_free(t->enc.data);
     free(t);
 }
 
@@ -1259,12 +1255,6 @@ static void task_free(struct task *t)
 static uint8_t *buf_get(struct snap *s)
 {
     return bigbuf_alloc((size_t)s->chunk_size + CHUNK_TRAILER_LEN);
-}
-
-static void buf_put(struct snap *s, uint8_t *b)
-{
-    (void)s;
-    bigbuf_free(b);
 }
 
 /* -- the manifest, last -- */
